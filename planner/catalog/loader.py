@@ -1,0 +1,172 @@
+"""Load and cross-check the YAML catalogs (one entity per file).
+
+Errors are :class:`planner.errors.InputError` with one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner.catalog.schemas import HardwareSpec, ModelSpec
+from planner.errors import InputError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def default_catalog_dir() -> Path:
+    """``$PLANNER_CATALOG_DIR``, else the ``catalogs/`` beside the package, else ``./catalogs``."""
+    env = os.environ.get("PLANNER_CATALOG_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2] / "catalogs"
+    if here.is_dir():
+        return here
+    return Path.cwd() / "catalogs"
+
+
+def format_validation_error(path: Path | str, err: ValidationError) -> str:
+    """One line: file, dotted field path, what is wrong (first error; count of the rest)."""
+    errs = err.errors()
+    first = errs[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field (remove it or fix its spelling)"
+    elif first["type"] == "missing":
+        msg = "missing field (add it)"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{path}: field '{loc}': {msg}{more}"
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def parse_entry(path: Path, cls: type[T]) -> T:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of fields at top level")
+    try:
+        obj = cls.model_validate(data)
+    except ValidationError as err:
+        raise InputError(format_validation_error(path, err)) from None
+    ident = getattr(obj, "id", None)
+    if ident is not None and ident != path.stem:
+        raise InputError(f"{path}: field 'id': '{ident}' must match the file name '{path.stem}'")
+    return obj
+
+
+def unknown_id_message(kind: str, ident: str, known: Iterable[str]) -> str:
+    known = sorted(known)
+    close = difflib.get_close_matches(ident, known, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known)}"
+    return f"unknown {kind} id '{ident}' ({hint})"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Hardware and model entries, with lookups by id, alias and Hugging Face id."""
+
+    root: Path
+    hardware: dict[str, HardwareSpec]
+    models: dict[str, ModelSpec]
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def get_hardware(self, ident: str) -> HardwareSpec:
+        key = self.hardware_id(ident)
+        if key is None:
+            raise InputError(unknown_id_message("hardware", ident, self.hardware))
+        return self.hardware[key]
+
+    def get_model(self, ident: str) -> ModelSpec:
+        key = self.model_id(ident)
+        if key is None:
+            raise InputError(unknown_id_message("model", ident, self.models))
+        return self.models[key]
+
+    def hardware_id(self, name: str) -> str | None:
+        """Catalog id for an id or an alias (case-insensitive), or None."""
+        n = name.strip().lower()
+        if n in self.hardware:
+            return n
+        for hw in self.hardware.values():
+            if n in (a.lower() for a in hw.aliases):
+                return hw.id
+        return None
+
+    def model_id(self, name: str) -> str | None:
+        """Catalog id for an id or a Hugging Face id (case-insensitive), or None."""
+        n = name.strip().lower()
+        if n in self.models:
+            return n
+        for m in self.models.values():
+            if n in (h.lower() for h in m.hf_ids):
+                return m.id
+        return None
+
+
+def _load_dir(root: Path, sub: str, cls: type[T]) -> tuple[dict[str, T], dict[str, Path]]:
+    out: dict[str, T] = {}
+    files: dict[str, Path] = {}
+    d = root / sub
+    if not d.is_dir():
+        raise InputError(f"{d}: catalog folder not found (set PLANNER_CATALOG_DIR or pass --catalog)")
+    for path in sorted(d.glob("*.yaml")):
+        obj = parse_entry(path, cls)
+        out[obj.id] = obj  # type: ignore[attr-defined]
+        files[obj.id] = path  # type: ignore[attr-defined]
+    return out, files
+
+
+def cross_check(hardware: dict[str, HardwareSpec], models: dict[str, ModelSpec], files: dict[str, Path]) -> None:
+    """Aliases and Hugging Face ids must each name one entry."""
+    seen: dict[str, str] = {}
+    for hw in hardware.values():
+        for name in [hw.id, *hw.aliases]:
+            k = name.lower()
+            if k in seen and seen[k] != hw.id:
+                raise InputError(f"{files[hw.id]}: field 'aliases': '{name}' also names '{seen[k]}'")
+            seen[k] = hw.id
+    seen = {}
+    for m in models.values():
+        for name in m.hf_ids:
+            k = name.lower()
+            if k in seen and seen[k] != m.id:
+                raise InputError(f"{files[m.id]}: field 'hf_ids': '{name}' also listed by '{seen[k]}'")
+            seen[k] = m.id
+
+
+def load_catalog(root: Path | str | None = None) -> Catalog:
+    """Load every hardware and model file under ``root`` (default: :func:`default_catalog_dir`)."""
+    return _load_cached(str(Path(root) if root is not None else default_catalog_dir()))
+
+
+@lru_cache(maxsize=8)
+def _load_cached(root_s: str) -> Catalog:
+    root = Path(root_s)
+    hardware, hfiles = _load_dir(root, "hardware", HardwareSpec)
+    models, mfiles = _load_dir(root, "models", ModelSpec)
+    files = {**hfiles, **mfiles}
+    cross_check(hardware, models, files)
+    return Catalog(root=root, hardware=hardware, models=models, files=files)
+
+
+def clear_cache() -> None:
+    _load_cached.cache_clear()
