@@ -34,15 +34,15 @@ DTYPE_BYTES: dict[str, float] = {
 }
 
 # Which compute format a weight format runs its matrix multiplications in, in order of preference.
-# A chip without FP4 tensor cores runs FP4 weights with FP8 (or BF16) maths after dequantisation.
+# A chip without FP4 tensor cores runs FP4 (and INT4) weights with BF16 maths after dequantisation (W4A16).
 COMPUTE_FALLBACK: dict[str, tuple[str, ...]] = {
     "fp32": ("bf16",),
     "bf16": ("bf16",),
     "fp16": ("bf16",),
     "fp8": ("fp8", "int8", "bf16"),
     "int8": ("int8", "fp8", "bf16"),
-    "fp4": ("fp4", "fp8", "int8", "bf16"),
-    "int4": ("fp8", "int8", "bf16"),
+    "fp4": ("fp4", "bf16"),
+    "int4": ("bf16",),
 }
 
 DTYPES = tuple(DTYPE_BYTES)

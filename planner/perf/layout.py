@@ -1,0 +1,109 @@
+"""Parallel layouts and bytes per chip.
+
+A replica of ``N = tp * dp * pp`` chips runs the model in ``pp`` pipeline stages of ``tp * dp``
+chips. Attention and the other non-expert weights are split ``tp`` ways and replicated across the
+``dp`` attention-data-parallel ranks; routed experts are spread over all ``tp * dp`` chips of a
+stage, ``ep`` ways by expert and ``moe_tp = tp * dp / ep`` ways within an expert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog.schemas import HardwareSpec, ModelSpec
+from planner.errors import InputError
+from planner.perf.params import WeightBytes, kv_bytes_per_sequence
+
+RUNTIME_RESERVE_FRACTION = 0.06
+"""HBM kept for the runtime (CUDA context, activations, graphs, fragmentation): 6% of capacity."""
+RUNTIME_RESERVE_MIN_BYTES = 2e9
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    @property
+    def chips(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def stage_chips(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.stage_chips // self.ep
+
+    def describe(self) -> str:
+        return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp}"
+
+
+def check_layout(model: ModelSpec, layout: Layout, *, flag_prefix: str = "--") -> None:
+    """Raise :class:`InputError` naming the flag when ``layout`` cannot shard ``model``."""
+    a = model.architecture
+    att = a.attention
+    for name in ("tp", "ep", "pp", "dp"):
+        if getattr(layout, name) < 1:
+            raise InputError(f"{flag_prefix}{name} must be a positive integer")
+    if layout.tp > att.heads:
+        raise InputError(
+            f"{flag_prefix}tp {layout.tp} exceeds the {att.heads} attention heads of {model.id}; use tp <= {att.heads}"
+        )
+    if att.heads % layout.tp:
+        raise InputError(
+            f"{flag_prefix}tp {layout.tp} does not divide the {att.heads} attention heads of {model.id}; "
+            f"use a divisor of {att.heads}"
+        )
+    if layout.pp > a.layers:
+        raise InputError(f"{flag_prefix}pp {layout.pp} exceeds the {a.layers} layers of {model.id}")
+    if a.moe is None:
+        if layout.ep != 1:
+            raise InputError(f"{flag_prefix}ep {layout.ep} needs a Mixture-of-Experts model; {model.id} is dense (use --ep 1)")
+        return
+    if a.moe.experts % layout.ep:
+        raise InputError(
+            f"{flag_prefix}ep {layout.ep} does not divide the {a.moe.experts} experts of {model.id}; "
+            f"use a divisor of {a.moe.experts}"
+        )
+    if layout.stage_chips % layout.ep:
+        raise InputError(
+            f"{flag_prefix}ep {layout.ep} must divide tp x dp = {layout.stage_chips} (experts are spread over the "
+            "chips of one pipeline stage)"
+        )
+
+
+def kv_shard(model: ModelSpec, tp) -> np.ndarray:
+    """Ways the KV cache of one sequence is split across a tp group (the rest is replication).
+
+    GQA splits by KV head up to ``kv_heads``; an MLA latent is whole on every TP rank.
+    """
+    att = model.architecture.attention
+    tp = np.asarray(tp, dtype=float)
+    if att.type == "mla":
+        return np.ones_like(tp)
+    return np.minimum(tp, att.kv_heads)
+
+
+def weight_bytes_per_chip(wb: WeightBytes, tp, ep, pp, dp):
+    """Resident weight bytes on one chip (average over pipeline stages)."""
+    tp, pp, dp = (np.asarray(x, dtype=float) for x in (tp, pp, dp))
+    nonexpert = (wb.nonexpert + wb.embed + wb.lm_head) / (tp * pp)
+    expert = wb.expert / (tp * dp * pp)
+    return nonexpert + expert
+
+
+def kv_bytes_per_chip(model: ModelSpec, batch, context, kv_dtype: str, tp, pp, dp):
+    """KV bytes on one chip for ``batch`` sequences in flight per replica at mean ``context``."""
+    tp, pp, dp = (np.asarray(x, dtype=float) for x in (tp, pp, dp))
+    per_seq = kv_bytes_per_sequence(model, context, kv_dtype)
+    return np.asarray(batch, dtype=float) * per_seq / (dp * pp * kv_shard(model, tp))
+
+
+def runtime_reserve_bytes(hw: HardwareSpec) -> float:
+    return max(RUNTIME_RESERVE_MIN_BYTES, RUNTIME_RESERVE_FRACTION * hw.hbm_bytes)
