@@ -67,8 +67,11 @@ class EngineEfficiency(Strict):
     """Latency of one collective (all-reduce, all-to-all) on top of its bandwidth term."""
     interference: NonNeg = 1.0
     """Weight of the prefill work interleaved with decode in aggregated serving (physics: 1)."""
-    queueing: NonNeg = 1.0
-    """Weight of the queueing delay in TTFT (physics: 1)."""
+    queueing: NonNeg = 0.5
+    """Share of the other in-flight requests a new request waits behind (0.5: synchronised burst)."""
+    queue_prefill_share: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """How the wait per request ahead scales: 1 = one prompt's prefill time, 0 = one decode iteration
+    (aggregated serving interleaves the two; the fit says where between them an engine sits)."""
     ttft_overhead_ms: NonNeg = 0.0
     """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
 

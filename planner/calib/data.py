@@ -1,0 +1,151 @@
+"""Read measured rows (the column format of shared/calibration/silicon_calibration.csv) into a
+normalised table: catalog ids, number formats, layouts, batch and concurrency per worker.
+
+Conventions of the data (checked on the calibration file): ``batch_size`` is per attention-data-
+parallel rank (``batch_size * attention_dp_size == concurrency`` on every agg row), GPUs per worker
+are ``tp * pp * attention_dp`` and the MoE group (``moe_tp * moe_ep``) spans a pipeline stage.
+Disaggregated rows without worker counts are read as one prefill and one decode worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from planner.catalog import Catalog
+from planner.errors import InputError
+
+REQUIRED = ["model_path", "system", "backend", "mode", "isl", "osl"]
+QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4",
+         "bf16": "bf16", "fp16": "fp16", "float16": "fp16", "int4": "int4", "w4a16": "int4", "int8": "int8"}
+
+
+def read_rows(path: Path | str) -> pd.DataFrame:
+    path = Path(path)
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (expected the silicon_calibration.csv format)")
+    return df
+
+
+def _num(df: pd.DataFrame, col: str, default: float = np.nan) -> pd.Series:
+    if col not in df.columns:
+        return pd.Series(default, index=df.index, dtype=float)
+    return pd.to_numeric(df[col], errors="coerce")
+
+
+def _pos(s: pd.Series, default: float = 1.0) -> pd.Series:
+    """Layout degrees: missing or zero means 1."""
+    return s.where(s > 0, default).fillna(default)
+
+
+def _dtype_from_name(name: str) -> str | None:
+    n = name.lower()
+    if "nvfp4" in n or n.endswith("-fp4") or "-fp4-" in n:
+        return "fp4"
+    if "fp8" in n:
+        return "fp8"
+    return None
+
+
+def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Add normalised columns (prefixed ``n_``) and a ``reason`` where a row cannot be predicted."""
+    out = pd.DataFrame(index=df.index)
+    reason = pd.Series("", index=df.index, dtype=object)
+
+    model_ids = df["model_path"].astype(str).map(lambda s: catalog.model_id(s) or "")
+    hw_ids = df["system"].astype(str).map(lambda s: catalog.hardware_id(s) or "")
+    reason[model_ids == ""] = "unknown model: " + df["model_path"].astype(str)
+    reason[(hw_ids == "") & (reason == "")] = "unknown hardware: " + df["system"].astype(str)
+    out["n_model"] = model_ids
+    out["n_hw"] = hw_ids
+    out["n_engine"] = df["backend"].astype(str).str.lower()
+    out["n_mode"] = df["mode"].astype(str).str.lower()
+    bad_mode = ~out["n_mode"].isin(["agg", "disagg"])
+    reason[bad_mode & (reason == "")] = "mode must be agg or disagg"
+
+    # Number formats -----------------------------------------------------------------------------
+    dense, expert = [], []
+    for i in df.index:
+        mid = model_ids[i]
+        if not mid:
+            dense.append("")
+            expert.append("")
+            continue
+        m = catalog.models[mid]
+        g = str(df.at[i, "gemm_quant_mode"]) if "gemm_quant_mode" in df.columns else "nan"
+        e = str(df.at[i, "moe_quant_mode"]) if "moe_quant_mode" in df.columns else "nan"
+        pr = str(df.at[i, "precision"]) if "precision" in df.columns else "nan"
+        by_name = _dtype_from_name(str(df.at[i, "model_path"]))
+        d_ = QUANT.get(g.lower()) or QUANT.get(pr.lower()) or by_name or m.weights_dtype
+        x_ = QUANT.get(e.lower()) or d_
+        if m.expert_weights_dtype in ("fp4", "int4") and d_ == "fp4":
+            # Checkpoints with native 4-bit experts (gpt-oss MXFP4) keep attention in their own format.
+            d_, x_ = m.weights_dtype, m.expert_weights_dtype
+        if not m.is_moe:
+            x_ = d_
+        dense.append(d_)
+        expert.append(x_)
+    out["n_dense"] = dense
+    out["n_expert"] = expert
+    # KV format: TensorRT-LLM serves quantised checkpoints with an FP8 KV cache; SGLang and vLLM keep
+    # the model's activation format unless told otherwise.
+    quant = out["n_dense"].isin(["fp8", "fp4"])
+    out["n_kv"] = np.where((out["n_engine"] == "trtllm") & quant, "fp8", "bf16")
+
+    out["n_isl"] = _num(df, "isl")
+    out["n_osl"] = _num(df, "osl")
+    conc = df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0] \
+        if "silicon_data_source" in df.columns else pd.Series(np.nan, index=df.index)
+    out["n_conc"] = pd.to_numeric(conc, errors="coerce")
+    if "concurrency" in df.columns:
+        out["n_conc"] = out["n_conc"].fillna(_num(df, "concurrency"))
+
+    # Aggregated layout ------------------------------------------------------------------------
+    tp = _pos(_num(df, "tp_size"))
+    pp = _pos(_num(df, "pp_size"))
+    dp = _pos(_num(df, "attention_dp_size"))
+    ep = _pos(_num(df, "moe_ep_size"))
+    mtp = _pos(_num(df, "moe_tp_size"))
+    stage = np.maximum(tp * dp, mtp * ep)
+    out["a_tp"], out["a_pp"], out["a_dp"], out["a_ep"] = tp, pp, dp * (stage / (tp * dp)), ep
+    bs = _num(df, "batch_size")
+    out["a_batch"] = (bs * dp).fillna(out["n_conc"])
+
+    # Disaggregated layouts --------------------------------------------------------------------
+    for role, pre in (("p", "prefill_"), ("d", "decode_")):
+        t = _pos(_num(df, pre + "tp_size"))
+        p = _pos(_num(df, pre + "pp_size"))
+        d = _pos(_num(df, pre + "attention_dp_size"))
+        e = _pos(_num(df, pre + "moe_ep_size"))
+        mt = _pos(_num(df, pre + "moe_tp_size"))
+        st = np.maximum(t * d, mt * e)
+        out[f"{role}_tp"], out[f"{role}_pp"], out[f"{role}_dp"], out[f"{role}_ep"] = t, p, d * (st / (t * d)), e
+        out[f"{role}_workers"] = _pos(_num(df, pre + "num_workers"))
+    dbs = _num(df, "decode_batch_size")
+    out["d_batch"] = (dbs * out["d_dp"]).fillna(out["n_conc"] / out["d_workers"])
+
+    is_agg = out["n_mode"] == "agg"
+    batch = np.where(is_agg, out["a_batch"], out["d_batch"])
+    no_batch = ~np.isfinite(batch) | (batch <= 0)
+    reason[no_batch & (reason == "")] = "no batch size or concurrency"
+    bad_len = ~(out["n_isl"] > 0) | ~(out["n_osl"] > 0)
+    reason[bad_len & (reason == "")] = "isl and osl must be positive"
+    # Experts must split evenly over expert-parallel ranks.
+    for i in out.index[(reason == "") & (out["n_model"] != "")]:
+        m = catalog.models[out.at[i, "n_model"]]
+        if m.architecture.moe is None:
+            continue
+        for role in (("a",) if is_agg[i] else ("p", "d")):
+            if m.architecture.moe.experts % int(out.at[i, f"{role}_ep"]):
+                reason[i] = f"moe_ep_size {int(out.at[i, f'{role}_ep'])} does not divide {m.architecture.moe.experts} experts"
+    out["reason"] = reason
+    return out

@@ -1,0 +1,185 @@
+"""Fit the ``efficiency`` factors of the hardware catalog to measured TTFT/TPOT rows.
+
+Method (re-run with ``planner calibrate fit --data FILE --write``):
+
+1. Normalise the rows (``calib.data``); rows that cannot be predicted are left out and counted.
+2. TPOT factors (``compute``, ``memory``, ``step_overhead_us``, ``layer_overhead_us``,
+   ``collective_latency_us``, ``interference``) are fitted first, then the TTFT factors
+   (``prefill_compute``, ``queueing``, ``ttft_overhead_ms``) with the TPOT ones held. The loss is a
+   robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
+   weigh the same and outliers do not dominate.
+3. Per serving engine over all hardware (the engine prior); then per hardware and engine where at
+   least ``MIN_ROWS`` rows exist, shrunk toward the engine prior by a penalty on the log of each
+   factor's ratio to the prior; then per hardware over all its engines (its ``default``).
+4. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
+   and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from planner.calib.predict import predict_normalised
+from planner.catalog import Catalog, Efficiency, EngineEfficiency
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = 25
+SHRINK = 0.15
+"""Weight of the pull toward the engine prior, per factor, in log units (about one row's worth x 0.15 sqrt(n))."""
+
+TPOT_PARAMS = ("compute", "memory", "step_overhead_us", "layer_overhead_us", "collective_latency_us", "interference")
+TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prefill_share", "ttft_overhead_ms")
+BOUNDS = {
+    "compute": (0.05, 1.0),
+    "prefill_compute": (0.05, 1.0),
+    "memory": (0.2, 1.0),
+    "step_overhead_us": (0.0, 20000.0),
+    "layer_overhead_us": (0.0, 500.0),
+    "collective_latency_us": (0.0, 200.0),
+    "interference": (0.0, 4.0),
+    "queueing": (0.0, 1.0),
+    "queue_prefill_share": (0.0, 1.0),
+    "ttft_overhead_ms": (0.0, 3000.0),
+}
+START = EngineEfficiency(
+    compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10,
+    collective_latency_us=10, interference=1.0, queueing=0.2, queue_prefill_share=0.5, ttft_overhead_ms=30,
+)
+# Measured relatives for hardware without rows of its own.
+FAMILY = {
+    "h800-sxm": "h100-sxm",
+    "b300-sxm": "b200-sxm",
+    "gb300-nvl72": "gb200-nvl72",
+}
+
+
+@dataclass
+class FitResult:
+    by_group: dict[tuple[str, str], EngineEfficiency]
+    by_hw: dict[str, EngineEfficiency]
+    by_engine: dict[str, EngineEfficiency]
+    overall: EngineEfficiency
+    rows: dict[tuple[str, str], int]
+    rows_hw: dict[str, int]
+    dropped: int
+
+
+def _lo_hi(names):
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    return lo, hi
+
+
+def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str) -> np.ndarray:
+    def eff_for(_h: str, _e: str) -> EngineEfficiency:
+        return eff
+
+    pred = predict_normalised(norm, catalog, eff_for)
+    col = "predicted_tpot_ms" if target == "tpot" else "predicted_ttft_ms"
+    meas = norm["m_tpot"] if target == "tpot" else norm["m_ttft"]
+    r = np.log(pred[col].to_numpy(float) / meas.to_numpy(float))
+    return np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
+
+
+def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: EngineEfficiency | None) -> EngineEfficiency:
+    lo, hi = _lo_hi(names)
+    x0 = np.clip(np.array([getattr(base, n) for n in names], dtype=float), lo + 1e-9, hi - 1e-9)
+    scale = np.maximum(hi - lo, 1e-6)
+    n = max(len(norm), 1)
+    pri = np.array([getattr(prior, p) for p in names], dtype=float) if prior is not None else None
+
+    def fun(z):
+        x = lo + z * scale
+        eff = base.model_copy(update=dict(zip(names, x, strict=True)))
+        r = _residuals(norm, catalog, eff, target)
+        if pri is not None:
+            pen = SHRINK * np.sqrt(n) * (np.log1p(x) - np.log1p(pri)) / np.log(4.0)
+            r = np.concatenate([r, pen])
+        return r
+
+    z0 = (x0 - lo) / scale
+    sol = least_squares(fun, z0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.2, diff_step=1e-3, max_nfev=200)
+    x = lo + sol.x * scale
+    return base.model_copy(update={k: float(round(v, 4)) for k, v in zip(names, x, strict=True)})
+
+
+def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None) -> EngineEfficiency:
+    eff = _fit_stage(norm, catalog, start, TPOT_PARAMS, "tpot", prior)
+    return _fit_stage(norm, catalog, eff, TTFT_PARAMS, "ttft", prior)
+
+
+def prepare(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, int]:
+    from planner.calib.data import normalise
+
+    norm = normalise(df, catalog)
+    norm["m_ttft"] = pd.to_numeric(df["silicon_ttft_ms"], errors="coerce")
+    norm["m_tpot"] = pd.to_numeric(df["silicon_tpot_ms"], errors="coerce")
+    ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0)
+    return norm[ok].copy(), int((~ok).sum())
+
+
+def fit(df: pd.DataFrame, catalog: Catalog) -> FitResult:
+    norm, dropped = prepare(df, catalog)
+    overall = fit_group(norm, catalog, START)
+    log.info("overall fit over %d rows", len(norm))
+    by_engine: dict[str, EngineEfficiency] = {}
+    for eng, g in norm.groupby("n_engine"):
+        by_engine[eng] = fit_group(g, catalog, overall, overall)
+    by_group: dict[tuple[str, str], EngineEfficiency] = {}
+    rows: dict[tuple[str, str], int] = {}
+    for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
+        rows[(hw, eng)] = len(g)
+        if len(g) >= MIN_ROWS:
+            by_group[(hw, eng)] = fit_group(g, catalog, by_engine[eng], by_engine[eng])
+    by_hw: dict[str, EngineEfficiency] = {}
+    rows_hw: dict[str, int] = {}
+    for hw, g in norm.groupby("n_hw"):
+        rows_hw[hw] = len(g)
+        by_hw[hw] = fit_group(g, catalog, overall, overall)
+    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped)
+
+
+def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of: dt.date | None = None) -> dict[str, Efficiency]:
+    """One ``Efficiency`` per catalog hardware entry from a fit."""
+    as_of = as_of or dt.date.today()
+    out: dict[str, Efficiency] = {}
+    for hid in catalog.hardware:
+        if hid in result.by_hw:
+            engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == hid}
+            n = result.rows_hw[hid]
+            out[hid] = Efficiency(
+                source=f"fitted by `planner calibrate fit` on {n} measured rows of {data_name} "
+                f"(per engine where >= {MIN_ROWS} rows)",
+                as_of=as_of,
+                default=result.by_hw[hid],
+                by_engine=engines,
+                fitted_rows=n,
+            )
+        else:
+            rel = FAMILY.get(hid)
+            if rel in result.by_hw:
+                engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel}
+                out[hid] = Efficiency(
+                    source=f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
+                    as_of=as_of,
+                    default=result.by_hw[rel],
+                    by_engine=engines,
+                    fitted_rows=0,
+                )
+            else:
+                out[hid] = Efficiency(
+                    source=f"transferred from the all-hardware fit of {data_name} (no measured rows for {hid}); "
+                    "treat its predictions as unvalidated",
+                    as_of=as_of,
+                    default=result.overall,
+                    by_engine=dict(result.by_engine),
+                    fitted_rows=0,
+                )
+    return out

@@ -1,0 +1,320 @@
+"""The ``planner`` command line: a thin layer over the library (no logic the library lacks).
+
+Exit codes: 0 success, 1 bad input (one line naming the file or flag), 2 infeasible, 3 solver limit.
+With ``--json`` stdout carries one JSON document and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from planner.errors import InputError, PlannerError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Optimisation-based deployment planner for LLM serving.",
+)
+catalog_app = typer.Typer(no_args_is_help=True, help="List, show and validate the hardware and model catalogs.")
+models_app = typer.Typer(no_args_is_help=True, help="Manage model entries.")
+calibrate_app = typer.Typer(no_args_is_help=True, help="Fit efficiency factors and write the validation report.")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(models_app, name="models")
+app.add_typer(calibrate_app, name="calibrate")
+
+_state: dict[str, Optional[Path]] = {"catalog": None}
+
+
+def _catalog():
+    from planner.catalog import load_catalog
+
+    return load_catalog(_state["catalog"])
+
+
+def _echo_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    import datetime as dt
+
+    import numpy as np
+
+    if isinstance(o, (dt.date, dt.datetime)):
+        return o.isoformat()
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _refuse_overwrite(path: Path, force: bool, flag: str = "--force") -> None:
+    if path.exists() and not force:
+        raise InputError(f"{path} exists; pass {flag} to overwrite it")
+
+
+@app.callback()
+def _root(
+    catalog: Annotated[
+        Optional[Path], typer.Option("--catalog", help="Catalog folder (default: $PLANNER_CATALOG_DIR or ./catalogs).")
+    ] = None,
+) -> None:
+    _state["catalog"] = catalog
+
+
+# --------------------------------------------------------------------------------------------------
+# roofline
+# --------------------------------------------------------------------------------------------------
+
+DTYPE_HELP = "bf16, fp16, fp8, int8, fp4 or int4"
+
+
+@app.command()
+def roofline(
+    model: Annotated[str, typer.Option("--model", help="Model id (or a Hugging Face id it lists).")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Hardware id (or an alias).")],
+    batch: Annotated[float, typer.Option("--batch", help="Sequences in flight per replica (all micro-batches).")],
+    context: Annotated[float, typer.Option("--context", help="Mean context length in tokens.")],
+    tp: Annotated[int, typer.Option("--tp")] = 1,
+    ep: Annotated[int, typer.Option("--ep")] = 1,
+    pp: Annotated[int, typer.Option("--pp")] = 1,
+    dp: Annotated[int, typer.Option("--dp", help="Attention data-parallel ranks.")] = 1,
+    weights: Annotated[Optional[str], typer.Option("--weights", help=f"Weight format ({DTYPE_HELP}); default native.")] = None,
+    kv: Annotated[str, typer.Option("--kv", help=f"KV-cache format ({DTYPE_HELP}).")] = "bf16",
+    ideal: Annotated[bool, typer.Option("--ideal", help="Efficiency 1 and no overheads.")] = False,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="Serving engine whose fitted factors to use.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Roofline of one decode step: compute, memory and communication time, cost and memory fit."""
+    from planner.catalog.schemas import IDEAL
+    from planner.perf.layout import Layout, check_layout
+    from planner.perf.report import roofline as run
+    from planner.perf.roofline import Setup
+    from planner.units import DTYPES
+
+    cat = _catalog()
+    m = cat.get_model(model)
+    hw = cat.get_hardware(hardware)
+    if batch <= 0:
+        raise InputError("--batch must be > 0 (sequences in flight per replica)")
+    if context < 0:
+        raise InputError("--context must be >= 0 tokens")
+    for flag, val in (("--weights", weights), ("--kv", kv)):
+        if val is not None and val != "native" and val not in DTYPES:
+            raise InputError(f"{flag} '{val}' is not a known format; use one of {', '.join(DTYPES)}")
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine '{engine}' is not known; use trtllm, sglang or vllm")
+    layout = Layout(tp, ep, pp, dp)
+    check_layout(m, layout)
+    eff = IDEAL if ideal else hw.efficiency.for_engine(engine)
+    setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff)
+    res = run(setup, layout, batch, context, mode="ideal" if ideal else "calibrated", engine=engine)
+    if as_json:
+        _echo_json(res.to_dict())
+        return
+    from planner.export.text import roofline_text
+
+    typer.echo(roofline_text(res))
+
+
+# --------------------------------------------------------------------------------------------------
+# catalog
+# --------------------------------------------------------------------------------------------------
+
+
+@catalog_app.command("list")
+def catalog_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every model and hardware entry with its key figures."""
+    from planner.export.catalog import catalog_summary
+
+    data = catalog_summary(_catalog())
+    if as_json:
+        _echo_json(data)
+        return
+    from planner.export.text import catalog_text
+
+    typer.echo(catalog_text(data))
+
+
+@catalog_app.command("show")
+def catalog_show(ident: Annotated[str, typer.Argument(help="Model or hardware id (or alias).")],
+                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """One entry, with the figures derived from it."""
+    from planner.export.catalog import entry_detail
+
+    cat = _catalog()
+    data = entry_detail(cat, ident)
+    if as_json:
+        _echo_json(data)
+        return
+    from planner.catalog.writer import dump_yaml
+
+    typer.echo(dump_yaml(data).rstrip())
+
+
+@catalog_app.command("validate")
+def catalog_validate() -> None:
+    """Load every catalog file through the strict schemas and cross-check ids, aliases and sources."""
+    from planner.export.catalog import validate_catalog
+
+    cat = _catalog()
+    notes = validate_catalog(cat)
+    for n in notes:
+        typer.echo(f"note: {n}", err=True)
+    typer.echo(f"ok: {len(cat.hardware)} hardware and {len(cat.models)} model entries in {cat.root}")
+
+
+# --------------------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------------------
+
+
+@models_app.command("import")
+def models_import(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    ident: Annotated[str, typer.Option("--id", help="Catalog id for the model (lowercase kebab-case).")],
+    hf_id: Annotated[Optional[str], typer.Option("--hf-id", help="Hugging Face id (default: from the file name org--name.json).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="File to write ('-' for stdout); default catalogs/models/ID.yaml.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing entry.")] = False,
+) -> None:
+    """Write a model entry from a Hugging Face config.json (dense, GQA, MoE, MLA, sliding window)."""
+    import re
+
+    from planner.catalog.hf_import import import_config
+    from planner.catalog.writer import atomic_write_text, dump_yaml
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", ident):
+        raise InputError(f"--id '{ident}' must be lowercase kebab-case (letters, digits, '.', '-')")
+    spec = import_config(config, model_id=ident, hf_id=hf_id, name=name)
+    text = dump_yaml(spec.model_dump(mode="json", exclude_none=True))
+    if out is not None and str(out) == "-":
+        sys.stdout.write(text)
+        return
+    target = out or (_catalog_root() / "models" / f"{ident}.yaml")
+    _refuse_overwrite(target, force)
+    atomic_write_text(target, text)
+    typer.echo(f"wrote {target}", err=True)
+
+
+def _catalog_root() -> Path:
+    from planner.catalog.loader import default_catalog_dir
+
+    return _state["catalog"] or default_catalog_dir()
+
+
+# --------------------------------------------------------------------------------------------------
+# predict / validate / calibrate
+# --------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def predict(
+    data: Annotated[Path, typer.Option("--data", help="Rows in the silicon_calibration.csv column format.")],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write with predicted_ttft_ms and predicted_tpot_ms.")],
+    force: Annotated[bool, typer.Option("--force")] = False,
+) -> None:
+    """Predict TTFT and TPOT of measured configurations from physics and fitted factors."""
+    from planner.calib.data import read_rows
+    from planner.calib.predict import predict_frame
+    from planner.catalog.writer import atomic_write_text
+
+    _refuse_overwrite(out, force)
+    df = read_rows(data)
+    res = predict_frame(df, _catalog())
+    atomic_write_text(out, res.to_csv(index=False))
+    n_ok = int(res["predicted_tpot_ms"].notna().sum())
+    typer.echo(f"wrote {out}: {n_ok} of {len(res)} rows predicted", err=True)
+
+
+@app.command()
+def validate(
+    data: Annotated[Path, typer.Option("--data", help="Measured rows (silicon_calibration.csv format).")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Median and p90 absolute percentage error of TTFT and TPOT: overall, per system, per backend."""
+    from planner.calib.data import read_rows
+    from planner.calib.metrics import format_table, validation_summary
+    from planner.calib.predict import predict_frame
+
+    df = read_rows(data)
+    for col in ("silicon_ttft_ms", "silicon_tpot_ms"):
+        if col not in df.columns:
+            raise InputError(f"{data}: column '{col}' is missing (validation needs measured values)")
+    summary = validation_summary(predict_frame(df, _catalog()))
+    if as_json:
+        _echo_json(summary)
+        return
+    typer.echo("Overall\n" + format_table([summary["overall"]], []))
+    typer.echo("\nPer system\n" + format_table(summary["by_system"], ["system"]))
+    typer.echo("\nPer backend\n" + format_table(summary["by_backend"], ["backend"]))
+
+
+@calibrate_app.command("fit")
+def calibrate_fit(
+    data: Annotated[Path, typer.Option("--data", help="Measured rows to fit on.")],
+    write: Annotated[bool, typer.Option("--write", help="Rewrite the efficiency blocks of catalogs/hardware/*.yaml.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Fit per-hardware and per-engine efficiency factors (robust least squares on log errors)."""
+    from planner.calib.data import read_rows
+    from planner.calib.fit import efficiency_blocks, fit
+    from planner.catalog.loader import clear_cache
+    from planner.catalog.writer import replace_efficiency_block
+
+    cat = _catalog()
+    df = read_rows(data)
+    res = fit(df, cat)
+    blocks = efficiency_blocks(res, cat, Path(data).name)
+    if write:
+        for hid, eff in blocks.items():
+            replace_efficiency_block(cat.files[hid], eff)
+        clear_cache()
+        typer.echo(f"wrote efficiency blocks of {len(blocks)} hardware files", err=True)
+    payload = {hid: b.model_dump(mode="json") for hid, b in blocks.items()}
+    if as_json:
+        _echo_json(payload)
+    else:
+        for hid, b in blocks.items():
+            typer.echo(f"{hid}: {b.fitted_rows} rows; default {b.default.model_dump()}")
+
+
+@calibrate_app.command("report")
+def calibrate_report(
+    data: Annotated[Path, typer.Option("--data", help="Measured rows.")],
+    out: Annotated[Path, typer.Option("--out", help="Markdown report to write (plots beside it).")] = Path("docs/validation.md"),
+    cv: Annotated[bool, typer.Option("--cv/--no-cv", help="Also run leave-one-model-out cross-validation (slow).")] = True,
+) -> None:
+    """Write the validation report: error tables, residual plots, cross-validation."""
+    from planner.calib.report import write_report
+
+    write_report(_catalog(), data, out, cross_validate=cv)
+    typer.echo(f"wrote {out}", err=True)
+
+
+def main() -> None:
+    try:
+        rv = app(standalone_mode=False)
+    except PlannerError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(0)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(1 if exc.exit_code == 2 else exc.exit_code)
+    except click.exceptions.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,3 @@
+"""Export layer: summaries and human-readable text for the CLI and for files."""
+
+from __future__ import annotations

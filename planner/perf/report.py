@@ -1,0 +1,134 @@
+"""One-point roofline summary of a layout (what ``planner roofline`` prints)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from planner.perf.layout import (
+    Layout,
+    kv_bytes_per_chip,
+    runtime_reserve_bytes,
+    weight_bytes_per_chip,
+)
+from planner.perf.roofline import Setup, decode_step, latency_floor
+from planner.perf.serving import usd_per_mtok
+
+
+@dataclass
+class RooflineResult:
+    model: str
+    hardware: str
+    mode: str
+    engine: str | None
+    tp: int
+    ep: int
+    pp: int
+    dp: int
+    chips: int
+    batch: float
+    context: float
+    weights_dtype: str
+    expert_weights_dtype: str
+    kv_dtype: str
+    step_time_s: float
+    compute_time_s: float
+    memory_time_s: float
+    comm_time_s: float
+    overhead_time_s: float
+    bound: str
+    tokens_per_s: float
+    tokens_per_s_per_user: float
+    weight_bytes_per_chip: float
+    kv_bytes_per_chip: float
+    other_bytes_per_chip: float
+    hbm_bytes_per_chip: float
+    fits: bool
+    usd_per_hour: float | None
+    usd_per_mtok: float | None
+    balance_batch: float | None
+    latency_floor_s: float
+    weight_read_bytes_per_chip: float
+    kv_read_bytes_per_chip: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def balance_batch(setup: Setup, layout: Layout, context: float) -> float | None:
+    """Batch (sequences in flight per replica) at which compute time equals memory time.
+
+    None when memory time grows at least as fast as compute time with batch (long context: the
+    KV cache keeps the step memory-bound at every batch).
+    """
+    L = (layout.tp, layout.ep, layout.pp, layout.dp)
+
+    def gap(b: float) -> float:
+        st = decode_step(setup, *L, b, context)
+        return float(st.compute_s - st.memory_s)
+
+    lo, hi = 1e-6, 1.0
+    if gap(lo) >= 0:
+        return float(lo)
+    while gap(hi) < 0:
+        hi *= 2.0
+        if hi > 1e9:
+            return None
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if gap(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode: str, engine: str | None) -> RooflineResult:
+    L = (layout.tp, layout.ep, layout.pp, layout.dp)
+    st = decode_step(setup, *L, batch, context)
+    hw = setup.hw
+    w = float(weight_bytes_per_chip(setup.wb, *L))
+    kv = float(kv_bytes_per_chip(setup.model, batch, context, setup.kv_dtype, layout.tp, layout.pp, layout.dp))
+    other = runtime_reserve_bytes(hw)
+    step = float(st.step_s)
+    tps = batch / step
+    price = hw.price_usd_per_chip_hour
+    usd_h = price * layout.chips if price is not None else None
+    return RooflineResult(
+        model=setup.model.id,
+        hardware=hw.id,
+        mode=mode,
+        engine=engine,
+        tp=layout.tp,
+        ep=layout.ep,
+        pp=layout.pp,
+        dp=layout.dp,
+        chips=layout.chips,
+        batch=float(batch),
+        context=float(context),
+        weights_dtype=setup.dense_dtype,
+        expert_weights_dtype=setup.expert_dtype,
+        kv_dtype=setup.kv_dtype,
+        step_time_s=step,
+        compute_time_s=float(st.compute_s),
+        memory_time_s=float(st.memory_s),
+        comm_time_s=float(st.comm_s),
+        overhead_time_s=float(st.overhead_s),
+        bound=str(np.asarray(st.bound).item()),
+        tokens_per_s=tps,
+        tokens_per_s_per_user=1.0 / step,
+        weight_bytes_per_chip=w,
+        kv_bytes_per_chip=kv,
+        other_bytes_per_chip=other,
+        hbm_bytes_per_chip=hw.hbm_bytes,
+        fits=bool(w + kv + other <= hw.hbm_bytes),
+        usd_per_hour=usd_h,
+        usd_per_mtok=float(usd_per_mtok(usd_h, tps)) if usd_h is not None else None,
+        balance_batch=balance_batch(setup, layout, context),
+        latency_floor_s=float(latency_floor(setup, *L)),
+        weight_read_bytes_per_chip=float(st.weight_read_bytes),
+        kv_read_bytes_per_chip=float(st.kv_read_bytes),
+    )

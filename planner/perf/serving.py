@@ -1,0 +1,93 @@
+"""Serving-level predictions: TPOT and TTFT of aggregated and disaggregated deployments, with
+queueing, tokens per second and cost.
+
+Aggregated serving (prefill and decode on the same workers): in steady state ``B / O`` requests
+finish per step and as many start, so every decode step also carries ``B * I / O`` prompt tokens
+(chunked prefill). That is why measured TPOT grows with input length.
+
+TTFT = fixed overhead + the prompt's own prefill + queueing. The queueing term is the prefill work
+of the requests ahead of it: with ``c`` requests in flight per prefill rank, a new request waits
+behind ``queueing * (c - 1)`` others' prefills on average, where ``queueing`` is a fitted weight
+(0: requests never collide; 0.5: every request arrives in a synchronised burst, as in a closed-loop
+benchmark that starts all clients at once). Never report a TTFT without it.
+
+Disaggregated serving: the prefill pool runs prompts on its own and ships the KV cache
+(``I * kv_bytes_per_token``) to the decode pool over scale-up (same domain) or scale-out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.perf import params as P
+from planner.perf.roofline import Setup, StepTimes, decode_step, prefill_time
+from planner.units import HOUR_S, MS, MTOK
+
+
+def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
+    """Decode step of an aggregated worker at mean context ``I + O / 2`` with interleaved prefill."""
+    I = np.asarray(input_tokens, dtype=float)
+    O = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
+    B = np.asarray(batch, dtype=float)
+    return decode_step(
+        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * I / O, prefill_context=I
+    )
+
+
+def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
+    """Decode step of a disaggregated decode worker (no prefill interleaved)."""
+    I = np.asarray(input_tokens, dtype=float)
+    O = np.asarray(output_tokens, dtype=float)
+    return decode_step(setup, tp, ep, pp, dp, batch, I + O / 2.0)
+
+
+def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
+    """Mean time to first token (seconds) with ``in_flight_per_rank`` requests per prefill rank.
+
+    ``overhead + t_pf + queueing * (c - 1) * t_pf^a * t_step^(1-a) + transfer`` where ``t_pf`` is the
+    prompt's own prefill, ``t_step`` the decode iteration it is interleaved with (aggregated serving;
+    ``a = queue_prefill_share``) and ``c`` the requests in flight per rank. Without ``step_s`` (a
+    dedicated prefill pool) the wait per request ahead is one prefill.
+    """
+    e = setup.eff
+    t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
+    c = np.maximum(np.asarray(in_flight_per_rank, dtype=float), 1.0)
+    if step_s is None:
+        unit = t_pf
+    else:
+        a = e.queue_prefill_share
+        unit = np.power(t_pf, a) * np.power(np.asarray(step_s, dtype=float), 1.0 - a)
+    return e.ttft_overhead_ms * MS + t_pf + e.queueing * (c - 1.0) * unit + transfer_s
+
+
+def prefill_capacity_rps(setup: Setup, tp, ep, pp, dp, input_tokens, workers=1.0):
+    """Requests per second a prefill pool of ``workers`` replicas sustains (every DP rank busy, and
+    ``pp`` prompts in flight through the pipeline)."""
+    dp_ = np.asarray(dp, dtype=float)
+    t = prefill_time(setup, tp, ep, pp, dp, input_tokens, dp_)
+    return np.asarray(workers, dtype=float) * dp_ * np.asarray(pp, dtype=float) / t
+
+
+def closed_loop_ttft(ttft_s, concurrency, output_tokens, tpot_s, capacity_rps):
+    """Little's law for a closed loop of ``concurrency`` clients: when prefill capacity caps the request
+    rate, TTFT is ``C / capacity - O * TPOT`` (the wait piles up in front of prefill)."""
+    C = np.asarray(concurrency, dtype=float)
+    floor = C / np.asarray(capacity_rps, dtype=float) - np.asarray(output_tokens, dtype=float) * tpot_s
+    return np.maximum(ttft_s, floor)
+
+
+def kv_transfer_time(setup: Setup, input_tokens, same_domain: bool | np.ndarray = False):
+    """Time to ship one prompt's KV cache from the prefill to the decode pool (per chip link)."""
+    b = P.kv_bytes_per_sequence(setup.model, input_tokens, setup.kv_dtype)
+    bw = np.where(same_domain, setup.hw.scale_up_bw, setup.hw.scale_out_bw)
+    return b / bw
+
+
+def tokens_per_s(step: StepTimes, batch):
+    """Output tokens per second of one replica."""
+    return np.asarray(batch, dtype=float) / step.step_s
+
+
+def usd_per_mtok(usd_per_hour, tokens_per_second):
+    """Dollars per million tokens at ``tokens_per_second``."""
+    return np.asarray(usd_per_hour, dtype=float) / (np.asarray(tokens_per_second, dtype=float) * HOUR_S) * MTOK
