@@ -1,0 +1,137 @@
+"""Ideal-mode identities of design.md section 3 (within 2%) and worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.catalog.schemas import IDEAL
+from planner.perf.layout import Layout, check_layout, kv_bytes_per_chip, weight_bytes_per_chip
+from planner.perf.report import balance_batch, roofline
+from planner.perf.roofline import Setup, decode_step, latency_floor
+from planner.errors import InputError
+
+DENSE = [("llama-3.1-70b", "h100-sxm", "bf16"), ("llama-3.1-8b", "b200-sxm", "fp8"), ("qwen3-32b", "mi355x", "fp4")]
+
+
+def ideal(catalog, mid, hid, weights=None, kv="bf16"):
+    return Setup.make(catalog.models[mid], catalog.hardware[hid], weights=weights, kv=kv, eff=IDEAL)
+
+
+@pytest.mark.parametrize("mid,hid,w", DENSE)
+def test_tpot_at_batch_one_is_the_weight_stream(catalog, mid, hid, w):
+    s = ideal(catalog, mid, hid, w)
+    st = decode_step(s, 1, 1, 1, 1, 1, 0)
+    floor = float(latency_floor(s, 1, 1, 1, 1))
+    # Every resident byte but the input-embedding table (a row gather) is streamed once per step.
+    assert float(st.step_s) == pytest.approx(s.streamed_nonexpert_bytes / s.hw.hbm_bw, rel=1e-9)
+    assert float(st.step_s) >= floor * (1 - s.wb.embed / s.wb.total) - 1e-12
+    assert float(st.step_s) <= floor
+
+
+@pytest.mark.parametrize("mid,hid,w", DENSE + [("deepseek-v3", "gb200-nvl72", "fp8"), ("kimi-k2", "b200-sxm", "fp8")])
+def test_balance_batch_rule(catalog, mid, hid, w):
+    """Balance batch (compute = weight time, zero context) = F * b / (2 W) * P / P_a."""
+    s = ideal(catalog, mid, hid, w)
+    b_star = balance_batch(s, Layout(), 0.0)
+    F = s.hw.flops(w)
+    bw = s.wb.dense_bytes_per_weight
+    # P / P_a in the streamed-bytes / matmul-FLOPs sense (all experts touched at a batch this large).
+    P_streamed = (s.streamed_nonexpert_bytes + s.wb.expert) / bw
+    rule = F * bw / (2 * s.hw.hbm_bw) * P_streamed / s.stats.matmul_active_params
+    assert b_star == pytest.approx(rule, rel=0.02)
+
+
+def test_balance_batch_is_about_300_on_h100_bf16(catalog):
+    s = ideal(catalog, "llama-3.1-70b", "h100-sxm", "bf16")
+    assert balance_batch(s, Layout(), 0.0) == pytest.approx(989 / 3.35, rel=0.02)
+
+
+def test_moe_balance_batch_scales_with_sparsity(catalog):
+    """DeepSeek-V3: about 300 x 671/37 ~ 5,000 sequences on H100-class ratios."""
+    s = ideal(catalog, "deepseek-v3", "h100-sxm", "fp8")
+    b = balance_batch(s, Layout(), 0.0)
+    dense_rule = s.hw.flops("fp8") * 1.0 / (2 * s.hw.hbm_bw)
+    assert 0.7 * dense_rule * 671 / 37.5 < b < 1.3 * dense_rule * 671 / 37.5
+
+
+@pytest.mark.parametrize("mid,hid,w", [("llama-3.1-405b", "h100-sxm", "fp8"), ("deepseek-v3", "b200-sxm", "fp8")])
+def test_pipeline_saves_weights_not_kv(catalog, mid, hid, w):
+    s = ideal(catalog, mid, hid, w)
+    per_chip_batch = 64.0
+    base = Layout(tp=8, ep=8 if s.stats.experts else 1)
+    rows = []
+    for pp in (1, 2, 4, 8):
+        lay = Layout(tp=base.tp, ep=base.ep, pp=pp)
+        batch = per_chip_batch * lay.chips / base.chips
+        w_chip = float(weight_bytes_per_chip(s.wb, lay.tp, lay.ep, lay.pp, lay.dp))
+        kv_chip = float(kv_bytes_per_chip(s.model, batch, 4096, s.kv_dtype, lay.tp, lay.pp, lay.dp))
+        tpot = float(decode_step(s, lay.tp, lay.ep, lay.pp, lay.dp, batch, 4096).step_s)
+        rows.append((pp, w_chip, kv_chip, tpot))
+    w1, kv1, t1 = rows[0][1:]
+    for pp, w_chip, kv_chip, tpot in rows[1:]:
+        assert w_chip == pytest.approx(w1 / pp, rel=0.02)
+        assert kv_chip == pytest.approx(kv1, rel=0.02)
+        assert tpot == pytest.approx(t1, rel=0.02)
+
+
+@pytest.mark.parametrize("mid,hid,w", DENSE)
+def test_unbatched_cost_ratio_is_the_balance_batch(catalog, mid, hid, w):
+    s = ideal(catalog, mid, hid, w)
+    b = balance_batch(s, Layout(), 0.0)
+    c1 = float(decode_step(s, 1, 1, 1, 1, 1, 0).step_s) / 1
+    cb = float(decode_step(s, 1, 1, 1, 1, b, 0).step_s) / b
+    assert c1 / cb == pytest.approx(b, rel=0.02)
+
+
+def test_kv_overtakes_weights_at_long_context(catalog):
+    s = ideal(catalog, "llama-3.1-70b", "h100-sxm", "bf16")
+    short = decode_step(s, 8, 1, 1, 1, 32, 1000)
+    long = decode_step(s, 8, 1, 1, 1, 32, 100_000)
+    assert float(short.attn_memory_s) < float(short.gemm_memory_s)
+    assert float(long.attn_memory_s) > float(long.gemm_memory_s)
+
+
+def test_expert_all_to_all_leaves_the_domain_on_hgx(catalog):
+    """EP 64 inside an NVL72 rack vs across eight 8-GPU nodes: all-to-all time jumps by ~U/O."""
+    m = catalog.models["deepseek-v3"]
+    rack = Setup.make(m, catalog.hardware["gb200-nvl72"], eff=IDEAL)
+    hgx = Setup.make(m, catalog.hardware["b200-sxm"], eff=IDEAL)
+    a = decode_step(rack, 1, 64, 1, 64, 4096, 2000)
+    b = decode_step(hgx, 1, 64, 1, 64, 4096, 2000)
+    assert float(b.comm_s) > 10 * float(a.comm_s)
+
+
+def test_mla_kv_is_replicated_across_tp(catalog):
+    m = catalog.models["deepseek-v3"]
+    assert float(kv_bytes_per_chip(m, 64, 4096, "bf16", 8, 1, 1)) == pytest.approx(
+        float(kv_bytes_per_chip(m, 64, 4096, "bf16", 1, 1, 1))
+    )
+    assert float(kv_bytes_per_chip(m, 64, 4096, "bf16", 1, 1, 8)) == pytest.approx(
+        float(kv_bytes_per_chip(m, 64, 4096, "bf16", 1, 1, 1)) / 8
+    )
+
+
+def test_roofline_result_fields(catalog):
+    s = ideal(catalog, "llama-3.1-70b", "h100-sxm", "bf16")
+    r = roofline(s, Layout(tp=8), 64, 2048, mode="ideal", engine=None)
+    assert r.chips == 8 and r.fits
+    assert r.step_time_s >= max(r.compute_time_s, r.memory_time_s) * 0.999
+    assert r.usd_per_hour == pytest.approx(8 * 1.69)
+    assert r.usd_per_mtok == pytest.approx(r.usd_per_hour / (r.tokens_per_s * 3600) * 1e6)
+    big = roofline(s, Layout(tp=1), 512, 128_000, mode="ideal", engine=None)
+    assert not big.fits
+
+
+@pytest.mark.parametrize(
+    "mid,lay,pattern",
+    [
+        ("llama-3.1-70b", Layout(tp=128), "tp 128 exceeds the 64 attention heads"),
+        ("llama-3.1-70b", Layout(tp=48), "does not divide the 64 attention heads"),
+        ("llama-3.1-70b", Layout(tp=8, ep=8), "dense"),
+        ("deepseek-v3", Layout(tp=8, ep=6), "does not divide the 256 experts"),
+        ("deepseek-v3", Layout(tp=2, ep=4), "must divide tp x dp"),
+    ],
+)
+def test_invalid_layouts(catalog, mid, lay, pattern):
+    with pytest.raises(InputError, match=pattern):
+        check_layout(catalog.models[mid], lay)
