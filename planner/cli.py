@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import click
 import typer
@@ -29,7 +29,7 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(models_app, name="models")
 app.add_typer(calibrate_app, name="calibrate")
 
-_state: dict[str, Optional[Path]] = {"catalog": None}
+_state: dict[str, Path | None] = {"catalog": None}
 
 
 def _catalog():
@@ -64,7 +64,7 @@ def _refuse_overwrite(path: Path, force: bool, flag: str = "--force") -> None:
 @app.callback()
 def _root(
     catalog: Annotated[
-        Optional[Path], typer.Option("--catalog", help="Catalog folder (default: $PLANNER_CATALOG_DIR or ./catalogs).")
+        Path | None, typer.Option("--catalog", help="Catalog folder (default: $PLANNER_CATALOG_DIR or ./catalogs).")
     ] = None,
 ) -> None:
     _state["catalog"] = catalog
@@ -87,10 +87,10 @@ def roofline(
     ep: Annotated[int, typer.Option("--ep")] = 1,
     pp: Annotated[int, typer.Option("--pp")] = 1,
     dp: Annotated[int, typer.Option("--dp", help="Attention data-parallel ranks.")] = 1,
-    weights: Annotated[Optional[str], typer.Option("--weights", help=f"Weight format ({DTYPE_HELP}); default native.")] = None,
+    weights: Annotated[str | None, typer.Option("--weights", help=f"Weight format ({DTYPE_HELP}); default native.")] = None,
     kv: Annotated[str, typer.Option("--kv", help=f"KV-cache format ({DTYPE_HELP}).")] = "bf16",
     ideal: Annotated[bool, typer.Option("--ideal", help="Efficiency 1 and no overheads.")] = False,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="Serving engine whose fitted factors to use.")] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="Serving engine whose fitted factors to use.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Roofline of one decode step: compute, memory and communication time, cost and memory fit."""
@@ -181,9 +181,9 @@ def catalog_validate() -> None:
 def models_import(
     config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
     ident: Annotated[str, typer.Option("--id", help="Catalog id for the model (lowercase kebab-case).")],
-    hf_id: Annotated[Optional[str], typer.Option("--hf-id", help="Hugging Face id (default: from the file name org--name.json).")] = None,
-    name: Annotated[Optional[str], typer.Option("--name")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="File to write ('-' for stdout); default catalogs/models/ID.yaml.")] = None,
+    hf_id: Annotated[str | None, typer.Option("--hf-id", help="Hugging Face id (default: from the file name org--name.json).")] = None,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="File to write ('-' for stdout); default catalogs/models/ID.yaml.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing entry.")] = False,
 ) -> None:
     """Write a model entry from a Hugging Face config.json (dense, GQA, MoE, MLA, sliding window)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from planner.catalog.schemas import IDEAL
+from planner.errors import InputError
 from planner.perf.layout import Layout, check_layout, kv_bytes_per_chip, weight_bytes_per_chip
 from planner.perf.report import balance_batch, roofline
 from planner.perf.roofline import Setup, decode_step, latency_floor
-from planner.errors import InputError
 
 DENSE = [("llama-3.1-70b", "h100-sxm", "bf16"), ("llama-3.1-8b", "b200-sxm", "fp8"), ("qwen3-32b", "mi355x", "fp4")]
 

@@ -65,6 +65,9 @@ class EngineEfficiency(Strict):
     """Fixed cost per layer per step (small kernels, synchronisation)."""
     collective_latency_us: NonNeg = 0.0
     """Latency of one collective (all-reduce, all-to-all) on top of its bandwidth term."""
+    comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Share of communication hidden behind compute (two-batch overlap, async all-to-all); it can
+    hide at most the compute time of the step."""
     interference: NonNeg = 1.0
     """Weight of the prefill work interleaved with decode in aggregated serving (physics: 1)."""
     queueing: NonNeg = 0.5

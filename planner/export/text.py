@@ -20,6 +20,10 @@ def _t(x: float) -> str:
     return f"{x * 1e6:.1f} us"
 
 
+def _balance(b: float | None) -> str:
+    return f"{b:.1f}" if b else "none (memory-bound at any batch)"
+
+
 def roofline_text(r: RooflineResult) -> str:
     eng = f", engine {r.engine}" if r.engine else ""
     lines = [
@@ -34,7 +38,7 @@ def roofline_text(r: RooflineResult) -> str:
         f"    communication    {_t(r.comm_time_s):>12}",
         f"    fixed overheads  {_t(r.overhead_time_s):>12}",
         f"  latency floor      {_t(r.latency_floor_s):>12}   (resident weights / HBM bandwidth)",
-        f"  balance batch      {('%.1f' % r.balance_batch) if r.balance_batch else 'none (memory-bound at any batch)':>12}",
+        f"  balance batch      {_balance(r.balance_batch):>12}",
         "",
         f"  tokens/s (replica) {r.tokens_per_s:12.1f}   per user {r.tokens_per_s_per_user:.1f}",
     ]

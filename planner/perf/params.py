@@ -10,6 +10,7 @@ exclude the input embedding (a row gather, not a matmul).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from planner.catalog.schemas import ModelSpec

@@ -158,6 +158,12 @@ def all_to_all_time(setup: Setup, group, bytes_per_chip, count, alpha_s):
     return np.where(g > 1, count * t, 0.0)
 
 
+def dispatch_bytes(setup: Setup) -> float:
+    """Bytes per element of the expert dispatch: quantised models dispatch FP8 activations (DeepEP);
+    the combine returns in bf16."""
+    return 1.0 if setup.expert_dtype in ("fp8", "fp4", "int4", "int8") else ACT_BYTES
+
+
 def decode_step(
     setup: Setup,
     tp,
@@ -223,14 +229,15 @@ def decode_step(
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers_stage, alpha)
         tok_chip = (mb + xb) / stage
-        a2a_bytes = 2.0 * tok_chip * s.top_k * h * ACT_BYTES
+        a2a_bytes = tok_chip * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES)
         comm = comm + np.where(moe_a2a, all_to_all_time(setup, stage, a2a_bytes, 2.0 * moe_layers_stage, alpha), 0.0)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + alpha
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
 
     overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp
-    stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm + overhead
+    hidden = e.comm_overlap * np.minimum(comm, gemm_c + attn_c)
+    stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm - hidden + overhead
     return StepTimes(
         step_s=pp * stage_t,
         compute_s=pp * (gemm_c + attn_c),
@@ -289,7 +296,7 @@ def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers, alpha)
-        a2a_bytes = 2.0 * (tokens / stage) * s.top_k * h * ACT_BYTES
+        a2a_bytes = (tokens / stage) * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES)
         comm = comm + np.where(moe_a2a, all_to_all_time(setup, stage, a2a_bytes, 2.0 * moe_layers, alpha), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + alpha), 0.0)
     overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US

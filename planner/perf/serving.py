@@ -44,7 +44,7 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
     """Mean time to first token (seconds) with ``in_flight_per_rank`` requests per prefill rank.
 
-    ``overhead + t_pf + queueing * (c - 1) * t_pf^a * t_step^(1-a) + transfer`` where ``t_pf`` is the
+    ``overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_pf^a * t_step^(1-a) + transfer`` where ``t_pf`` is the
     prompt's own prefill, ``t_step`` the decode iteration it is interleaved with (aggregated serving;
     ``a = queue_prefill_share``) and ``c`` the requests in flight per rank. Without ``step_s`` (a
     dedicated prefill pool) the wait per request ahead is one prefill.
@@ -54,10 +54,14 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
     c = np.maximum(np.asarray(in_flight_per_rank, dtype=float), 1.0)
     if step_s is None:
         unit = t_pf
+        iteration = 0.0
     else:
         a = e.queue_prefill_share
-        unit = np.power(t_pf, a) * np.power(np.asarray(step_s, dtype=float), 1.0 - a)
-    return e.ttft_overhead_ms * MS + t_pf + e.queueing * (c - 1.0) * unit + transfer_s
+        step = np.asarray(step_s, dtype=float)
+        unit = np.power(t_pf, a) * np.power(step, 1.0 - a)
+        # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch.
+        iteration = 1.5 * step
+    return e.ttft_overhead_ms * MS + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
 
 
 def prefill_capacity_rps(setup: Setup, tp, ep, pp, dp, input_tokens, workers=1.0):
