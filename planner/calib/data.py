@@ -130,6 +130,9 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         st = np.maximum(t * d, mt * e)
         out[f"{role}_tp"], out[f"{role}_pp"], out[f"{role}_dp"], out[f"{role}_ep"] = t, p, d * (st / (t * d)), e
         out[f"{role}_workers"] = _pos(_num(df, pre + "num_workers"))
+    out["n_workers_assumed"] = (out["n_mode"] == "disagg") & (
+        _num(df, "prefill_num_workers").isna() | _num(df, "decode_num_workers").isna()
+    )
     dbs = _num(df, "decode_batch_size")
     out["d_batch"] = (dbs * out["d_dp"]).fillna(out["n_conc"] / out["d_workers"])
 

@@ -2,7 +2,8 @@
 
 Method (re-run with ``planner calibrate fit --data FILE --write``):
 
-1. Normalise the rows (``calib.data``); rows that cannot be predicted are left out and counted.
+1. Normalise the rows (``calib.data``); rows that cannot be predicted, and disaggregated rows that
+   do not record their prefill/decode worker counts, are left out of the fit and counted.
 2. TPOT factors (``compute``, ``memory``, ``step_overhead_us``, ``layer_overhead_us``,
    ``collective_latency_us``, ``interference``) are fitted first, then the TTFT factors
    (``prefill_compute``, ``queueing``, ``ttft_overhead_ms``) with the TPOT ones held. The loss is a
@@ -124,7 +125,9 @@ def prepare(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     norm = normalise(df, catalog)
     norm["m_ttft"] = pd.to_numeric(df["silicon_ttft_ms"], errors="coerce")
     norm["m_tpot"] = pd.to_numeric(df["silicon_tpot_ms"], errors="coerce")
-    ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0)
+    # Disaggregated rows that do not record their worker counts are predicted (and reported) but not
+    # fitted on: their per-worker batch and prefill capacity are guesses.
+    ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"]
     return norm[ok].copy(), int((~ok).sum())
 
 

@@ -14,9 +14,11 @@ import pandas as pd
 from planner.catalog import Catalog, EngineEfficiency
 from planner.perf.roofline import Setup
 from planner.perf.serving import (
+    admission_wait,
     agg_decode,
     closed_loop_ttft,
     disagg_decode,
+    kv_capacity_sequences,
     kv_transfer_time,
     prefill_capacity_rps,
     ttft,
@@ -46,21 +48,36 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         O = g["n_osl"].to_numpy(float)
         if mode == "agg":
             L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
-            B = g["a_batch"].to_numpy(float)
+            C = g["a_batch"].to_numpy(float)
+            cap = kv_capacity_sequences(setup, *L, I + O)
+            B = np.minimum(C, np.maximum(cap, 1.0))
             st = agg_decode(setup, *L, B, I, O)
             per_rank = B / L[3]
-            t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s)
+            t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s) + admission_wait(C, cap, O, st.step_s)
         else:
             Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             Lp = [g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
-            B = g["d_batch"].to_numpy(float)
+            Bd = g["d_batch"].to_numpy(float)
+            kv_cap = kv_capacity_sequences(setup, *Ld, I + O)
+            # Rows without worker counts: assume as many decode workers as it takes to hold the
+            # concurrency in KV memory (nobody deploys fewer).
+            assumed = g["n_workers_assumed"].to_numpy(bool)
+            need = np.maximum(np.ceil(Bd / np.maximum(kv_cap, 1.0)), 1.0)
+            Bd = np.where(assumed, Bd / need, Bd)
+            B = np.minimum(Bd, np.maximum(kv_cap, 1.0))
             st = disagg_decode(setup, *Ld, B, I, O)
-            conc = g["n_conc"].fillna(pd.Series(B * g["d_workers"].to_numpy(float), index=g.index)).to_numpy(float)
-            per_rank = conc / (g["p_workers"].to_numpy(float) * Lp[3])
+            d_workers = np.where(assumed, need, g["d_workers"].to_numpy(float))
+            conc = g["n_conc"].fillna(pd.Series(Bd * d_workers, index=g.index)).to_numpy(float)
+            cap1 = prefill_capacity_rps(setup, *Lp, I, 1.0)
+            # Without recorded worker counts, also assume the prefill pool matches the decode pool's
+            # request rate (a balanced deployment, as the planner itself would size it).
+            rate = d_workers * B / (O * st.step_s)
+            p_workers = np.where(assumed, np.maximum(np.ceil(rate / cap1), 1.0), g["p_workers"].to_numpy(float))
+            cap = cap1 * p_workers
+            per_rank = conc / (p_workers * Lp[3])
             same = setup.hw.scale_up_domain_chips >= 72
             t1 = ttft(setup, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
-            cap = prefill_capacity_rps(setup, *Lp, I, g["p_workers"].to_numpy(float))
-            t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap)
+            t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
         tpot_ms.loc[g.index] = st.step_s * 1e3
         ttft_ms.loc[g.index] = t1 * 1e3
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms})
@@ -75,5 +92,8 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
     out = df.copy()
     out["predicted_ttft_ms"] = pred["predicted_ttft_ms"]
     out["predicted_tpot_ms"] = pred["predicted_tpot_ms"]
-    out["prediction_note"] = norm["reason"]
+    note = norm["reason"].copy()
+    assumed = (note == "") & norm["n_workers_assumed"]
+    note[assumed] = "worker counts not recorded: assumed decode workers to hold the concurrency and rate-matched prefill"
+    out["prediction_note"] = note
     return out

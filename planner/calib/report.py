@@ -86,7 +86,12 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
     data = Path(data)
     out = Path(out)
     df = read_rows(data)
+    from planner.calib.data import normalise
+
     frame = with_errors(predict_frame(df, catalog))
+    frame["config"] = np.where(
+        normalise(df, catalog)["n_workers_assumed"], "disagg, worker counts not recorded", "complete"
+    )
     conc = frame["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0]
     frame["_conc"] = pd.to_numeric(conc, errors="coerce")
     plot_path = out.with_name(out.stem + "-residuals.png")
@@ -111,6 +116,15 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
         "",
         "These are in-sample figures: the factors were fitted on the same rows. The cross-validation below is the "
         "honest estimate for data the project has not seen.",
+        "",
+        "## Rows with a complete configuration vs rows that miss their worker counts",
+        "",
+        "769 disaggregated rows do not record how many prefill and decode workers served the concurrency. They are "
+        "predicted with as many decode workers as it takes to hold the concurrency in KV memory and a prefill pool "
+        "sized to match their request rate (as a planned deployment would be), and are left out of the fit; they "
+        "are still counted in every figure above.",
+        "",
+        format_table(summary_rows(frame, ["config"]), ["config"]),
         "",
         "## Errors per system",
         "",
@@ -192,7 +206,7 @@ def _drivers(frame: pd.DataFrame) -> str:
         "",
         "Known limits of the model: benchmark TTFT depends on how the client releases requests (bursts at the start "
         "of a closed loop) and on scheduler settings the rows do not record (chunk size, max batch tokens); "
-        "disaggregated rows without worker counts are read as one prefill and one decode worker; the KV-cache format "
+        "disaggregated rows without worker counts are read as a balanced deployment (decode workers to hold the concurrency, rate-matched prefill); the KV-cache format "
         "is not recorded and is assumed (FP8 for TensorRT-LLM with quantised weights, BF16 otherwise); expert routing "
         "is assumed uniform (imbalance 1) in these predictions.",
     ]

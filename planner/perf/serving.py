@@ -87,6 +87,24 @@ def kv_transfer_time(setup: Setup, input_tokens, same_domain: bool | np.ndarray 
     return b / bw
 
 
+def kv_capacity_sequences(setup: Setup, tp, ep, pp, dp, context):
+    """Sequences of ``context`` tokens whose KV cache fits in one replica's HBM after weights and the
+    runtime reserve (the most a replica can run at once; more requests wait for a free slot)."""
+    from planner.perf.layout import kv_bytes_per_chip, runtime_reserve_bytes, weight_bytes_per_chip
+
+    free = setup.hw.hbm_bytes - runtime_reserve_bytes(setup.hw) - weight_bytes_per_chip(setup.wb, tp, ep, pp, dp)
+    per_seq = kv_bytes_per_chip(setup.model, 1.0, context, setup.kv_dtype, tp, pp, dp)
+    return np.maximum(free, 0.0) / per_seq
+
+
+def admission_wait(concurrency, capacity, output_tokens, tpot_s):
+    """Extra TTFT when ``concurrency`` exceeds the ``capacity`` a replica can hold: by Little's law the
+    surplus requests wait ``(C / capacity - 1) * O * TPOT`` for a slot."""
+    C = np.asarray(concurrency, dtype=float)
+    cap = np.maximum(np.asarray(capacity, dtype=float), 1.0)
+    return np.maximum(C / cap - 1.0, 0.0) * np.asarray(output_tokens, dtype=float) * tpot_s
+
+
 def tokens_per_s(step: StepTimes, batch):
     """Output tokens per second of one replica."""
     return np.asarray(batch, dtype=float) / step.step_s
