@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from planner.errors import InputError, PlannerError
@@ -301,20 +300,9 @@ def calibrate_report(
 
 
 def main() -> None:
+    """Entry point: typer handles usage errors (exit 2); planner errors print one line with their code."""
     try:
-        rv = app(standalone_mode=False)
+        app()
     except PlannerError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        exc.show()
-        sys.exit(0)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(1 if exc.exit_code == 2 else exc.exit_code)
-    except click.exceptions.Abort:
-        sys.stderr.write("aborted\n")
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
