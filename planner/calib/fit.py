@@ -38,7 +38,7 @@ SHRINK = 0.15
 TPOT_PARAMS = (
     "compute", "memory", "step_overhead_us", "layer_overhead_us", "collective_latency_us", "comm_overlap", "interference",
 )
-TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prefill_share", "ttft_overhead_ms")
+TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prompt_exponent", "ttft_overhead_ms")
 BOUNDS = {
     "compute": (0.05, 1.0),
     "prefill_compute": (0.05, 1.0),
@@ -49,12 +49,12 @@ BOUNDS = {
     "interference": (0.0, 4.0),
     "comm_overlap": (0.0, 1.0),
     "queueing": (0.0, 1.0),
-    "queue_prefill_share": (0.0, 1.0),
+    "queue_prompt_exponent": (0.0, 2.0),
     "ttft_overhead_ms": (0.0, 3000.0),
 }
 START = EngineEfficiency(
     compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10,
-    collective_latency_us=10, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prefill_share=0.5, ttft_overhead_ms=30,
+    collective_latency_us=10, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prompt_exponent=0.5, ttft_overhead_ms=30,
 )
 # Measured relatives for hardware without rows of its own.
 FAMILY = {

@@ -215,7 +215,7 @@ def _drivers(frame: pd.DataFrame) -> str:
 
 def _factors_table(catalog: Catalog) -> str:
     head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "coll. us",
-            "interf.", "queue", "q. prefill share", "TTFT ms"]
+            "interf.", "queue", "q. prompt exp.", "TTFT ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for h in catalog.hardware.values():
         effs = [("default", h.efficiency.default)] + sorted(h.efficiency.by_engine.items())
@@ -223,7 +223,7 @@ def _factors_table(catalog: Catalog) -> str:
             lines.append(
                 f"| {h.id} | {eng} | {h.efficiency.fitted_rows} | {e.compute:.2f} | {e.prefill_compute:.2f} | "
                 f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.collective_latency_us:.1f} | "
-                f"{e.interference:.2f} | {e.queueing:.3f} | {e.queue_prefill_share:.2f} | {e.ttft_overhead_ms:.0f} |"
+                f"{e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | {e.ttft_overhead_ms:.0f} |"
             )
     lines.append("")
     lines.append(f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine.")

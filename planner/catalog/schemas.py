@@ -72,9 +72,10 @@ class EngineEfficiency(Strict):
     """Weight of the prefill work interleaved with decode in aggregated serving (physics: 1)."""
     queueing: NonNeg = 0.5
     """Share of the other in-flight requests a new request waits behind (0.5: synchronised burst)."""
-    queue_prefill_share: Annotated[float, Field(ge=0, le=1)] = 1.0
-    """How the wait per request ahead scales: 1 = one prompt's prefill time, 0 = one decode iteration
-    (aggregated serving interleaves the two; the fit says where between them an engine sits)."""
+    queue_prompt_exponent: Annotated[float, Field(ge=0, le=2)] = 1.0
+    """Aggregated serving interleaves queued prompts with decode iterations in chunks, so the wait per
+    request ahead is ``t_step * (I / 1000 tokens) ** x``; x = 1 when every prompt token ahead costs its
+    share of an iteration, lower when requests desynchronise."""
     ttft_overhead_ms: NonNeg = 0.0
     """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
 

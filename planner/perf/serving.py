@@ -5,11 +5,11 @@ Aggregated serving (prefill and decode on the same workers): in steady state ``B
 finish per step and as many start, so every decode step also carries ``B * I / O`` prompt tokens
 (chunked prefill). That is why measured TPOT grows with input length.
 
-TTFT = fixed overhead + the prompt's own prefill + queueing. The queueing term is the prefill work
-of the requests ahead of it: with ``c`` requests in flight per prefill rank, a new request waits
-behind ``queueing * (c - 1)`` others' prefills on average, where ``queueing`` is a fitted weight
-(0: requests never collide; 0.5: every request arrives in a synchronised burst, as in a closed-loop
-benchmark that starts all clients at once). Never report a TTFT without it.
+TTFT = fixed overhead + the prompt's own prefill + queueing. The queueing term is the work of the
+requests ahead of it: with ``c`` requests in flight per rank, a new request waits behind
+``queueing * (c - 1)`` others on average, where ``queueing`` is a fitted weight (0: requests never
+collide; 0.5: every request arrives in a synchronised burst, as in a closed-loop benchmark that
+starts all clients at once). Never report a TTFT without it.
 
 Disaggregated serving: the prefill pool runs prompts on its own and ships the KV cache
 (``I * kv_bytes_per_token``) to the decode pool over scale-up (same domain) or scale-out.
@@ -44,10 +44,11 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
     """Mean time to first token (seconds) with ``in_flight_per_rank`` requests per prefill rank.
 
-    ``overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_pf^a * t_step^(1-a) + transfer`` where ``t_pf`` is the
-    prompt's own prefill, ``t_step`` the decode iteration it is interleaved with (aggregated serving;
-    ``a = queue_prefill_share``) and ``c`` the requests in flight per rank. Without ``step_s`` (a
-    dedicated prefill pool) the wait per request ahead is one prefill.
+    ``overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_step * (I / 1000)^x + transfer`` where
+    ``t_pf`` is the prompt's own prefill, ``t_step`` the decode iteration it is interleaved with
+    (aggregated serving, chunked prefill; ``x = queue_prompt_exponent``) and ``c`` the requests in
+    flight per rank. Without ``step_s`` (a dedicated prefill pool) the wait per request ahead is one
+    prefill.
     """
     e = setup.eff
     t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
@@ -56,9 +57,8 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
         unit = t_pf
         iteration = 0.0
     else:
-        a = e.queue_prefill_share
         step = np.asarray(step_s, dtype=float)
-        unit = np.power(t_pf, a) * np.power(step, 1.0 - a)
+        unit = step * np.power(np.asarray(input_tokens, dtype=float) / 1000.0, e.queue_prompt_exponent)
         # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch.
         iteration = 1.5 * step
     return e.ttft_overhead_ms * MS + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
