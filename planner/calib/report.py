@@ -67,7 +67,6 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
         ax.legend(fontsize=8)
         ax = axes[1, j]
         ratio = np.log2(pred / meas)
-        x = frame["_conc"]
         for be, g in frame.assign(_r=ratio).groupby("backend"):
             ax.scatter(g["_conc"], g["_r"], s=6, alpha=0.5, label=be)
         ax.axhline(0, color="k", lw=1)
@@ -76,7 +75,6 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel(f"log2(predicted / measured) {label}")
         ax.set_title(f"{label} residuals against concurrency")
         ax.legend(fontsize=8)
-        del x
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -174,10 +174,8 @@ def weight_bytes(m: ModelSpec, dense_dtype: str, expert_dtype: str | None = None
     s = model_stats(m)
     bd = dtype_bytes(dense_dtype)
     be = dtype_bytes(expert_dtype or dense_dtype)
-    be_embed = max(dtype_bytes(EMBED_DTYPE), bd) if bd > 2 else dtype_bytes(EMBED_DTYPE)
-    # bf16 models keep everything bf16; quantised ones keep embeddings in bf16.
-    if bd >= 2:
-        be_embed = bd
+    # Quantised checkpoints keep embeddings and LM head in bf16; wider models keep their own format.
+    be_embed = max(bd, dtype_bytes(EMBED_DTYPE))
     nonexpert_params = s.total_params - s.expert_total_params - s.embed_params - s.lm_head_params
     return WeightBytes(
         nonexpert=nonexpert_params * bd,

@@ -27,8 +27,8 @@ import numpy as np
 
 from planner.catalog.schemas import IDEAL, EngineEfficiency, HardwareSpec, ModelSpec
 from planner.perf import params as P
-from planner.perf.layout import kv_shard
-from planner.units import US, dtype_bytes
+from planner.perf.layout import kv_shard, weight_bytes_per_chip
+from planner.units import US
 
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
@@ -311,10 +311,4 @@ def prefill_flops_per_token(setup: Setup, new_tokens, prefix=0.0):
 
 def latency_floor(setup: Setup, tp, ep, pp, dp):
     """Resident weight bytes per chip / HBM bandwidth (ideal): no batch size or budget beats it."""
-    from planner.perf.layout import weight_bytes_per_chip
-
     return weight_bytes_per_chip(setup.wb, tp, ep, pp, dp) / setup.hbm_bw
-
-
-def kv_dtype_bytes(setup: Setup) -> float:
-    return dtype_bytes(setup.kv_dtype)
