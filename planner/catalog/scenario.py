@@ -1,0 +1,137 @@
+"""Scenario files (``catalogs/scenarios/*.yaml``): what to serve, on which hardware, at which SLOs.
+
+A scenario is validated twice: by its schema (types, signs, unknown keys) and against the catalog
+(model and hardware ids, a price for every hardware). Both kinds of error name the file and field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
+from planner.catalog.schemas import Dtype, HardwareSpec, ModelSpec, Strict
+from planner.errors import InputError
+
+PosF = Annotated[float, Field(gt=0)]
+
+
+class PrefixCache(Strict):
+    hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Share of input tokens served from a cached prefix."""
+    working_set_gb: Annotated[float, Field(ge=0)] = 0.0
+    """Bytes of reusable prefixes to keep (their KV), in GB."""
+
+
+class Slo(Strict):
+    ttft_ms: PosF
+    tpot_ms: PosF
+
+
+class Workload(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    requests_per_s: PosF
+    input_tokens: Annotated[int, Field(gt=0)]
+    output_tokens: Annotated[int, Field(gt=0)]
+    prefix_cache: PrefixCache = PrefixCache()
+    slo: Slo
+
+
+class Limits(Strict):
+    max_units: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    """Purchase units available per hardware id."""
+    power_kw: PosF | None = None
+    budget_usd_per_hour: PosF | None = None
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    description: str = ""
+    model: str
+    weights: list[Dtype] | None = None
+    """Allowed weight formats (default: the model's native format)."""
+    kv_cache: list[Dtype] = Field(default_factory=lambda: ["bf16"])
+    hardware: list[str] | None = None
+    """Candidate hardware ids (default: every entry with a price)."""
+    prices: dict[str, PosF] = Field(default_factory=dict)
+    """USD per chip-hour overrides."""
+    engine: Literal["trtllm", "sglang", "vllm"] | None = None
+    """Serving engine whose fitted efficiency factors to use (default: each hardware's default)."""
+    serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"])
+    utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
+    limits: Limits = Limits()
+    workloads: list[Workload] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        names = [w.name for w in self.workloads]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
+        if not self.serving:
+            raise ValueError("serving must list aggregated and/or disaggregated")
+        return self
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A scenario with its catalog entries looked up and prices settled."""
+
+    scenario: Scenario
+    path: Path | None
+    model: ModelSpec
+    hardware: tuple[HardwareSpec, ...]
+    prices: dict[str, float]
+    """USD per chip-hour of every candidate hardware (catalog price or override)."""
+    weights: tuple[str, ...]
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of fields at top level")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise InputError(format_validation_error(path, err)) from None
+
+
+def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = None) -> ResolvedScenario:
+    where = str(path) if path is not None else f"scenario {sc.name}"
+    mid = catalog.model_id(sc.model)
+    if mid is None:
+        raise InputError(f"{where}: field 'model': {unknown_id_message('model', sc.model, catalog.models)}")
+    model = catalog.models[mid]
+    if sc.hardware is None:
+        ids = [h.id for h in catalog.hardware.values() if h.price is not None or h.id in sc.prices]
+    else:
+        ids = []
+        for i, name in enumerate(sc.hardware):
+            hid = catalog.hardware_id(name)
+            if hid is None:
+                raise InputError(
+                    f"{where}: field 'hardware.{i}': {unknown_id_message('hardware', name, catalog.hardware)}"
+                )
+            ids.append(hid)
+    for key, table in (("prices", sc.prices), ("limits.max_units", sc.limits.max_units)):
+        for name in table:
+            if catalog.hardware_id(name) is None:
+                raise InputError(f"{where}: field '{key}.{name}': {unknown_id_message('hardware', name, catalog.hardware)}")
+    overrides = {catalog.hardware_id(k): v for k, v in sc.prices.items()}
+    prices: dict[str, float] = {}
+    for hid in ids:
+        hw = catalog.hardware[hid]
+        price = overrides.get(hid, hw.price_usd_per_chip_hour)
+        if price is None:
+            raise InputError(
+                f"{where}: field 'prices.{hid}': {hid} has no catalog price; give one in USD per chip-hour"
+            )
+        prices[hid] = float(price)
+    if not ids:
+        raise InputError(f"{where}: field 'hardware': no candidate hardware")
+    weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
+    return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices, weights)
