@@ -93,7 +93,7 @@ def roofline(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Roofline of one decode step: compute, memory and communication time, cost and memory fit."""
-    from planner.catalog.schemas import IDEAL
+    from planner.catalog.schemas import ENGINES, IDEAL
     from planner.perf.layout import Layout, check_layout
     from planner.perf.report import roofline as run
     from planner.perf.roofline import Setup
@@ -106,11 +106,12 @@ def roofline(
         raise InputError("--batch must be > 0 (sequences in flight per replica)")
     if context < 0:
         raise InputError("--context must be >= 0 tokens")
-    for flag, val in (("--weights", weights), ("--kv", kv)):
-        if val is not None and val != "native" and val not in DTYPES:
-            raise InputError(f"{flag} '{val}' is not a known format; use one of {', '.join(DTYPES)}")
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine '{engine}' is not known; use trtllm, sglang or vllm")
+    if weights is not None and weights != "native" and weights not in DTYPES:
+        raise InputError(f"--weights '{weights}' is not a known format; use native or one of {', '.join(DTYPES)}")
+    if kv not in DTYPES:
+        raise InputError(f"--kv '{kv}' is not a known format; use one of {', '.join(DTYPES)}")
+    if engine is not None and engine not in ENGINES:
+        raise InputError(f"--engine '{engine}' is not known; use {', '.join(ENGINES)}")
     layout = Layout(tp, ep, pp, dp)
     check_layout(m, layout)
     eff = IDEAL if ideal else hw.efficiency.for_engine(engine)

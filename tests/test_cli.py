@@ -108,3 +108,17 @@ def test_predict_and_validate_small(tmp_path):
 def test_predict_missing_file(tmp_path):
     p = run("predict", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o.csv"), check=False)
     assert p.returncode == 1 and "not found" in p.stderr
+
+
+def test_roofline_rejects_native_kv():
+    p = run("roofline", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1",
+            "--kv", "native", check=False)
+    assert p.returncode == 1 and "--kv" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_fit_refuses_data_without_usable_rows(tmp_path):
+    data = tmp_path / "rows.csv"
+    data.write_text("model_path,system,backend,mode,isl,osl,silicon_ttft_ms,silicon_tpot_ms\n"
+                    "foo/bar,h100_sxm,vllm,agg,10,10,1,1\n")
+    p = run("calibrate", "fit", "--data", str(data), "--write", check=False)
+    assert p.returncode == 1 and "can be fitted" in p.stderr

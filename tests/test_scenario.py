@@ -50,6 +50,8 @@ def _write(tmp_path, mutate):
         (lambda d: d.__setitem__("hardware", ["h100-sxm", "h900"]), r"field 'hardware\.1': unknown hardware id"),
         (lambda d: d.__setitem__("hardware", ["tpu-v6e"]), r"field 'prices\.tpu-v6e': .*no catalog price"),
         (lambda d: d["limits"]["max_units"].__setitem__("gb400", 3), r"field 'limits\.max_units\.gb400'"),
+        (lambda d: d.__setitem__("kv_cache", []), r"field 'kv_cache'"),
+        (lambda d: d.__setitem__("weights", []), r"field 'weights'"),
     ],
 )
 def test_bad_scenarios(catalog, tmp_path, mutate, pattern):

@@ -28,6 +28,7 @@ from scipy.optimize import least_squares
 
 from planner.calib.predict import predict_normalised
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
+from planner.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,11 @@ def prepare(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, int]:
 
 def fit(df: pd.DataFrame, catalog: Catalog) -> FitResult:
     norm, dropped = prepare(df, catalog)
+    if len(norm) < MIN_ROWS:
+        raise InputError(
+            f"only {len(norm)} of {len(df)} rows can be fitted (known model and system, positive measured TTFT and "
+            f"TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
+        )
     overall = fit_group(norm, catalog, START)
     log.info("overall fit over %d rows", len(norm))
     by_engine: dict[str, EngineEfficiency] = {}

@@ -51,16 +51,16 @@ class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     description: str = ""
     model: str
-    weights: list[Dtype] | None = None
+    weights: list[Dtype] | None = Field(default=None, min_length=1)
     """Allowed weight formats (default: the model's native format)."""
-    kv_cache: list[Dtype] = Field(default_factory=lambda: ["bf16"])
-    hardware: list[str] | None = None
+    kv_cache: list[Dtype] = Field(default_factory=lambda: ["bf16"], min_length=1)
+    hardware: list[str] | None = Field(default=None, min_length=1)
     """Candidate hardware ids (default: every entry with a price)."""
     prices: dict[str, PosF] = Field(default_factory=dict)
     """USD per chip-hour overrides."""
     engine: Literal["trtllm", "sglang", "vllm"] | None = None
     """Serving engine whose fitted efficiency factors to use (default: each hardware's default)."""
-    serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"])
+    serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"], min_length=1)
     utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
     limits: Limits = Limits()
     workloads: list[Workload] = Field(min_length=1)
@@ -71,8 +71,6 @@ class Scenario(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
-        if not self.serving:
-            raise ValueError("serving must list aggregated and/or disaggregated")
         return self
 
 
