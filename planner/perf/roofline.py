@@ -303,12 +303,6 @@ def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=
     return np.maximum(comp, mem) + comm + send + overhead
 
 
-def prefill_flops_per_token(setup: Setup, new_tokens, prefix=0.0):
-    """FLOPs per prompt token (matmuls plus its share of causal attention)."""
-    n = np.maximum(np.asarray(new_tokens, dtype=float), 1.0)
-    return 2.0 * setup.stats.matmul_active_params + P.prefill_attention_flops(setup.model, n, prefix) / n
-
-
 def latency_floor(setup: Setup, tp, ep, pp, dp):
     """Resident weight bytes per chip / HBM bandwidth (ideal): no batch size or budget beats it."""
     return weight_bytes_per_chip(setup.wb, tp, ep, pp, dp) / setup.hbm_bw
