@@ -70,6 +70,60 @@ def _root(
 
 
 # --------------------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def plan(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see catalogs/scenarios/).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for plan.md and plan.json (default: plans/<scenario>-<input hash>).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print plan.json on stdout as well.")] = False,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit, seconds.")] = 60.0,
+    mip_gap: Annotated[float, typer.Option("--mip-gap", min=0.0, max=1.0, help="Relative MIP gap to stop at.")] = 1e-4,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Use this engine's fitted efficiency (trtllm, sglang, vllm).")
+    ] = None,
+    analysis: Annotated[
+        bool, typer.Option("--analysis/--no-analysis", help="Price binding constraints and find the runner-up.")
+    ] = True,
+    lp: Annotated[Path | None, typer.Option("--lp", help="Also write the MILP in LP format to this file (debugging).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing plan.")] = False,
+) -> None:
+    """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
+    from planner.catalog.scenario import load_scenario, resolve_scenario
+    from planner.export.plan import plan_json, write_plan
+    from planner.planning import PlanOptions, input_hash, make_plan, write_lp
+
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    rs = resolve_scenario(load_scenario(scenario), _catalog(), scenario)
+    target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
+    if not force:
+        for f in (target / "plan.md", target / "plan.json"):
+            _refuse_overwrite(f, force)
+    if lp is not None:
+        _refuse_overwrite(lp, force)
+        write_lp(rs, lp, engine=engine)
+    res = make_plan(rs, PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis))
+    md, js = write_plan(res.plan, target, force=force)
+    p = res.plan
+    typer.echo(
+        f"{p.status}: ${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens; "
+        f"wrote {md} and {js} (candidates {res.timings['candidates_s']:.2f} s, solve {res.timings['solve_s']:.2f} s, "
+        f"analysis {res.timings['analysis_s']:.2f} s)",
+        err=True,
+    )
+    if p.recheck is not None and not p.recheck.ok:
+        bad = "; ".join(f"{c.name}: {c.detail}" for c in p.recheck.checks if not c.ok)
+        typer.echo(f"warning: re-check failed: {bad}", err=True)
+    if as_json:
+        sys.stdout.write(plan_json(p))
+
+
+# --------------------------------------------------------------------------------------------------
 # roofline
 # --------------------------------------------------------------------------------------------------
 

@@ -19,3 +19,9 @@ class InfeasibleError(PlannerError):
     """The request cannot be met; the message carries the computed diagnosis (exit 2)."""
 
     exit_code = 2
+
+
+class SolverLimitError(PlannerError):
+    """The solver stopped at its time or node limit before finding any plan (exit 3)."""
+
+    exit_code = 3

@@ -254,7 +254,20 @@ def decode_step(
 
 
 def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
-    """Latency of one prefill forward pass over ``requests`` prompts of ``new_tokens`` each.
+    """Latency of one prefill forward pass (parts in :func:`prefill_parts`)."""
+    comp, mem, comm, overhead = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
+    return np.maximum(comp, mem) + comm + overhead
+
+
+def prefill_bound(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0) -> np.ndarray:
+    """Which resource bounds a prefill pass: ``compute``, ``memory`` or ``communication``."""
+    comp, mem, comm, _ = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
+    return np.where(comm > np.maximum(comp, mem), "communication", np.where(comp >= mem, "compute", "memory"))
+
+
+def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
+    """Compute, memory, communication and fixed-overhead seconds of one prefill forward pass over
+    ``requests`` prompts of ``new_tokens`` each (latency = max(compute, memory) + comm + overhead).
 
     Compute-bound in practice: ``2 * P_active * tokens`` plus causal attention over
     ``F * prefill_compute``. With attention data parallelism the prompts spread over ``min(requests,
@@ -300,7 +313,7 @@ def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=
         comm = comm + np.where(moe_a2a, all_to_all_time(setup, stage, a2a_bytes, 2.0 * moe_layers, alpha), 0.0)
     send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + alpha), 0.0)
     overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US
-    return np.maximum(comp, mem) + comm + send + overhead
+    return comp, mem, comm + send, overhead
 
 
 def latency_floor(setup: Setup, tp, ep, pp, dp):

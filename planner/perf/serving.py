@@ -24,13 +24,15 @@ from planner.perf.roofline import Setup, StepTimes, decode_step, prefill_time
 from planner.units import HOUR_S, MS, MTOK
 
 
-def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
-    """Decode step of an aggregated worker at mean context ``I + O / 2`` with interleaved prefill."""
+def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens, new_tokens=None) -> StepTimes:
+    """Decode step of an aggregated worker at mean context ``I + O / 2`` with interleaved prefill of
+    ``new_tokens`` per prompt (default ``I``; fewer when a cached prefix is reused)."""
     I = np.asarray(input_tokens, dtype=float)
+    N = I if new_tokens is None else np.asarray(new_tokens, dtype=float)
     O = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     B = np.asarray(batch, dtype=float)
     return decode_step(
-        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * I / O, prefill_context=I
+        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * N / O, prefill_context=I
     )
 
 

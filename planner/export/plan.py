@@ -1,0 +1,189 @@
+"""A plan as Markdown (for people) and JSON (for programs), and writing both atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.catalog.writer import atomic_write_text
+from planner.errors import InputError
+from planner.results import Plan
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:,.1f}"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:,.0f} ms" if x >= 0.1 else f"{x * 1e3:,.1f} ms"
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def summary(plan: Plan) -> str:
+    sc = plan.scenario
+    o = plan.objective
+    fleet = ", ".join(f"{g.count} {g.kind}{'s' if g.count != 1 else ''} of {g.hardware} ({g.chips} chips)" for g in plan.units)
+    wl = "; ".join(
+        f"{w.name} {w.requests_per_s:g} req/s ({w.input_tokens:,} in / {w.output_tokens:,} out tokens, {w.serving})"
+        for w in plan.workloads
+    )
+    gap = plan.solver.mip_gap
+    proof = "proven optimal" if plan.status == "optimal" else f"feasible, within {gap:.2%} of optimal" if gap is not None else "feasible"
+    return (
+        f"Serve {sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
+        f"{_usd(o.usd_per_mtok)} per million tokens ({_usd(o.usd_per_mtok_input)} input, {_usd(o.usd_per_mtok_output)} output); "
+        f"{proof} (HiGHS, gap {gap if gap is not None else float('nan'):.1e}, {plan.solver.wall_s:.2f} s). "
+        f"Every pool meets its workload's TTFT and TPOT targets at {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
+        f"out of {plan.solver.candidates.get('evaluated', 0):,} evaluated."
+    )
+
+
+def plan_markdown(plan: Plan) -> str:
+    L: list[str] = []
+    sc = plan.scenario
+    L += [f"# Deployment plan: {sc['name']}", ""]
+    L += [summary(plan), ""]
+    L += ["## Bill of materials", "", "| hardware | units | chips | chips used | $/h | kW |", "|---|---:|---:|---:|---:|---:|"]
+    for g in plan.units:
+        kw = f"{g.kw:,.0f}" if g.kw is not None else "n/a"
+        L.append(f"| {g.hardware} | {g.count} {g.kind}{'s' if g.count != 1 else ''} | {g.chips} | {g.chips_used} | {_usd(g.usd_per_hour)} | {kw} |")
+    tot_kw = sum(g.kw or 0 for g in plan.units)
+    L.append(f"| **total** | | {sum(g.chips for g in plan.units)} | {sum(g.chips_used for g in plan.units)} | **{_usd(plan.objective.usd_per_hour)}** | {tot_kw:,.0f} |")
+    L += ["", "## Pools", ""]
+    for p in plan.pools:
+        w = next(w for w in plan.workloads if w.name == p.workload)
+        lay = p.layout
+        mem = p.memory_per_chip_bytes
+        pr = p.predicted
+        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''} on {p.hardware}", ""]
+        L.append(
+            f"- layout: tp {lay.tp}, ep {lay.ep}, pp {lay.pp} pipeline stage{'s' if lay.pp != 1 else ''}, dp {lay.dp} "
+            f"= {p.chips_per_replica} chips per replica{' (TP x EP group over scale-out)' if p.scale_out else ''}"
+        )
+        L.append(f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}, KV cache {p.kv_dtype} in {p.kv_tier}; prefix cache: {p.prefix_tier}")
+        host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
+        L.append(
+            f"- memory per chip (GB): weights {_gb(mem.weights)}, KV {_gb(mem.kv)}, other {_gb(mem.other)}, "
+            f"free {_gb(mem.free)} of {_gb(mem.capacity)}{host}"
+        )
+        if p.prefix_tier != "none":
+            L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
+        lat = []
+        if p.role != "decode":
+            lat.append(f"TTFT {_ms(pr.ttft_s)} (target {_ms(w.slo_ttft_s)})")
+        if p.role != "prefill":
+            lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
+        L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
+        L.append(
+            f"- capacity {pr.requests_per_s:,.2f} req/s ({pr.requests_per_s_per_replica:,.3f} per replica), "
+            f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s; cost {_usd(p.usd_per_hour)}/h"
+        )
+        L.append("")
+    L += ["## Workloads", "", "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | serving |", "|---|---:|---:|---|---|---|"]
+    for w in plan.workloads:
+        L.append(
+            f"| {w.name} | {w.requests_per_s:g} | {w.served_requests_per_s:,.2f} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
+            f"{_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | {w.serving} |"
+        )
+    o = plan.objective
+    L += ["", "## Cost per token", ""]
+    L.append(f"- {_usd(o.usd_per_mtok)} per million tokens overall; {_usd(o.usd_per_mtok_input)} per million input tokens, {_usd(o.usd_per_mtok_output)} per million output tokens.")
+    L += ["", "## What binds, and what relaxing it is worth", ""]
+    if plan.binding_constraints:
+        for b in plan.binding_constraints:
+            L.append(f"- `{b.name}`: {b.detail}")
+    else:
+        L.append("- (analysis not run)")
+    L += ["", "## Runner-up", ""]
+    if plan.runner_up is None:
+        L.append("- (not computed)")
+    elif plan.runner_up.usd_per_hour is None:
+        L.append(f"- Without {plan.runner_up.excluded}: {plan.runner_up.summary}.")
+    else:
+        r = plan.runner_up
+        more = r.usd_per_hour - o.usd_per_hour
+        L.append(
+            f"- Without {r.excluded}: {_usd(r.usd_per_hour)}/h ({_usd(r.usd_per_mtok)} per million tokens, "
+            f"{_usd(more)}/h or {more / o.usd_per_hour:.1%} more): {r.summary}."
+        )
+    L += ["", "## Placement (replicas in purchase units)", ""]
+    L += _placement_lines(plan)
+    L += ["", "## Assumptions", ""]
+    L += [f"- {a}" for a in plan.assumptions]
+    L += ["", "## Sources", ""]
+    for s in plan.sources:
+        if s["kind"] == "model":
+            L.append(f"- model {s['id']}: {s['source']} (as of {s['as_of']})")
+        else:
+            L.append(
+                f"- {s['id']}: ${s['usd_per_chip_hour']:.2f}/chip-hour ({s['price_source']}); datasheet: {s['source']} "
+                f"(as of {s['as_of']}); efficiency: {s['efficiency_source']}"
+            )
+    L += ["", "## Re-check", ""]
+    if plan.recheck is not None:
+        bad = [c for c in plan.recheck.checks if not c.ok]
+        L.append(
+            f"- {len(plan.recheck.checks)} checks by the performance model alone: "
+            + ("all pass." if not bad else f"{len(bad)} FAIL: " + "; ".join(f"{c.name} ({c.detail})" for c in bad))
+        )
+    s = plan.solver
+    L += [
+        "",
+        "## Solver",
+        "",
+        f"- status {s.status}, termination {s.termination}, MIP gap {s.mip_gap if s.mip_gap is not None else 'n/a'} "
+        f"(target {s.mip_gap_target:g}), solve {s.wall_s:.2f} s, candidates {s.candidates_s:.2f} s, model build {s.build_s:.2f} s",
+        "- candidate rows: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s.candidates.items()),
+        f"- inputs hash {sc.get('input_hash', '')[:16]}, plan schema {plan.schema_version}",
+        "",
+    ]
+    return "\n".join(L)
+
+
+def _placement_lines(plan: Plan) -> list[str]:
+    """One line per run of identical units."""
+    out: list[str] = []
+    prev = None
+    start = 0
+    runs = []
+    for up in plan.placement:
+        key = (up.hardware, tuple(tuple((g.pool, g.chips) for g in d) for d in up.domains))
+        if prev is not None and key == prev[0]:
+            prev[2] = up.unit
+            continue
+        prev = [key, up.unit, up.unit, up]
+        runs.append(prev)
+    for key, a, b, up in runs:
+        unit = next(g.kind for g in plan.units if g.hardware == up.hardware)
+        name = f"{up.hardware} {unit} {a}" if a == b else f"{up.hardware} {unit}s {a}-{b} (each)"
+        doms = []
+        for d in up.domains:
+            counts: dict[tuple[str, int], int] = {}
+            for g in d:
+                counts[(g.pool, g.chips)] = counts.get((g.pool, g.chips), 0) + 1
+            doms.append(" + ".join(f"{n} x {p} group ({c} chips)" for (p, c), n in counts.items()))
+        if len(doms) == 1:
+            out.append(f"- {name}: {doms[0]}")
+        else:
+            out.append(f"- {name}: " + " | ".join(f"domain {i + 1}: {d}" for i, d in enumerate(doms)))
+        start += 1
+    return out or ["- (empty)"]
+
+
+def write_plan(plan: Plan, out_dir: Path, *, force: bool = False) -> tuple[Path, Path]:
+    """Write ``plan.md`` and ``plan.json`` atomically; refuse to replace an existing plan without ``force``."""
+    md, js = out_dir / "plan.md", out_dir / "plan.json"
+    for p in (md, js):
+        if p.exists() and not force:
+            raise InputError(f"{p} exists; pass --force to overwrite it, or choose another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(js, plan_json(plan))
+    atomic_write_text(md, plan_markdown(plan))
+    return md, js

@@ -1,0 +1,209 @@
+"""The deployment MILP (Pyomo), one ``define_*`` function per constraint family.
+
+Decisions
+    ``x[r]``  integer replicas of candidate row ``r`` (each row belongs to one workload, role and
+              hardware);
+    ``u[h]``  integer purchase units (8-GPU nodes, NVL72 racks, TPU slices) of hardware ``h``;
+    ``s_agg[w]``, ``s_dis[w]`` requests/s of workload ``w`` served by aggregated and by
+              disaggregated pools.
+
+Objective: dollars per hour of the purchase units, plus ``EPSILON`` times the dollars of the chips
+replicas occupy (among fleets of equal price, the one with no idle replicas).
+
+Inputs that sweeps change are mutable parameters (demand, prices, limits, working sets), so a sweep
+builds once and re-solves. With ``elastic=True`` every limit (power, budget, units per hardware) gets
+a priced slack variable; the solution then says which limit is short and by how much.
+"""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from planner.model.data import PlanData, row_arrays
+
+EPSILON = 1e-6
+ELASTIC_WEIGHT = 1e6
+
+
+def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
+    m = pyo.ConcreteModel(name="deployment")
+    m._data = data
+    m._arr = row_arrays(data)
+    m._elastic = elastic
+    define_sets(m, data)
+    define_parameters(m, data)
+    define_variables(m, data)
+    define_demand_coverage(m)
+    define_rate_matching(m)
+    define_unit_packing(m)
+    define_inventory(m)
+    define_power(m)
+    define_budget(m)
+    define_prefix_cache_capacity(m)
+    define_objective(m)
+    return m
+
+
+def define_sets(m, data: PlanData) -> None:
+    m.R = pyo.Set(initialize=range(len(data.rows)), ordered=True, doc="candidate rows")
+    m.H = pyo.Set(initialize=list(data.hardware), ordered=True, doc="hardware systems")
+    m.W = pyo.Set(initialize=list(data.workloads), ordered=True, doc="workloads")
+    a = m._arr
+    m._rows_of = {}
+    for i in range(len(data.rows)):
+        m._rows_of.setdefault(("role", a["workload"][i], a["role"][i]), []).append(i)
+        m._rows_of.setdefault(("hw", a["hardware"][i]), []).append(i)
+        if a["prefix"][i]:
+            m._rows_of.setdefault(("prefix", a["workload"][i]), []).append(i)
+
+
+def define_parameters(m, data: PlanData) -> None:
+    hw, wl = data.hardware, data.workloads
+    m.demand = pyo.Param(m.W, mutable=True, initialize={w: wl[w].requests_per_s for w in m.W}, doc="requests/s")
+    m.working_set_gb = pyo.Param(m.W, mutable=True, initialize={w: wl[w].working_set_bytes / 1e9 for w in m.W})
+    m.usd_per_chip_hour = pyo.Param(m.H, mutable=True, initialize={h: hw[h].usd_per_chip_hour for h in m.H})
+    big = 10**9
+    m.max_units = pyo.Param(
+        m.H, mutable=True, initialize={h: big if hw[h].max_units is None else hw[h].max_units for h in m.H}
+    )
+    m.power_limit_kw = pyo.Param(mutable=True, initialize=data.power_kw if data.power_kw is not None else 1e12)
+    m.budget_usd_per_hour = pyo.Param(
+        mutable=True, initialize=data.budget_usd_per_hour if data.budget_usd_per_hour is not None else 1e12
+    )
+
+
+def define_variables(m, data: PlanData) -> None:
+    m.x = pyo.Var(m.R, within=pyo.NonNegativeIntegers, doc="replicas per candidate row")
+    m.u = pyo.Var(m.H, within=pyo.NonNegativeIntegers, doc="purchase units per hardware")
+    m.s_agg = pyo.Var(m.W, within=pyo.NonNegativeReals, doc="requests/s served by aggregated pools")
+    m.s_dis = pyo.Var(m.W, within=pyo.NonNegativeReals, doc="requests/s served by disaggregated pools")
+    if "aggregated" not in data.roles:
+        for w in m.W:
+            m.s_agg[w].fix(0)
+    if "prefill" not in data.roles or "decode" not in data.roles:
+        for w in m.W:
+            m.s_dis[w].fix(0)
+    if m._elastic:
+        m.extra_units = pyo.Var(m.H, within=pyo.NonNegativeReals)
+        m.extra_kw = pyo.Var(within=pyo.NonNegativeReals)
+        m.extra_usd = pyo.Var(within=pyo.NonNegativeReals)
+
+
+def _served(m, w, role):
+    rate = m._arr["rate"]
+    return sum(rate[i] * m.x[i] for i in m._rows_of.get(("role", w, role), []))
+
+
+def define_demand_coverage(m) -> None:
+    """Each workload's traffic is served, by aggregated pools, disaggregated pools or both."""
+
+    def rule(m, w):
+        return m.s_agg[w] + m.s_dis[w] >= m.demand[w]
+
+    m.demand_coverage = pyo.Constraint(m.W, rule=rule)
+
+
+def define_rate_matching(m) -> None:
+    """Aggregated pools carry what they are assigned; a disaggregated stream needs as much prefill
+    capacity as decode capacity (every request passes through both pools)."""
+
+    def agg(m, w):
+        if m.s_agg[w].fixed:
+            return pyo.Constraint.Skip
+        return _served(m, w, "aggregated") >= m.s_agg[w]
+
+    def pre(m, w):
+        if m.s_dis[w].fixed:
+            return pyo.Constraint.Skip
+        return _served(m, w, "prefill") >= m.s_dis[w]
+
+    def dec(m, w):
+        if m.s_dis[w].fixed:
+            return pyo.Constraint.Skip
+        return _served(m, w, "decode") >= m.s_dis[w]
+
+    m.aggregated_capacity = pyo.Constraint(m.W, rule=agg)
+    m.prefill_capacity = pyo.Constraint(m.W, rule=pre)
+    m.decode_capacity = pyo.Constraint(m.W, rule=dec)
+
+
+def define_unit_packing(m) -> None:
+    """Replicas fit in whole purchase units: the chips of capacity they occupy (their TP x EP groups
+    rounded to what a scale-up domain can hold, see ``perf.candidates.slots_per_replica``) do not
+    exceed the chips of the units bought."""
+    slots = m._arr["slots"]
+
+    def rule(m, h):
+        rows = m._rows_of.get(("hw", h), [])
+        return sum(slots[i] * m.x[i] for i in rows) <= m._data.hardware[h].chips_per_unit * m.u[h]
+
+    m.unit_packing = pyo.Constraint(m.H, rule=rule)
+
+
+def define_inventory(m) -> None:
+    """At most ``limits.max_units`` purchase units per hardware that has a limit (a mutable parameter;
+    to leave a hardware out altogether, fix its ``u`` to 0)."""
+
+    def rule(m, h):
+        if m._data.hardware[h].max_units is None:
+            return pyo.Constraint.Skip
+        extra = m.extra_units[h] if m._elastic else 0
+        return m.u[h] <= m.max_units[h] + extra
+
+    m.inventory = pyo.Constraint(m.H, rule=rule)
+
+
+def fleet_kw(m):
+    hw = m._data.hardware
+    return sum((hw[h].kw_per_chip or 0.0) * hw[h].chips_per_unit * m.u[h] for h in m.H)
+
+
+def fleet_usd_per_hour(m):
+    return sum(m.usd_per_chip_hour[h] * m._data.hardware[h].chips_per_unit * m.u[h] for h in m.H)
+
+
+def define_power(m) -> None:
+    """All-in power of the units bought within ``limits.power_kw``."""
+    if m._data.power_kw is None:
+        return
+    extra = m.extra_kw if m._elastic else 0
+    m.power = pyo.Constraint(expr=fleet_kw(m) <= m.power_limit_kw + extra)
+
+
+def define_budget(m) -> None:
+    """Dollars per hour within ``limits.budget_usd_per_hour``."""
+    if m._data.budget_usd_per_hour is None:
+        return
+    extra = m.extra_usd if m._elastic else 0
+    m.budget = pyo.Constraint(expr=fleet_usd_per_hour(m) <= m.budget_usd_per_hour + extra)
+
+
+def define_prefix_cache_capacity(m) -> None:
+    """Pools that reuse cached prefixes hold them: prefixes are routed by family, so pools serving a
+    share ``f`` of a workload's traffic with prefix reuse hold ``f`` of its working set in their
+    tier (free HBM, host DRAM or flash)."""
+    a = m._arr
+
+    def rule(m, w):
+        rows = m._rows_of.get(("prefix", w), [])
+        if not rows or m._data.workloads[w].working_set_bytes <= 0:
+            return pyo.Constraint.Skip
+        gb_per_rps = m.working_set_gb[w] / m.demand[w]
+        return sum((a["pcap"][i] / 1e9 - gb_per_rps * a["rate"][i]) * m.x[i] for i in rows) >= 0
+
+    m.prefix_cache_capacity = pyo.Constraint(m.W, rule=rule)
+
+
+def define_objective(m) -> None:
+    a = m._arr
+    chip_usd = sum(EPSILON * a["slots"][i] * m.usd_per_chip_hour[a["hardware"][i]] * m.x[i] for i in m.R)
+    cost = fleet_usd_per_hour(m) + chip_usd
+    if m._elastic:
+        hw = m._data.hardware
+        short = sum(m.extra_units[h] / max(1, hw[h].max_units or 1) for h in m.H)
+        if m._data.power_kw is not None:
+            short += m.extra_kw / m.power_limit_kw
+        if m._data.budget_usd_per_hour is not None:
+            short += m.extra_usd / m.budget_usd_per_hour
+        cost = ELASTIC_WEIGHT * short + cost / 1e6
+    m.cost = pyo.Objective(expr=cost, sense=pyo.minimize)

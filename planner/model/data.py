@@ -1,0 +1,130 @@
+"""Data the MILP is built from: candidate rows plus per-hardware and per-workload figures, in SI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from planner.catalog.scenario import ResolvedScenario
+from planner.catalog.schemas import HardwareSpec
+from planner.errors import InputError
+from planner.perf.candidates import CandidateTable
+from planner.units import GB
+
+POWER_OVERHEAD_WHEN_ONLY_TDP = 1.5
+"""All-in power per chip (host, network, cooling share) over the chip's TDP where only the TDP is known."""
+
+
+@dataclass(frozen=True)
+class HardwareData:
+    id: str
+    unit_kind: str
+    chips_per_unit: int
+    usd_per_chip_hour: float
+    kw_per_chip: float | None
+    power_assumed: bool
+    max_units: int | None
+
+    @property
+    def usd_per_unit_hour(self) -> float:
+        return self.usd_per_chip_hour * self.chips_per_unit
+
+
+@dataclass(frozen=True)
+class WorkloadData:
+    name: str
+    requests_per_s: float
+    input_tokens: int
+    output_tokens: int
+    working_set_bytes: float
+    """Prefix KV the pools that reuse prefixes must hold, for the whole traffic."""
+
+
+@dataclass
+class PlanData:
+    rows: pd.DataFrame
+    """Candidate rows (index 0..n-1): workload, role, hardware, slots, requests_per_s,
+    prefix_tier, prefix_bytes_per_replica and the rest of the candidate table."""
+    hardware: dict[str, HardwareData]
+    workloads: dict[str, WorkloadData]
+    power_kw: float | None = None
+    budget_usd_per_hour: float | None = None
+    roles: tuple[str, ...] = ("aggregated",)
+    notes: list[str] = field(default_factory=list)
+
+
+def chip_power_kw(hw: HardwareSpec) -> tuple[float | None, bool]:
+    """All-in kW per chip and whether it was assumed from the TDP."""
+    if hw.power_all_in_kw is not None:
+        return hw.power_all_in_kw, False
+    if hw.power_w is not None:
+        return hw.power_w / 1000.0 * POWER_OVERHEAD_WHEN_ONLY_TDP, True
+    return None, False
+
+
+def drop_unpowered(rs: ResolvedScenario) -> tuple[ResolvedScenario, list[str]]:
+    """Under a power limit, hardware without any power figure cannot be checked. Listed explicitly in
+    the scenario it is an input error (raised by :func:`prepare`); picked by default (every priced
+    entry) it is left out, with a note."""
+    sc = rs.scenario
+    if sc.limits.power_kw is None or sc.hardware is not None:
+        return rs, []
+    keep = tuple(h for h in rs.hardware if chip_power_kw(h)[0] is not None)
+    gone = [h.id for h in rs.hardware if h not in keep]
+    if not gone or not keep:
+        return rs, []
+    note = f"left out under the power limit (no power figure in the catalog): {', '.join(gone)}"
+    prices = {h.id: rs.prices[h.id] for h in keep}
+    return replace(rs, hardware=keep, prices=prices), [note]
+
+
+def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
+    sc = rs.scenario
+    where = str(rs.path) if rs.path else f"scenario {sc.name}"
+    hardware = {}
+    notes = []
+    max_units = {k: v for k, v in sc.limits.max_units.items()}
+    for hw in rs.hardware:
+        kw, assumed = chip_power_kw(hw)
+        if kw is None and sc.limits.power_kw is not None:
+            raise InputError(
+                f"{where}: field 'limits.power_kw': {hw.id} has no power figure in its catalog entry; "
+                "drop it from 'hardware' or drop the power limit"
+            )
+        if assumed and sc.limits.power_kw is not None:
+            notes.append(f"{hw.id}: all-in power assumed {POWER_OVERHEAD_WHEN_ONLY_TDP}x its {hw.power_w:.0f} W TDP")
+        mu = None
+        for k, v in max_units.items():
+            if k == hw.id or k in hw.aliases:
+                mu = v
+        hardware[hw.id] = HardwareData(
+            hw.id, hw.purchase_unit.kind, hw.purchase_unit.chips_per_unit, rs.prices[hw.id], kw, assumed, mu
+        )
+    workloads = {
+        w.name: WorkloadData(
+            w.name,
+            w.requests_per_s,
+            w.input_tokens,
+            w.output_tokens,
+            w.prefix_cache.working_set_gb * GB if w.prefix_cache.hit_rate > 0 else 0.0,
+        )
+        for w in sc.workloads
+    }
+    rows = table.rows.reset_index(drop=True)
+    roles = tuple(r for r in ("aggregated", "prefill", "decode") if not rows.empty and (rows["role"] == r).any())
+    return PlanData(rows, hardware, workloads, sc.limits.power_kw, sc.limits.budget_usd_per_hour, roles, notes)
+
+
+def row_arrays(data: PlanData) -> dict[str, np.ndarray]:
+    r = data.rows
+    return {
+        "workload": r["workload"].astype(str).to_numpy(),
+        "role": r["role"].astype(str).to_numpy(),
+        "hardware": r["hardware"].astype(str).to_numpy(),
+        "slots": r["slots"].to_numpy(float),
+        "rate": r["requests_per_s"].to_numpy(float),
+        "prefix": (r["prefix_tier"].astype(str) != "none").to_numpy(),
+        "pcap": r["prefix_bytes_per_replica"].to_numpy(float),
+    }

@@ -1,0 +1,411 @@
+"""Plan a deployment end to end: candidates -> MILP -> solve -> plan, re-check, binding constraints
+with what relaxing each is worth, the runner-up, or a computed diagnosis when nothing is feasible.
+
+This is the library behind ``planner plan``; the CLI only parses flags and writes files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyomo.environ as pyo
+
+from planner.catalog.scenario import ResolvedScenario
+from planner.errors import InfeasibleError, SolverLimitError
+from planner.model import PlanData, build_model, prepare
+from planner.model.build import fleet_kw
+from planner.model.data import drop_unpowered
+from planner.perf.candidates import (
+    CandidatePool,
+    CandidateTable,
+    evaluate_candidates,
+    roles_for,
+    scenario_slos,
+    select_candidates,
+)
+from planner.results import SCHEMA_VERSION, Binding, Plan, RunnerUp, extract, recheck, solution_values
+from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
+
+RELAX = 0.10
+"""Relative relaxation used to price a binding constraint."""
+SENSITIVITY_TIME_LIMIT_S = 5.0
+
+
+@dataclass
+class PlanOptions:
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    mip_gap: float = DEFAULT_MIP_GAP
+    engine: str | None = None
+    analysis: bool = True
+    """Price the binding constraints and find the runner-up (extra solves)."""
+
+
+@dataclass
+class Planned:
+    plan: Plan
+    table: CandidateTable
+    data: PlanData
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
+    """Content hash of everything a plan depends on: the scenario, the model and hardware entries
+    (datasheet, price and fitted efficiency) and the plan schema version."""
+    doc = {
+        "schema": SCHEMA_VERSION,
+        "scenario": rs.scenario.model_dump(mode="json"),
+        "engine": engine,
+        "model": rs.model.model_dump(mode="json"),
+        "hardware": [h.model_dump(mode="json") for h in rs.hardware],
+        "prices": rs.prices,
+    }
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
+    opts = opts or PlanOptions()
+    t0 = time.perf_counter()
+    rs, notes = drop_unpowered(rs)
+    engine = opts.engine or rs.scenario.engine
+    pool = evaluate_candidates(rs, engine)
+    slos = scenario_slos(rs.scenario.workloads)
+    table = select_candidates(pool, slos)
+    t1 = time.perf_counter()
+    diagnose_candidates(rs, pool, table)
+    data = prepare(rs, table)
+    data.notes[:0] = notes
+    model = build_model(data)
+    t2 = time.perf_counter()
+    solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
+    res = solver.solve(model)
+    if res.status == "infeasible":
+        raise InfeasibleError(diagnose_limits(data, opts))
+    if not res.has_solution:
+        raise SolverLimitError(
+            f"no feasible plan found within --time-limit {opts.time_limit_s:g} s ({res.termination}); "
+            "raise --time-limit or loosen --mip-gap"
+        )
+    x, u = solution_values(model)
+    plan = extract(rs, data, x, u, res)
+    plan.scenario["input_hash"] = input_hash(rs, engine)
+    plan.scenario["engine"] = engine
+    plan.solver.mip_gap_target = opts.mip_gap
+    plan.solver.time_limit_s = opts.time_limit_s
+    plan.solver.candidates_s = t1 - t0
+    plan.solver.build_s = t2 - t1
+    plan.solver.candidates = {"evaluated": table.evaluated, "kept": len(table.rows), **{f"dropped_{k}": v for k, v in table.dropped.items()}}
+    t3 = time.perf_counter()
+    if opts.analysis:
+        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts)
+        plan.binding_constraints = binding_constraints(ctx)
+        t = time.perf_counter()
+        plan.runner_up = runner_up(ctx)
+        ctx.log.append(("runner_up", "", time.perf_counter() - t))
+    plan.assumptions += assumptions(rs, engine)
+    plan.sources = sources(rs)
+    plan.recheck = recheck(plan, rs)
+    t4 = time.perf_counter()
+    timings = {"candidates_s": t1 - t0, "build_s": t2 - t1, "solve_s": res.wall_s, "analysis_s": t4 - t3, "total_s": t4 - t0}
+    return Planned(plan, table, data, timings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Diagnosis
+
+
+def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: CandidateTable) -> None:
+    """Raise :class:`InfeasibleError` when some workload has no serving option at all, naming the
+    limit (memory, TPOT, TTFT) and how far the best option is from it."""
+    roles = roles_for(rs.scenario.serving)
+    for w in rs.scenario.workloads:
+        rows = table.rows[table.rows["workload"] == w.name] if not table.rows.empty else table.rows
+        have = set(rows["role"].astype(str)) if len(rows) else set()
+        if "aggregated" in have or {"prefill", "decode"} <= have:
+            continue
+        where = f"workload '{w.name}'"
+        hw = ", ".join(h.id for h in rs.hardware)
+        allr = pool.rows[pool.rows["workload"] == w.name] if not pool.rows.empty else pool.rows
+        if allr.empty:
+            raise InfeasibleError(
+                f"{where}: no layout of {rs.model.id} fits in memory on {hw} (weights "
+                f"{', '.join(rs.weights)}, KV {', '.join(rs.scenario.kv_cache)}, up to the largest layout); "
+                "allow more hardware, a smaller weight format or a shorter context"
+            )
+        needs = [r for r in roles if r != "prefill"]
+        gen = allr[allr["role"].isin(needs)]
+        best_tpot = gen.loc[gen["tpot_s"].idxmin()] if len(gen) else None
+        if best_tpot is not None and best_tpot["tpot_s"] > w.slo.tpot_ms / 1e3:
+            raise InfeasibleError(
+                f"{where}: slo.tpot_ms {w.slo.tpot_ms:g} is below every layout's TPOT; the fastest is "
+                f"{best_tpot['tpot_s'] * 1e3:.1f} ms ({_describe(best_tpot)}); relax slo.tpot_ms to at least "
+                f"{np.ceil(best_tpot['tpot_s'] * 1e4) / 10:g}"
+            )
+        first = allr[allr["role"].isin([r for r in roles if r != "decode"])]
+        first = first[(first["role"] == "prefill") | (first["tpot_s"] <= w.slo.tpot_ms / 1e3)]
+        if len(first):
+            b = first.loc[first["ttft_s"].idxmin()]
+            raise InfeasibleError(
+                f"{where}: slo.ttft_ms {w.slo.ttft_ms:g} is below every layout's TTFT at this TPOT; the fastest is "
+                f"{b['ttft_s'] * 1e3:.0f} ms ({_describe(b)}); relax slo.ttft_ms to at least {np.ceil(b['ttft_s'] * 1e3):g}"
+            )
+        raise InfeasibleError(f"{where}: no serving option meets both SLOs; relax slo.ttft_ms or slo.tpot_ms")
+
+
+def _describe(r) -> str:
+    return (
+        f"{r['role']} on {r['hardware']}, tp{int(r['tp'])} ep{int(r['ep'])} pp{int(r['pp'])} dp{int(r['dp'])}, "
+        f"batch {int(r['batch'])}, {r['weights_dtype']} weights"
+    )
+
+
+def diagnose_limits(data: PlanData, opts: PlanOptions) -> str:
+    """Elastic relaxation: every limit gets a priced slack; the cheapest way back to feasibility says
+    which limits are short and by how much."""
+    m = build_model(data, elastic=True)
+    res = Solver(time_limit_s=opts.time_limit_s, mip_gap=1e-6).solve(m)
+    if not res.has_solution:
+        return "no plan meets the demand within the limits, and the elastic relaxation found none either"
+    parts = []
+    if data.power_kw is not None and pyo.value(m.extra_kw) > 1e-6:
+        need = pyo.value(fleet_kw(m))
+        parts.append(
+            f"limits.power_kw: serving the demand needs {need:,.0f} kW, the limit is {data.power_kw:,.0f} kW "
+            f"(short by {need - data.power_kw:,.0f} kW)"
+        )
+    if data.budget_usd_per_hour is not None and pyo.value(m.extra_usd) > 1e-6:
+        cost = sum(pyo.value(m.u[h]) * data.hardware[h].usd_per_unit_hour for h in m.H)
+        parts.append(
+            f"limits.budget_usd_per_hour: the cheapest fleet within the other limits costs ${cost:,.2f}/h, "
+            f"the budget is ${data.budget_usd_per_hour:,.2f}/h (short by ${cost - data.budget_usd_per_hour:,.2f}/h)"
+        )
+    for h, hd in data.hardware.items():
+        if hd.max_units is not None and pyo.value(m.extra_units[h]) > 1e-6:
+            need = int(round(pyo.value(m.u[h])))
+            parts.append(f"limits.max_units.{h}: needs {need} {hd.unit_kind}s, {hd.max_units} allowed (short by {need - hd.max_units})")
+    if not parts:
+        return "no plan meets the demand within the limits (the relaxation found no single limit to blame)"
+    return "infeasible: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis: binding constraints and the runner-up
+
+
+@dataclass
+class _Ctx:
+    rs: ResolvedScenario
+    pool: CandidatePool
+    data: PlanData
+    model: pyo.ConcreteModel
+    solver: Solver
+    res: SolveResult
+    plan: Plan
+    opts: PlanOptions
+    log: list = field(default_factory=list)
+
+    @property
+    def cost(self) -> float:
+        return self.plan.objective.usd_per_hour
+
+    def resolve_with(self, param, value) -> float | None:
+        """Fleet $/h with one mutable parameter changed (then restored)."""
+        old = pyo.value(param)
+        param.set_value(value)
+        try:
+            r = self._quick().solve(self.model)
+            return _fleet_cost(self.model, self.data) if r.has_solution else None
+        finally:
+            param.set_value(old)
+
+    def _quick(self) -> Solver:
+        return Solver(time_limit_s=min(self.opts.time_limit_s, SENSITIVITY_TIME_LIMIT_S), mip_gap=max(self.opts.mip_gap, 1e-4))
+
+    def admits_cheaper(self, workload: str, slo: tuple[float, float]) -> bool:
+        """Whether a looser SLO admits a row cheaper per request/s than the dearest pool of that
+        workload and role in the plan (if not, re-solving cannot pay off and is skipped)."""
+        r = self.pool.rows
+        r = r[r["workload"] == workload]
+        cur = scenario_slos(self.rs.scenario.workloads)[workload]
+        new = (r["ttft_s"] <= slo[0]) & (r["tpot_s"] <= slo[1]) & ~((r["ttft_s"] <= cur[0]) & (r["tpot_s"] <= cur[1]))
+        for p in self.plan.pools:
+            if p.workload != workload:
+                continue
+            per = p.usd_per_hour / max(p.predicted.requests_per_s, 1e-12)
+            cand = r[new & (r["role"] == p.role)]
+            if len(cand) and (cand["usd_per_rps"] < per).any():
+                return True
+        return False
+
+    def cost_with_slos(self, slos) -> float | None:
+        table = select_candidates(self.pool, slos)
+        if table.rows.empty:
+            return None
+        data = prepare(self.rs, table)
+        m = build_model(data)
+        r = self._quick().solve(m)
+        return _fleet_cost(m, data) if r.has_solution else None
+
+
+def _fleet_cost(m, data: PlanData) -> float:
+    return float(sum(round(pyo.value(m.u[h])) * data.hardware[h].usd_per_unit_hour for h in m.H))
+
+
+def _saved(base: float, new: float | None) -> float | None:
+    if new is None:
+        return None
+    return max(base - new, 0.0)
+
+
+def binding_constraints(ctx: _Ctx) -> list[Binding]:
+    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (re-solved)."""
+    out: list[Binding] = []
+    plan, data, m, sc = ctx.plan, ctx.data, ctx.model, ctx.rs.scenario
+    base = ctx.cost
+    for w in sc.workloads:
+        slos = scenario_slos(sc.workloads)
+        for which, k, unit, scale in (("tpot", 1, "ms", 1e3), ("ttft", 0, "ms", 1e3)):
+            relaxed = dict(slos)
+            lim = list(relaxed[w.name])
+            lim[k] *= 1 + RELAX
+            relaxed[w.name] = tuple(lim)
+            if not ctx.admits_cheaper(w.name, relaxed[w.name]):
+                continue
+            t = time.perf_counter()
+            saved = _saved(base, ctx.cost_with_slos(relaxed))
+            ctx.log.append((which, w.name, time.perf_counter() - t))
+            wo = next(o for o in plan.workloads if o.name == w.name)
+            got = wo.tpot_s if which == "tpot" else wo.ttft_s
+            if saved and saved > 1e-6 * base:
+                out.append(Binding(
+                    name=f"slo.{which}.{w.name}",
+                    detail=f"{w.name}: {which.upper()} {got * scale:,.1f} {unit} against a {slos[w.name][k] * scale:,.0f} {unit} target; "
+                    f"{RELAX:.0%} looser saves ${saved:,.2f}/h",
+                    usd_per_hour_saved=saved,
+                ))
+        t = time.perf_counter()
+        saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX)))
+        ctx.log.append(("demand", w.name, time.perf_counter() - t))
+        out.append(Binding(
+            name=f"demand.{w.name}",
+            detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic saves ${saved or 0:,.2f}/h",
+            usd_per_hour_saved=saved,
+        ))
+        wo = next(o for o in plan.workloads if o.name == w.name)
+        if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
+            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX)))
+            if saved and saved > 1e-6 * base:
+                out.append(Binding(
+                    name=f"prefix_cache.{w.name}",
+                    detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller saves ${saved:,.2f}/h",
+                    usd_per_hour_saved=saved,
+                ))
+    if data.power_kw is not None:
+        kw = sum(g.kw or 0.0 for g in plan.units)
+        # With more than one unit's worth of slack, more power cannot change the plan.
+        unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
+        saved = _saved(base, ctx.resolve_with(m.power_limit_kw, data.power_kw * (1 + RELAX))) if kw + unit_kw > data.power_kw else 0.0
+        if (saved and saved > 1e-6 * base) or kw > data.power_kw * 0.98:
+            out.append(Binding(
+                name="limits.power_kw",
+                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power saves ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved,
+            ))
+    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
+        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
+    for h, hd in data.hardware.items():
+        if hd.max_units is None:
+            continue
+        used = next((g.count for g in plan.units if g.hardware == h), 0)
+        more = max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))
+        saved = _saved(base, ctx.resolve_with(m.max_units[h], more)) if used >= hd.max_units else 0.0
+        if used >= hd.max_units or (saved and saved > 1e-6 * base):
+            out.append(Binding(
+                name=f"limits.max_units.{h}",
+                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} saves ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved,
+            ))
+    idle = [(g, g.chips - g.chips_used) for g in plan.units if g.chips > g.chips_used]
+    if idle:
+        usd = sum(g.usd_per_hour * n / g.chips for g, n in idle)
+        what = ", ".join(f"{n} of {g.chips} {g.hardware} chips" for g, n in idle)
+        out.append(Binding(name="whole_units", detail=f"units are bought whole: {what} idle (${usd:,.2f}/h)", usd_per_hour_saved=None))
+    out.sort(key=lambda b: -(b.usd_per_hour_saved or 0.0))
+    return out
+
+
+def runner_up(ctx: _Ctx) -> RunnerUp | None:
+    """The cheapest plan without the hardware that carries most of the winner's cost."""
+    plan = ctx.plan
+    if not plan.units:
+        return None
+    main = max(plan.units, key=lambda g: g.usd_per_hour).hardware
+    m = ctx.model
+    m.u[main].fix(0)
+    try:
+        r = ctx._quick().solve(m)
+        if not r.has_solution:
+            return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
+        usd = _fleet_cost(m, ctx.data)
+        x, u = solution_values(m)
+        hws = sorted(h for h, k in u.items() if k > 0)
+        tokens = sum(w.requests_per_s * (w.input_tokens + w.output_tokens) for w in ctx.rs.scenario.workloads)
+        rows = ctx.data.rows
+        desc = "; ".join(
+            f"{n} x {rows.loc[i, 'role']} {rows.loc[i, 'hardware']} tp{rows.loc[i, 'tp']} ep{rows.loc[i, 'ep']} "
+            f"pp{rows.loc[i, 'pp']} dp{rows.loc[i, 'dp']} batch {rows.loc[i, 'batch']} ({rows.loc[i, 'workload']})"
+            for i, n in sorted(x.items())
+        )
+        units = ", ".join(f"{u[h]} x {h}" for h in hws)
+        return RunnerUp(
+            excluded=main,
+            status=r.status,
+            usd_per_hour=usd,
+            usd_per_mtok=usd / (tokens * 3600 / 1e6),
+            hardware=hws,
+            summary=f"{units}: {desc}",
+        )
+    finally:
+        m.u[main].unfix()
+
+
+def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
+    sc = rs.scenario
+    out = [
+        f"Utilisation cap {sc.utilisation_cap:g}: every pool is sized to run at most {sc.utilisation_cap:.0%} busy (queueing headroom).",
+        "Replicas of different workloads do not share a pool; prefixes are routed by family to the pools that cache them.",
+        "Prefix KV loaded from host DRAM or flash overlaps with the prefill of the new tokens layer by layer.",
+        "KV spilled to host DRAM crosses the host link on every decode step, added to the step time.",
+        "Disaggregated prefill ships each prompt's KV to its decode pool over scale-up inside a rack-scale domain, else scale-out.",
+        f"Efficiency factors: fitted per hardware{f' for engine {engine}' if engine else ' (default engine mix)'}; see docs/validation.md for their error.",
+        "Costs are whole purchase units at the catalog (or scenario) price per chip-hour; $/M tokens split between input and output by the time each pool spends on them.",
+    ]
+    return out
+
+
+def sources(rs: ResolvedScenario) -> list[dict]:
+    out = [{"id": rs.model.id, "kind": "model", "source": rs.model.source, "as_of": str(rs.model.as_of)}]
+    for h in rs.hardware:
+        price = h.price
+        out.append({
+            "id": h.id,
+            "kind": "hardware",
+            "source": h.source,
+            "as_of": str(h.as_of),
+            "usd_per_chip_hour": rs.prices[h.id],
+            "price_source": price.source if price and price.usd_per_chip_hour == rs.prices[h.id] else "scenario override",
+            "efficiency_source": h.efficiency.source,
+        })
+    return out
+
+
+def write_lp(rs: ResolvedScenario, path, *, engine: str | None = None) -> None:
+    """Write the scenario's MILP (LP format, readable names) without solving it."""
+    rs, notes = drop_unpowered(rs)
+    table = select_candidates(evaluate_candidates(rs, engine or rs.scenario.engine), scenario_slos(rs.scenario.workloads))
+    m = build_model(prepare(rs, table))
+    m.write(str(path), io_options={"symbolic_solver_labels": True})

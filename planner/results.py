@@ -1,0 +1,468 @@
+"""Solution -> :class:`Plan` (pydantic), packing of replicas into purchase units, and
+:func:`recheck`, which re-evaluates a plan with ``perf/`` alone.
+
+After :func:`extract` nothing here touches Pyomo again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Literal
+
+import numpy as np
+import pyomo.environ as pyo
+from pydantic import BaseModel, ConfigDict
+
+from planner.catalog.scenario import ResolvedScenario
+from planner.model.data import PlanData, chip_power_kw
+from planner.perf.candidates import evaluate_point, packing_domain
+from planner.perf.layout import Layout, check_layout
+from planner.solve import SolveResult
+from planner.units import HOUR_S, MTOK
+
+SCHEMA_VERSION = "1.0"
+REL_TOL = 1e-6
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Objective(_M):
+    usd_per_hour: float
+    usd_per_mtok: float
+    usd_per_mtok_input: float
+    usd_per_mtok_output: float
+
+
+class SolverInfo(_M):
+    status: str
+    termination: str
+    mip_gap: float | None
+    wall_s: float
+    mip_gap_target: float
+    time_limit_s: float
+    candidates_s: float = 0.0
+    build_s: float = 0.0
+    candidates: dict[str, int] = {}
+
+
+class UnitGroup(_M):
+    hardware: str
+    kind: str
+    count: int
+    chips: int
+    chips_used: int
+    usd_per_hour: float
+    kw: float | None
+
+
+class LayoutOut(_M):
+    tp: int
+    ep: int
+    pp: int
+    dp: int
+
+
+class Predicted(_M):
+    ttft_s: float
+    tpot_s: float
+    requests_per_s: float
+    input_tokens_per_s: float
+    output_tokens_per_s: float
+    requests_per_s_per_replica: float
+
+
+class MemoryPerChip(_M):
+    weights: float
+    kv: float
+    other: float
+    capacity: float
+    free: float
+    host_kv: float = 0.0
+
+
+class Pool(_M):
+    id: str
+    role: Literal["aggregated", "prefill", "decode"]
+    workload: str
+    hardware: str
+    replicas: int
+    chips_per_replica: int
+    slots_per_replica: float
+    layout: LayoutOut
+    scale_out: bool
+    batch: int
+    weights_dtype: str
+    kv_dtype: str
+    kv_tier: str
+    prefix_tier: str
+    prefix_cache_bytes_per_replica: float
+    bound: str
+    input_share: float
+    usd_per_hour: float
+    predicted: Predicted
+    memory_per_chip_bytes: MemoryPerChip
+
+
+class WorkloadOut(_M):
+    name: str
+    requests_per_s: float
+    served_requests_per_s: float
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float
+    tpot_s: float
+    slo_ttft_s: float
+    slo_tpot_s: float
+    serving: str
+    prefix_working_set_bytes: float
+    prefix_capacity_bytes: float
+
+
+class Binding(_M):
+    name: str
+    detail: str
+    usd_per_hour_saved: float | None = None
+
+
+class PlacedGroup(_M):
+    pool: str
+    replica: int
+    stage: int
+    chips: int
+
+
+class UnitPlacement(_M):
+    hardware: str
+    unit: int
+    domains: list[list[PlacedGroup]]
+
+
+class RunnerUp(_M):
+    excluded: str
+    status: str
+    usd_per_hour: float | None = None
+    usd_per_mtok: float | None = None
+    hardware: list[str] = []
+    summary: str = ""
+
+
+class Check(_M):
+    name: str
+    ok: bool
+    detail: str
+
+
+class Recheck(_M):
+    ok: bool
+    checks: list[Check]
+
+
+class Plan(_M):
+    schema_version: str = SCHEMA_VERSION
+    scenario: dict
+    status: Literal["optimal", "feasible", "infeasible"]
+    objective: Objective
+    solver: SolverInfo
+    units: list[UnitGroup]
+    pools: list[Pool]
+    workloads: list[WorkloadOut]
+    binding_constraints: list[Binding] = []
+    runner_up: RunnerUp | None = None
+    placement: list[UnitPlacement] = []
+    assumptions: list[str] = []
+    sources: list[dict] = []
+    recheck: Recheck | None = None
+
+
+def solution_values(model) -> tuple[dict[int, int], dict[str, int]]:
+    """Integer replicas per row and units per hardware from a solved model."""
+    x = {int(i): int(round(pyo.value(model.x[i]))) for i in model.R if (pyo.value(model.x[i]) or 0) > 0.5}
+    u = {h: int(round(pyo.value(model.u[h]) or 0)) for h in model.H}
+    return x, u
+
+
+def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str, int], solve: SolveResult) -> Plan:
+    """Plan from integer replicas per candidate row and units per hardware."""
+    sc = rs.scenario
+    rows = data.rows
+    hw_by_id = {h.id: h for h in rs.hardware}
+    pools: list[Pool] = []
+    for i, n in sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0])):
+        r = rows.loc[i]
+        w = next(w for w in sc.workloads if w.name == r["workload"])
+        role = str(r["role"])
+        rate = float(r["requests_per_s"])
+        I = w.input_tokens * (1.0 - (w.prefix_cache.hit_rate if str(r["prefix_tier"]) != "none" else 0.0))
+        pid = f"{w.name}-{role}-{len([p for p in pools if p.workload == w.name and p.role == role]) + 1}"
+        pools.append(
+            Pool(
+                id=pid,
+                role=role,
+                workload=w.name,
+                hardware=str(r["hardware"]),
+                replicas=n,
+                chips_per_replica=int(r["chips"]),
+                slots_per_replica=float(r["slots"]),
+                layout=LayoutOut(tp=int(r["tp"]), ep=int(r["ep"]), pp=int(r["pp"]), dp=int(r["dp"])),
+                scale_out=bool(r["scale_out"]),
+                batch=int(r["batch"]),
+                weights_dtype=str(r["weights_dtype"]),
+                kv_dtype=str(r["kv_dtype"]),
+                kv_tier=str(r["kv_tier"]),
+                prefix_tier=str(r["prefix_tier"]),
+                prefix_cache_bytes_per_replica=float(r["prefix_bytes_per_replica"]),
+                bound=str(r["bound"]),
+                input_share=float(r["input_share"]),
+                usd_per_hour=0.0,
+                predicted=Predicted(
+                    ttft_s=float(r["ttft_s"]),
+                    tpot_s=float(r["tpot_s"]),
+                    requests_per_s=rate * n,
+                    input_tokens_per_s=rate * n * I if role != "decode" else 0.0,
+                    output_tokens_per_s=rate * n * w.output_tokens if role != "prefill" else 0.0,
+                    requests_per_s_per_replica=rate,
+                ),
+                memory_per_chip_bytes=MemoryPerChip(
+                    weights=float(r["weight_bytes_per_chip"]),
+                    kv=float(r["kv_bytes_per_chip"]),
+                    other=float(r["other_bytes_per_chip"]),
+                    capacity=float(r["hbm_bytes_per_chip"]),
+                    free=float(r["hbm_bytes_per_chip"] - r["weight_bytes_per_chip"] - r["kv_bytes_per_chip"] - r["other_bytes_per_chip"]),
+                    host_kv=float(r["host_kv_bytes_per_chip"]),
+                ),
+            )
+        )
+    placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
+    assumptions = list(data.notes)
+    for h, k in needed.items():
+        if k > u.get(h, 0):
+            assumptions.append(f"{h}: placing the replicas took {k} units where the MILP counted {u.get(h, 0)}; the plan buys {k}")
+            u[h] = k
+    units = []
+    for h, k in u.items():
+        if k <= 0:
+            continue
+        hd = data.hardware[h]
+        used = sum(p.chips_per_replica * p.replicas for p in pools if p.hardware == h)
+        units.append(
+            UnitGroup(
+                hardware=h,
+                kind=hd.unit_kind,
+                count=k,
+                chips=k * hd.chips_per_unit,
+                chips_used=used,
+                usd_per_hour=k * hd.usd_per_unit_hour,
+                kw=None if hd.kw_per_chip is None else k * hd.chips_per_unit * hd.kw_per_chip,
+            )
+        )
+    usd = sum(g.usd_per_hour for g in units)
+    # Apportion each hardware's cost to its pools by the unit capacity they occupy (idle share pro rata).
+    for g in units:
+        mine = [p for p in pools if p.hardware == g.hardware]
+        slots = sum(p.slots_per_replica * p.replicas for p in mine)
+        for p in mine:
+            p.usd_per_hour = g.usd_per_hour * p.slots_per_replica * p.replicas / slots if slots else 0.0
+    objective = _objective(sc.workloads, pools, usd)
+    workloads = [_workload_out(w, pools) for w in sc.workloads]
+    status = solve.status if solve.status in ("optimal", "feasible") else "feasible"
+    return Plan(
+        scenario={"name": sc.name, "model": rs.model.id, "path": str(rs.path) if rs.path else None},
+        status=status,
+        objective=objective,
+        solver=SolverInfo(
+            status=solve.status,
+            termination=solve.termination,
+            mip_gap=solve.mip_gap,
+            wall_s=solve.wall_s,
+            mip_gap_target=0.0,
+            time_limit_s=0.0,
+        ),
+        units=units,
+        pools=pools,
+        workloads=workloads,
+        placement=placement,
+        assumptions=assumptions,
+    )
+
+
+def _objective(workloads, pools: list[Pool], usd: float) -> Objective:
+    tin = sum(w.requests_per_s * w.input_tokens for w in workloads)
+    tout = sum(w.requests_per_s * w.output_tokens for w in workloads)
+    cin = sum(p.usd_per_hour * p.input_share for p in pools)
+    cout = usd - cin
+    per = HOUR_S / MTOK
+    return Objective(
+        usd_per_hour=usd,
+        usd_per_mtok=usd / ((tin + tout) * per),
+        usd_per_mtok_input=cin / (tin * per) if tin else 0.0,
+        usd_per_mtok_output=cout / (tout * per) if tout else 0.0,
+    )
+
+
+def served_requests(pools: list[Pool], workload: str) -> tuple[float, float, float]:
+    """(aggregated, prefill, decode) request capacity of a workload's pools."""
+    tot = {"aggregated": 0.0, "prefill": 0.0, "decode": 0.0}
+    for p in pools:
+        if p.workload == workload:
+            tot[p.role] += p.predicted.requests_per_s
+    return tot["aggregated"], tot["prefill"], tot["decode"]
+
+
+def _workload_out(w, pools: list[Pool]) -> WorkloadOut:
+    mine = [p for p in pools if p.workload == w.name]
+    agg, pre, dec = served_requests(pools, w.name)
+    ttft = max([p.predicted.ttft_s for p in mine if p.role != "decode"], default=0.0)
+    tpot = max([p.predicted.tpot_s for p in mine if p.role != "prefill"], default=0.0)
+    roles = {p.role for p in mine}
+    serving = "aggregated" if roles == {"aggregated"} else "disaggregated" if "aggregated" not in roles else "mixed"
+    ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
+    return WorkloadOut(
+        name=w.name,
+        requests_per_s=w.requests_per_s,
+        served_requests_per_s=agg + min(pre, dec),
+        input_tokens=w.input_tokens,
+        output_tokens=w.output_tokens,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        slo_ttft_s=w.slo.ttft_ms / 1e3,
+        slo_tpot_s=w.slo.tpot_ms / 1e3,
+        serving=serving,
+        prefix_working_set_bytes=ws,
+        prefix_capacity_bytes=sum(p.prefix_cache_bytes_per_replica * p.replicas for p in mine if p.prefix_tier != "none"),
+    )
+
+
+def pack(pools: list[Pool], hardware: dict) -> tuple[list[UnitPlacement], dict[str, int]]:
+    """Place every replica's stage groups (``tp * dp`` chips each) into packing domains, first fit
+    by decreasing size, then domains into purchase units. Returns the map and the units it needs."""
+    out: list[UnitPlacement] = []
+    needed: dict[str, int] = {}
+    for h, hw in hardware.items():
+        D = packing_domain(hw)
+        per_unit = hw.purchase_unit.chips_per_unit // D
+        items = []
+        for p in pools:
+            if p.hardware != h:
+                continue
+            g = p.layout.tp * p.layout.dp
+            for rep in range(1, p.replicas + 1):
+                for st in range(1, p.layout.pp + 1):
+                    items.append((g, p.id, rep, st))
+        items.sort(key=lambda t: -t[0])
+        domains: list[list[PlacedGroup]] = []
+        free: list[int] = []
+        for g, pid, rep, st in items:
+            if g > D:
+                k = math.ceil(g / D)
+                left = g
+                for _ in range(k):
+                    domains.append([PlacedGroup(pool=pid, replica=rep, stage=st, chips=min(D, left))])
+                    free.append(D - min(D, left))
+                    left -= D
+                continue
+            for j, f in enumerate(free):
+                if f >= g:
+                    domains[j].append(PlacedGroup(pool=pid, replica=rep, stage=st, chips=g))
+                    free[j] -= g
+                    break
+            else:
+                domains.append([PlacedGroup(pool=pid, replica=rep, stage=st, chips=g)])
+                free.append(D - g)
+        n_units = math.ceil(len(domains) / per_unit) if domains else 0
+        needed[h] = n_units
+        for k in range(n_units):
+            out.append(UnitPlacement(hardware=h, unit=k + 1, domains=domains[k * per_unit : (k + 1) * per_unit]))
+    return out, needed
+
+
+def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
+    """Re-evaluate ``plan`` with ``perf/`` alone: every pool's layout is valid, fits in memory and
+    meets its workload's SLOs at the predicted rate; demand and prefix working sets are covered;
+    every replica sits in a purchase unit inside one scale-up domain; units, power, budget and
+    cost add up."""
+    sc = rs.scenario
+    hw_by_id = {h.id: h for h in rs.hardware}
+    wl = {w.name: w for w in sc.workloads}
+    checks: list[Check] = []
+
+    def add(name: str, ok: bool, detail: str) -> None:
+        checks.append(Check(name=name, ok=bool(ok), detail=detail))
+
+    for p in plan.pools:
+        hw = hw_by_id[p.hardware]
+        w = wl[p.workload]
+        lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.dp)
+        try:
+            check_layout(rs.model, lay)
+            add(f"{p.id}: layout", True, f"tp{lay.tp} ep{lay.ep} pp{lay.pp} dp{lay.dp} valid for {rs.model.id}")
+        except Exception as err:  # noqa: BLE001 - reported as a failed check
+            add(f"{p.id}: layout", False, str(err))
+            continue
+        ev = evaluate_point(
+            rs.model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
+            kv_tier=p.kv_tier, prefix_tier=p.prefix_tier, utilisation_cap=sc.utilisation_cap, engine=sc.engine,
+        )
+        if ev is None:
+            add(f"{p.id}: memory", False, "the layout does not fit this memory tier")
+            continue
+        used = ev["weight_bytes_per_chip"] + ev["kv_bytes_per_chip"] + ev["other_bytes_per_chip"]
+        add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
+            f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
+        if p.role != "prefill":
+            add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_ms / 1e3 * (1 + REL_TOL),
+                f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
+        if p.role != "decode":
+            add(f"{p.id}: ttft", ev["ttft_s"] <= w.slo.ttft_ms / 1e3 * (1 + REL_TOL),
+                f"{ev['ttft_s'] * 1e3:.0f} ms <= {w.slo.ttft_ms:g} ms")
+        same = math.isclose(ev["requests_per_s"] * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
+        add(f"{p.id}: rate", same, f"{ev['requests_per_s'] * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
+    for w in sc.workloads:
+        agg, pre, dec = served_requests(plan.pools, w.name)
+        served = agg + min(pre, dec)
+        add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL),
+            f"{served:.2f} req/s capacity for {w.requests_per_s:g} req/s")
+        ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
+        reuse = [p for p in plan.pools if p.workload == w.name and p.prefix_tier != "none"]
+        if ws > 0 and reuse:
+            share = sum(p.predicted.requests_per_s for p in reuse) / w.requests_per_s
+            have = sum(p.prefix_cache_bytes_per_replica * p.replicas for p in reuse)
+            add(f"{w.name}: prefix cache", have >= ws * share * (1 - REL_TOL),
+                f"{have / 1e9:.0f} GB held for {ws * share / 1e9:.0f} GB of prefixes")
+    # Placement: every group inside one domain, every replica placed, units as bought.
+    placed = defaultdict(int)
+    for up in plan.placement:
+        D = packing_domain(hw_by_id[up.hardware])
+        for dom in up.domains:
+            if sum(g.chips for g in dom) > D:
+                add(f"{up.hardware} unit {up.unit}: domain", False, f"{sum(g.chips for g in dom)} chips in a {D}-chip domain")
+            for g in dom:
+                placed[(g.pool, g.replica, g.stage)] += g.chips
+    missing = [
+        f"{p.id}#{r}" for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)
+        if placed[(p.id, r, s)] != p.layout.tp * p.layout.dp
+    ]
+    add("placement", not missing, "every stage group placed whole" if not missing else f"misplaced: {', '.join(missing[:5])}")
+    for g in plan.units:
+        hw = hw_by_id[g.hardware]
+        n = sum(1 for up in plan.placement if up.hardware == g.hardware)
+        add(f"{g.hardware}: units", n <= g.count, f"{n} units hold the replicas, {g.count} bought")
+        cost = g.count * hw.purchase_unit.chips_per_unit * rs.prices[g.hardware]
+        add(f"{g.hardware}: cost", math.isclose(cost, g.usd_per_hour, rel_tol=1e-9), f"{g.count} x {hw.purchase_unit.chips_per_unit} chips x ${rs.prices[g.hardware]:.2f}")
+        mu = next((v for k, v in sc.limits.max_units.items() if k == g.hardware or k in hw.aliases), None)
+        if mu is not None:
+            add(f"{g.hardware}: inventory", g.count <= mu, f"{g.count} of {mu} units")
+    total = sum(g.usd_per_hour for g in plan.units)
+    add("objective", math.isclose(total, plan.objective.usd_per_hour, rel_tol=1e-9), f"${total:,.2f}/h")
+    if sc.limits.power_kw is not None:
+        kw = sum(g.chips * (chip_power_kw(hw_by_id[g.hardware])[0] or 0.0) for g in plan.units)
+        add("power", kw <= sc.limits.power_kw * (1 + REL_TOL), f"{kw:,.0f} of {sc.limits.power_kw:,.0f} kW")
+    if sc.limits.budget_usd_per_hour is not None:
+        add("budget", total <= sc.limits.budget_usd_per_hour * (1 + REL_TOL), f"${total:,.2f} of ${sc.limits.budget_usd_per_hour:,.2f}/h")
+    return Recheck(ok=all(c.ok for c in checks), checks=checks)
+
+
+def finite(x: float) -> float:
+    return float(x) if np.isfinite(x) else 0.0

@@ -1,0 +1,83 @@
+"""Solve a Pyomo model with HiGHS (through highspy, Pyomo's persistent interface): status, termination,
+objective, bound, MIP gap and wall time, always.
+
+Knows nothing of the physics; a :class:`Solver` keeps the HiGHS instance so that re-solves after a
+change of mutable parameters (sweeps, sensitivities) update the model instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pyomo.environ as pyo
+from pyomo.contrib.solver.common.factory import SolverFactory
+from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
+
+from planner.errors import PlannerError
+
+DEFAULT_MIP_GAP = 1e-4
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    status: str
+    """``optimal``, ``feasible`` (a plan, gap not closed), ``infeasible`` or ``limit`` (no plan yet)."""
+    termination: str
+    objective: float | None
+    bound: float | None
+    mip_gap: float | None
+    wall_s: float
+
+    @property
+    def has_solution(self) -> bool:
+        return self.status in ("optimal", "feasible")
+
+
+class Solver:
+    def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None):
+        self.time_limit_s = time_limit_s
+        self.mip_gap = mip_gap
+        self.threads = threads
+        self._opt = SolverFactory("highs")
+        if not self._opt.available():
+            raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
+
+    def solve(self, model: pyo.ConcreteModel) -> SolveResult:
+        t0 = time.perf_counter()
+        res = self._opt.solve(
+            model,
+            load_solutions=False,
+            raise_exception_on_nonoptimal_result=False,
+            time_limit=self.time_limit_s,
+            rel_gap=self.mip_gap,
+            threads=self.threads,
+        )
+        wall = time.perf_counter() - t0
+        term = res.termination_condition
+        sol = res.solution_status
+        has = sol in (SolutionStatus.optimal, SolutionStatus.feasible)
+        if has:
+            res.solution_loader.load_vars()
+        obj = res.incumbent_objective if has else None
+        bound = res.objective_bound
+        bound = None if bound is None or not math.isfinite(bound) else float(bound)
+        gap = None
+        if obj is not None and bound is not None:
+            gap = abs(obj - bound) / max(abs(obj), 1e-9)
+        if term in (TerminationCondition.provenInfeasible, TerminationCondition.locallyInfeasible,
+                    TerminationCondition.infeasibleOrUnbounded):
+            status = "infeasible"
+        elif has and term == TerminationCondition.convergenceCriteriaSatisfied:
+            status = "optimal"
+        elif has:
+            status = "feasible"
+        else:
+            status = "limit"
+        return SolveResult(status, term.name, None if obj is None else float(obj), bound, gap, wall)
+
+
+def solve(model: pyo.ConcreteModel, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP) -> SolveResult:
+    return Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(model)
