@@ -70,8 +70,9 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
 def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     opts = opts or PlanOptions()
     t0 = time.perf_counter()
-    rs, notes = drop_unpowered(rs)
     engine = opts.engine or rs.scenario.engine
+    digest = input_hash(rs, engine)
+    rs, notes = drop_unpowered(rs)
     pool = evaluate_candidates(rs, engine)
     slos = scenario_slos(rs.scenario.workloads)
     table = select_candidates(pool, slos)
@@ -92,7 +93,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
         )
     x, u = solution_values(model)
     plan = extract(rs, data, x, u, res)
-    plan.scenario["input_hash"] = input_hash(rs, engine)
+    plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
     plan.solver.mip_gap_target = opts.mip_gap
     plan.solver.time_limit_s = opts.time_limit_s
@@ -174,8 +175,8 @@ def diagnose_limits(data: PlanData, opts: PlanOptions) -> str:
     if data.power_kw is not None and pyo.value(m.extra_kw) > 1e-6:
         need = pyo.value(fleet_kw(m))
         parts.append(
-            f"limits.power_kw: serving the demand needs {need:,.0f} kW, the limit is {data.power_kw:,.0f} kW "
-            f"(short by {need - data.power_kw:,.0f} kW)"
+            f"limits.power_kw: serving the demand needs {need:,.1f} kW, the limit is {data.power_kw:,.1f} kW "
+            f"(short by {need - data.power_kw:,.1f} kW)"
         )
     if data.budget_usd_per_hour is not None and pyo.value(m.extra_usd) > 1e-6:
         cost = sum(pyo.value(m.u[h]) * data.hardware[h].usd_per_unit_hour for h in m.H)

@@ -10,7 +10,6 @@ import math
 from collections import defaultdict
 from typing import Literal
 
-import numpy as np
 import pyomo.environ as pyo
 from pydantic import BaseModel, ConfigDict
 
@@ -387,6 +386,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     hw_by_id = {h.id: h for h in rs.hardware}
     wl = {w.name: w for w in sc.workloads}
     checks: list[Check] = []
+    capacity: dict[tuple[str, str], float] = defaultdict(float)
 
     def add(name: str, ok: bool, detail: str) -> None:
         checks.append(Check(name=name, ok=bool(ok), detail=detail))
@@ -417,10 +417,11 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         if p.role != "decode":
             add(f"{p.id}: ttft", ev["ttft_s"] <= w.slo.ttft_ms / 1e3 * (1 + REL_TOL),
                 f"{ev['ttft_s'] * 1e3:.0f} ms <= {w.slo.ttft_ms:g} ms")
+        capacity[(p.workload, p.role)] += ev["requests_per_s"] * p.replicas
         same = math.isclose(ev["requests_per_s"] * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
         add(f"{p.id}: rate", same, f"{ev['requests_per_s'] * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
     for w in sc.workloads:
-        agg, pre, dec = served_requests(plan.pools, w.name)
+        agg, pre, dec = (capacity[(w.name, r)] for r in ("aggregated", "prefill", "decode"))
         served = agg + min(pre, dec)
         add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL),
             f"{served:.2f} req/s capacity for {w.requests_per_s:g} req/s")
@@ -440,10 +441,8 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
                 add(f"{up.hardware} unit {up.unit}: domain", False, f"{sum(g.chips for g in dom)} chips in a {D}-chip domain")
             for g in dom:
                 placed[(g.pool, g.replica, g.stage)] += g.chips
-    missing = [
-        f"{p.id}#{r}" for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)
-        if placed[(p.id, r, s)] != p.layout.tp * p.layout.dp
-    ]
+    expected = {(p.id, r, s): p.layout.tp * p.layout.dp for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)}
+    missing = [f"{k[0]}#{k[1]}" for k in expected.keys() | placed.keys() if placed.get(k, 0) != expected.get(k, 0)]
     add("placement", not missing, "every stage group placed whole" if not missing else f"misplaced: {', '.join(missing[:5])}")
     for g in plan.units:
         hw = hw_by_id[g.hardware]
@@ -462,7 +461,3 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     if sc.limits.budget_usd_per_hour is not None:
         add("budget", total <= sc.limits.budget_usd_per_hour * (1 + REL_TOL), f"${total:,.2f} of ${sc.limits.budget_usd_per_hour:,.2f}/h")
     return Recheck(ok=all(c.ok for c in checks), checks=checks)
-
-
-def finite(x: float) -> float:
-    return float(x) if np.isfinite(x) else 0.0

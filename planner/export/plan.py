@@ -26,6 +26,11 @@ def _usd(x: float) -> str:
     return f"${x:,.2f}"
 
 
+def _usd_tok(x: float) -> str:
+    """Dollars per million tokens: four decimals below a dollar (cents hide the differences)."""
+    return f"${x:,.4f}" if abs(x) < 1 else f"${x:,.2f}"
+
+
 def summary(plan: Plan) -> str:
     sc = plan.scenario
     o = plan.objective
@@ -38,7 +43,7 @@ def summary(plan: Plan) -> str:
     proof = "proven optimal" if plan.status == "optimal" else f"feasible, within {gap:.2%} of optimal" if gap is not None else "feasible"
     return (
         f"Serve {sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
-        f"{_usd(o.usd_per_mtok)} per million tokens ({_usd(o.usd_per_mtok_input)} input, {_usd(o.usd_per_mtok_output)} output); "
+        f"{_usd_tok(o.usd_per_mtok)} per million tokens ({_usd_tok(o.usd_per_mtok_input)} input, {_usd_tok(o.usd_per_mtok_output)} output); "
         f"{proof} (HiGHS, gap {gap if gap is not None else float('nan'):.1e}, {plan.solver.wall_s:.2f} s). "
         f"Every pool meets its workload's TTFT and TPOT targets at {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
         f"out of {plan.solver.candidates.get('evaluated', 0):,} evaluated."
@@ -65,7 +70,7 @@ def plan_markdown(plan: Plan) -> str:
         L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''} on {p.hardware}", ""]
         L.append(
             f"- layout: tp {lay.tp}, ep {lay.ep}, pp {lay.pp} pipeline stage{'s' if lay.pp != 1 else ''}, dp {lay.dp} "
-            f"= {p.chips_per_replica} chips per replica{' (TP x EP group over scale-out)' if p.scale_out else ''}"
+            f"= {p.chips_per_replica} chip{'s' if p.chips_per_replica != 1 else ''} per replica{' (TP x EP group over scale-out)' if p.scale_out else ''}"
         )
         L.append(f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}, KV cache {p.kv_dtype} in {p.kv_tier}; prefix cache: {p.prefix_tier}")
         host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
@@ -94,7 +99,10 @@ def plan_markdown(plan: Plan) -> str:
         )
     o = plan.objective
     L += ["", "## Cost per token", ""]
-    L.append(f"- {_usd(o.usd_per_mtok)} per million tokens overall; {_usd(o.usd_per_mtok_input)} per million input tokens, {_usd(o.usd_per_mtok_output)} per million output tokens.")
+    L.append(
+        f"- {_usd_tok(o.usd_per_mtok)} per million tokens overall; {_usd_tok(o.usd_per_mtok_input)} per million input tokens, "
+        f"{_usd_tok(o.usd_per_mtok_output)} per million output tokens."
+    )
     L += ["", "## What binds, and what relaxing it is worth", ""]
     if plan.binding_constraints:
         for b in plan.binding_constraints:
@@ -110,7 +118,7 @@ def plan_markdown(plan: Plan) -> str:
         r = plan.runner_up
         more = r.usd_per_hour - o.usd_per_hour
         L.append(
-            f"- Without {r.excluded}: {_usd(r.usd_per_hour)}/h ({_usd(r.usd_per_mtok)} per million tokens, "
+            f"- Without {r.excluded}: {_usd(r.usd_per_hour)}/h ({_usd_tok(r.usd_per_mtok)} per million tokens, "
             f"{_usd(more)}/h or {more / o.usd_per_hour:.1%} more): {r.summary}."
         )
     L += ["", "## Placement (replicas in purchase units)", ""]
@@ -151,7 +159,6 @@ def _placement_lines(plan: Plan) -> list[str]:
     """One line per run of identical units."""
     out: list[str] = []
     prev = None
-    start = 0
     runs = []
     for up in plan.placement:
         key = (up.hardware, tuple(tuple((g.pool, g.chips) for g in d) for d in up.domains))
@@ -160,7 +167,7 @@ def _placement_lines(plan: Plan) -> list[str]:
             continue
         prev = [key, up.unit, up.unit, up]
         runs.append(prev)
-    for key, a, b, up in runs:
+    for _key, a, b, up in runs:
         unit = next(g.kind for g in plan.units if g.hardware == up.hardware)
         name = f"{up.hardware} {unit} {a}" if a == b else f"{up.hardware} {unit}s {a}-{b} (each)"
         doms = []
@@ -168,12 +175,11 @@ def _placement_lines(plan: Plan) -> list[str]:
             counts: dict[tuple[str, int], int] = {}
             for g in d:
                 counts[(g.pool, g.chips)] = counts.get((g.pool, g.chips), 0) + 1
-            doms.append(" + ".join(f"{n} x {p} group ({c} chips)" for (p, c), n in counts.items()))
+            doms.append(" + ".join(f"{n} x {p} group ({c} chip{'s' if c != 1 else ''})" for (p, c), n in counts.items()))
         if len(doms) == 1:
             out.append(f"- {name}: {doms[0]}")
         else:
             out.append(f"- {name}: " + " | ".join(f"domain {i + 1}: {d}" for i, d in enumerate(doms)))
-        start += 1
     return out or ["- (empty)"]
 
 

@@ -1,0 +1,184 @@
+"""`make_plan` and `planner plan`: monotone optimum, re-check, diagnosis, exit codes, files, and the
+committed example plans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario
+from planner.errors import InfeasibleError, SolverLimitError
+from planner.planning import PlanOptions, input_hash, make_plan
+from planner.results import Plan, recheck
+from tests.conftest import ROOT
+
+QUICK = PlanOptions(analysis=False)
+
+
+def _scenario(catalog, **over):
+    base = {
+        "name": "t", "model": "llama-3.1-8b", "weights": ["bf16", "fp8"], "kv_cache": ["bf16"],
+        "hardware": ["h100-sxm", "h200-sxm"], "serving": ["aggregated", "disaggregated"],
+        "workloads": [{"name": "chat", "requests_per_s": 40, "input_tokens": 1000, "output_tokens": 200,
+                       "prefix_cache": {"hit_rate": 0.3, "working_set_gb": 50},
+                       "slo": {"ttft_ms": 1000, "tpot_ms": 30}}],
+    }
+    for k, v in over.items():
+        if k in ("requests_per_s", "slo"):
+            base["workloads"][0][k] = v
+        else:
+            base[k] = v
+    return resolve_scenario(Scenario.model_validate(base), catalog)
+
+
+def _usd(rs, opts=QUICK) -> float:
+    return make_plan(rs, opts).plan.objective.usd_per_hour
+
+
+@pytest.fixture(scope="module")
+def base_plan(catalog):
+    return make_plan(_scenario(catalog), PlanOptions())
+
+
+def test_plan_is_rechecked_and_consistent(base_plan):
+    p = base_plan.plan
+    assert p.status == "optimal" and p.recheck.ok, [c for c in p.recheck.checks if not c.ok]
+    assert p.solver.mip_gap is not None and p.solver.mip_gap <= 1e-4
+    assert sum(g.usd_per_hour for g in p.units) == pytest.approx(p.objective.usd_per_hour)
+    assert sum(pl.usd_per_hour for pl in p.pools) == pytest.approx(p.objective.usd_per_hour)
+    w = p.workloads[0]
+    assert w.served_requests_per_s >= w.requests_per_s
+    assert w.ttft_s <= w.slo_ttft_s and w.tpot_s <= w.slo_tpot_s
+    # Input and output $/Mtok recombine into the overall figure.
+    tin, tout = 40 * 1000, 40 * 200
+    o = p.objective
+    assert (o.usd_per_mtok_input * tin + o.usd_per_mtok_output * tout) == pytest.approx(o.usd_per_mtok * (tin + tout))
+    assert any(b.name == "demand.chat" for b in p.binding_constraints)
+    assert p.runner_up is not None and p.runner_up.excluded not in p.runner_up.hardware
+    assert p.runner_up.usd_per_hour >= p.objective.usd_per_hour
+
+
+def test_recheck_catches_a_tampered_plan(base_plan, catalog):
+    rs = _scenario(catalog)
+    bad = base_plan.plan.model_copy(deep=True)
+    pool = max(bad.pools, key=lambda q: q.replicas)
+    pool.replicas = 0
+    names = {c.name for c in recheck(bad, rs).checks if not c.ok}
+    assert "chat: demand" in names and "placement" in names
+    bad = base_plan.plan.model_copy(deep=True)
+    bad.pools[0].batch *= 4
+    assert not recheck(bad, rs).ok
+    bad = base_plan.plan.model_copy(deep=True)
+    bad.objective.usd_per_hour *= 0.5
+    assert "objective" in {c.name for c in recheck(bad, rs).checks if not c.ok}
+
+
+def test_wider_choice_never_costs_more(catalog):
+    base = _usd(_scenario(catalog))
+    assert _usd(_scenario(catalog, hardware=["h100-sxm", "h200-sxm", "b200-sxm"])) <= base + 1e-9
+    assert _usd(_scenario(catalog, slo={"ttft_ms": 2000, "tpot_ms": 60})) <= base + 1e-9
+    assert _usd(_scenario(catalog, requests_per_s=20)) <= base + 1e-9
+    assert _usd(_scenario(catalog, weights=["bf16"])) >= base - 1e-9
+
+
+def test_power_limit_is_respected_or_diagnosed(catalog):
+    hw = ["h100-sxm", "h200-sxm", "b200-sxm"]
+    free = make_plan(_scenario(catalog, model="llama-3.1-70b", hardware=hw, requests_per_s=200), QUICK).plan
+    kw = sum(g.kw for g in free.units)
+    same = make_plan(_scenario(catalog, model="llama-3.1-70b", hardware=hw, requests_per_s=200, limits={"power_kw": kw}), QUICK).plan
+    assert same.objective.usd_per_hour == pytest.approx(free.objective.usd_per_hour)
+    try:
+        tight = make_plan(
+            _scenario(catalog, model="llama-3.1-70b", hardware=hw, requests_per_s=200, limits={"power_kw": kw * 0.9}), QUICK
+        ).plan
+    except InfeasibleError as err:
+        assert "limits.power_kw: serving the demand needs" in str(err)
+    else:
+        assert sum(g.kw for g in tight.units) <= kw * 0.9 and tight.recheck.ok
+        assert tight.objective.usd_per_hour >= free.objective.usd_per_hour
+
+
+def test_diagnosis_names_the_limit(catalog):
+    with pytest.raises(InfeasibleError, match=r"slo.tpot_ms 1 is below every layout's TPOT; the fastest is"):
+        make_plan(_scenario(catalog, slo={"ttft_ms": 1000, "tpot_ms": 1}), QUICK)
+    with pytest.raises(InfeasibleError, match=r"limits.power_kw: serving the demand needs 13.8 kW, the limit is 1.0 kW \(short by 12.8 kW\)"):
+        make_plan(_scenario(catalog, limits={"power_kw": 1}), QUICK)
+    with pytest.raises(InfeasibleError, match=r"limits.max_units.h100-sxm: needs \d+ nodes, 0 allowed"):
+        make_plan(_scenario(catalog, hardware=["h100-sxm"], limits={"max_units": {"h100-sxm": 0}}), QUICK)
+
+
+def test_diagnosis_of_a_model_too_large(catalog, monkeypatch):
+    from planner.perf import candidates
+
+    monkeypatch.setattr(candidates, "MAX_CHIPS_PER_REPLICA", 8)  # 405B in bf16 (810 GB) > 8 x 80 GB
+    with pytest.raises(InfeasibleError, match=r"no layout of llama-3.1-405b fits in memory on h100-sxm"):
+        make_plan(_scenario(catalog, model="llama-3.1-405b", hardware=["h100-sxm"], weights=["bf16"]), QUICK)
+
+
+def test_solver_limit_without_a_plan_is_exit_3(catalog, monkeypatch):
+    from planner import planning
+    from planner.solve import SolveResult
+
+    monkeypatch.setattr(planning.Solver, "solve", lambda self, m: SolveResult("limit", "maxTimeLimit", None, None, None, 0.1))
+    with pytest.raises(SolverLimitError) as err:
+        make_plan(_scenario(catalog), QUICK)
+    assert err.value.exit_code == 3
+
+
+def _cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_cli_plan_writes_files_and_refuses_to_overwrite(tmp_path):
+    scen = ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml"
+    out = tmp_path / "p"
+    r = _cli("plan", str(scen), "--out", str(out), "--json", "--no-analysis")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("schema_version", "scenario", "status", "objective", "solver", "units", "pools", "workloads", "binding_constraints"):
+        assert key in doc
+    assert set(doc["pools"][0]) >= {"role", "workload", "hardware", "replicas", "chips_per_replica", "layout", "batch",
+                                    "weights_dtype", "kv_dtype", "kv_tier", "predicted", "memory_per_chip_bytes"}
+    assert json.loads((out / "plan.json").read_text()) == doc
+    assert (out / "plan.md").read_text().startswith("# Deployment plan: llama-70b-chat")
+    before = (out / "plan.json").read_text()
+    r = _cli("plan", str(scen), "--out", str(out), "--no-analysis")
+    assert r.returncode == 1 and "--force" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (out / "plan.json").read_text() == before
+
+
+def test_cli_plan_bad_input_and_infeasible_exit_codes(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml").read_text().replace("requests_per_s: 50", "requests_per_s: -5"))
+    r = _cli("plan", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 1 and "workloads.0.requests_per_s" in r.stderr and "Traceback" not in r.stderr
+    tight = tmp_path / "tight.yaml"
+    tight.write_text((ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml").read_text().replace("tpot_ms: 40", "tpot_ms: 2"))
+    r = _cli("plan", str(tight), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "slo.tpot_ms" in r.stderr and "Traceback" not in r.stderr
+
+
+EXAMPLES = sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("scen", EXAMPLES, ids=lambda p: p.stem)
+def test_committed_plans_parse_and_are_current(scen, catalog):
+    folder = ROOT / "plans" / scen.stem
+    plan = Plan.model_validate_json((folder / "plan.json").read_text())
+    rs = resolve_scenario(load_scenario(scen), catalog, scen)
+    assert plan.scenario["input_hash"] == input_hash(rs, rs.scenario.engine), (
+        f"plans/{scen.stem} is stale: regenerate with the command in plans/README.md"
+    )
+    assert plan.recheck.ok and plan.status == "optimal"
+    assert (folder / "plan.md").read_text().startswith(f"# Deployment plan: {rs.scenario.name}")
+
+
+def test_committed_plan_reproduces(catalog):
+    scen = ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml"
+    plan = Plan.model_validate_json((ROOT / "plans" / "llama-70b-chat" / "plan.json").read_text())
+    again = make_plan(resolve_scenario(load_scenario(scen), catalog, scen), QUICK).plan
+    assert again.objective.usd_per_hour == pytest.approx(plan.objective.usd_per_hour, rel=1e-9)
+    assert [(g.hardware, g.count) for g in again.units] == [(g.hardware, g.count) for g in plan.units]
