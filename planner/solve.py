@@ -45,8 +45,12 @@ class Solver:
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
 
-    def solve(self, model: pyo.ConcreteModel) -> SolveResult:
+    def solve(self, model: pyo.ConcreteModel, start: dict | None = None) -> SolveResult:
+        """Solve ``model``; ``start`` maps Pyomo variables to a feasible assignment handed to HiGHS
+        as its first incumbent (a MIP start)."""
         t0 = time.perf_counter()
+        if start:
+            self._with_start(start)
         res = self._opt.solve(
             model,
             load_solutions=False,
@@ -77,6 +81,30 @@ class Solver:
         else:
             status = "limit"
         return SolveResult(status, term.name, None if obj is None else float(obj), bound, gap, wall)
+
+    def _with_start(self, start: dict) -> None:
+        """Set the MIP start just before HiGHS runs (after Pyomo has loaded the model)."""
+        import highspy
+        import numpy as np
+
+        opt = self._opt
+        original = opt._solve
+
+        def solve_with_start():
+            cols = opt._pyomo_var_to_solver_var_map
+            idx = np.array([cols[id(v)] for v, _ in start.items()], dtype=np.int32)
+            val = np.array([float(x) for _, x in start.items()], dtype=np.double)
+            sol = highspy.HighsSolution()
+            n = opt._solver_model.getNumCol()
+            values = np.zeros(n)
+            values[idx] = val
+            sol.col_value = list(values)
+            sol.value_valid = True
+            opt._solver_model.setSolution(sol)
+            opt._solve = original
+            return original()
+
+        opt._solve = solve_with_start
 
 
 def solve(model: pyo.ConcreteModel, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP) -> SolveResult:
