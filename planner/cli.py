@@ -95,7 +95,7 @@ def plan(
     """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
     from planner.catalog.scenario import load_scenario, resolve_scenario
     from planner.export.plan import plan_json, write_plan
-    from planner.planning import PlanOptions, input_hash, make_plan, write_lp
+    from planner.planning import PlanOptions, input_hash, make_plan
 
     if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
         raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
@@ -106,8 +106,9 @@ def plan(
             _refuse_overwrite(f, force)
     if lp is not None:
         _refuse_overwrite(lp, force)
-        write_lp(rs, lp, engine=engine)
-    res = make_plan(rs, PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis))
+    opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
+                       lp_path=None if lp is None else str(lp))
+    res = make_plan(rs, opts)
     md, js = write_plan(res.plan, target, force=force)
     p = res.plan
     typer.echo(

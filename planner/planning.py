@@ -42,6 +42,8 @@ class PlanOptions:
     engine: str | None = None
     analysis: bool = True
     """Price the binding constraints and find the runner-up (extra solves)."""
+    lp_path: str | None = None
+    """Also write the MILP in LP format here (readable names), before solving."""
 
 
 @dataclass
@@ -81,6 +83,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     data = prepare(rs, table)
     data.notes[:0] = notes
     model = build_model(data)
+    if opts.lp_path is not None:
+        model.write(str(opts.lp_path), io_options={"symbolic_solver_labels": True})
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
     res = solver.solve(model)
@@ -104,9 +108,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     if opts.analysis:
         ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts)
         plan.binding_constraints = binding_constraints(ctx)
-        t = time.perf_counter()
         plan.runner_up = runner_up(ctx)
-        ctx.log.append(("runner_up", "", time.perf_counter() - t))
     plan.assumptions += assumptions(rs, engine)
     plan.sources = sources(rs)
     plan.recheck = recheck(plan, rs)
@@ -207,7 +209,6 @@ class _Ctx:
     res: SolveResult
     plan: Plan
     opts: PlanOptions
-    log: list = field(default_factory=list)
 
     @property
     def cost(self) -> float:
@@ -276,9 +277,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
             relaxed[w.name] = tuple(lim)
             if not ctx.admits_cheaper(w.name, relaxed[w.name]):
                 continue
-            t = time.perf_counter()
             saved = _saved(base, ctx.cost_with_slos(relaxed))
-            ctx.log.append((which, w.name, time.perf_counter() - t))
             wo = next(o for o in plan.workloads if o.name == w.name)
             got = wo.tpot_s if which == "tpot" else wo.ttft_s
             if saved and saved > 1e-6 * base:
@@ -288,9 +287,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                     f"{RELAX:.0%} looser saves ${saved:,.2f}/h",
                     usd_per_hour_saved=saved,
                 ))
-        t = time.perf_counter()
         saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX)))
-        ctx.log.append(("demand", w.name, time.perf_counter() - t))
         out.append(Binding(
             name=f"demand.{w.name}",
             detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic saves ${saved or 0:,.2f}/h",
@@ -403,10 +400,3 @@ def sources(rs: ResolvedScenario) -> list[dict]:
         })
     return out
 
-
-def write_lp(rs: ResolvedScenario, path, *, engine: str | None = None) -> None:
-    """Write the scenario's MILP (LP format, readable names) without solving it."""
-    rs, notes = drop_unpowered(rs)
-    table = select_candidates(evaluate_candidates(rs, engine or rs.scenario.engine), scenario_slos(rs.scenario.workloads))
-    m = build_model(prepare(rs, table))
-    m.write(str(path), io_options={"symbolic_solver_labels": True})

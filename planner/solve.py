@@ -106,6 +106,3 @@ class Solver:
 
         opt._solve = solve_with_start
 
-
-def solve(model: pyo.ConcreteModel, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP) -> SolveResult:
-    return Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(model)

@@ -135,8 +135,9 @@ def _cli(*args, cwd=ROOT):
 def test_cli_plan_writes_files_and_refuses_to_overwrite(tmp_path):
     scen = ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml"
     out = tmp_path / "p"
-    r = _cli("plan", str(scen), "--out", str(out), "--json", "--no-analysis")
+    r = _cli("plan", str(scen), "--out", str(out), "--json", "--no-analysis", "--lp", str(tmp_path / "m.lp"))
     assert r.returncode == 0, r.stderr
+    assert "unit_packing" in (tmp_path / "m.lp").read_text()
     doc = json.loads(r.stdout)
     for key in ("schema_version", "scenario", "status", "objective", "solver", "units", "pools", "workloads", "binding_constraints"):
         assert key in doc
