@@ -125,6 +125,99 @@ def plan(
 
 
 # --------------------------------------------------------------------------------------------------
+# experts
+# --------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def experts(
+    model: Annotated[str, typer.Option("--model", help="MoE model id.")],
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the expert-parallel group.")],
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node (node-spread term).")] = 8,
+    redundant: Annotated[str, typer.Option("--redundant", help="Redundant expert slots R, or 'auto'.")] = "auto",
+    load: Annotated[Path | None, typer.Option("--load", help="CSV expert,load or layer,expert,load.")] = None,
+    skew: Annotated[str, typer.Option("--skew", help="Synthetic power-law load without --load: zipf:S.")] = "zipf:1.0",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic load and the search.")] = 0,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.5, help="Seconds for the whole placement.")] = 10.0,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="GPU id: checks memory and bounds --redundant auto.")
+    ] = None,
+    merge_layers: Annotated[
+        bool, typer.Option("--one-placement", help="With a multi-layer CSV: one placement for all layers.")
+    ] = False,
+    map_file: Annotated[Path | None, typer.Option("--map", help="Write the placement map (JSON) here.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --map file.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Choose redundant experts and place them on GPUs (MILP), next to the greedy EPLB baseline."""
+    from planner.catalog.expert_loads import read_expert_loads
+    from planner.catalog.writer import atomic_write_text
+    from planner.experts import check_memory, check_shape, choose_redundant, place_layers, placement_map
+    from planner.perf.experts import parse_skew, zipf_loads
+    from planner.perf.params import model_stats
+
+    cat = _catalog()
+    m = cat.get_model(model)
+    if not m.is_moe:
+        raise InputError(f"--model {m.id}: a dense model has no experts to place")
+    hw = cat.get_hardware(hardware) if hardware else None
+    n_exp = m.architecture.moe.experts
+    if map_file is not None:
+        _refuse_overwrite(map_file, force)
+    if load is not None:
+        loads = read_expert_loads(load, n_exp)
+    else:
+        try:
+            s = parse_skew(skew)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        loads = {0: zipf_loads(n_exp, s, seed)}
+    if gpus < 1:
+        raise InputError("--gpus: must be at least 1")
+    common = dict(gpus_per_node=gpus_per_node, time_limit_s=time_limit, seed=seed, merge=merge_layers)
+    curve = rule = None
+    if redundant.strip().lower() == "auto":
+        choice = choose_redundant(loads, gpus, model=m, hw=hw, **common)
+        lp, curve, rule = choice.chosen, choice.curve, choice.rule
+    else:
+        try:
+            r = int(redundant)
+        except ValueError:
+            raise InputError(f"--redundant: expected a whole number or 'auto', got '{redundant}'") from None
+        check_shape(n_exp, gpus, r)
+        if hw is not None:
+            check_memory(m, hw, gpus, r)
+        lp = place_layers(loads, gpus, r, **common)
+    out = {"model": m.id, "load": str(load) if load else f"zipf:{parse_skew(skew)} seed {seed}", **lp.to_json()}
+    if curve is not None:
+        out["redundancy"] = {"rule": rule, "curve": curve}
+    if map_file is not None:
+        doc = placement_map(lp, model_id=m.id, moe_layers=model_stats(m).moe_layers)
+        atomic_write_text(map_file, json.dumps(doc) + "\n")
+        out["map_file"] = str(map_file)
+    if as_json:
+        _echo_json(out)
+        return
+    sv = out["solver"]
+    typer.echo(
+        f"{m.id}: {n_exp} experts + {out['redundant_experts']} redundant on {gpus} GPUs "
+        f"({out['slots_per_gpu']} slots each; {out['layers_placed']})"
+    )
+    typer.echo(f"  imbalance (max / mean GPU load), even split among copies:  MILP {out['imbalance']:.4f}   "
+               f"greedy EPLB {out['greedy_imbalance']:.4f}")
+    typer.echo(f"  same placements under a balancing router:               MILP {out['imbalance_balanced']:.4f}   "
+               f"greedy EPLB {out['greedy_imbalance_balanced']:.4f}")
+    typer.echo(f"  solver: {sv['status']}, gap {sv['mip_gap']:.4%}, {sv['wall_s']:.1f} s")
+    if curve is not None:
+        typer.echo(f"  --redundant auto: {rule}")
+        for c in curve:
+            extra = "" if c["extra_bytes_per_gpu"] is None else f", +{c['extra_bytes_per_gpu'] / 1e9:.2f} GB/GPU"
+            typer.echo(f"    R={c['redundant_experts']:>4}: imbalance {c['imbalance']:.4f} (greedy {c['greedy_imbalance']:.4f}){extra}")
+    if map_file is not None:
+        typer.echo(f"  wrote {map_file}")
+
+
+# --------------------------------------------------------------------------------------------------
 # roofline
 # --------------------------------------------------------------------------------------------------
 

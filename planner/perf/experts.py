@@ -78,11 +78,55 @@ def node_spread(placement: list[list[int]], gpus_per_node: int, experts: int) ->
     return float(np.mean([len(s) for s in nodes]))
 
 
-def expert_bytes(model) -> float:
-    """Bytes of one routed expert's weights in one MoE layer (gate/up/down) at the model's expert dtype."""
-    from planner.units import DTYPE_BYTES
+def expert_copy_bytes(model, weights: str | None = None) -> float:
+    """Bytes of one routed expert's weights across all MoE layers (one redundant slot per GPU costs
+    this much HBM on that GPU), at the model's expert format or ``weights``."""
+    from planner.perf.params import model_stats, resolve_dtypes
+    from planner.units import dtype_bytes
 
-    arch = model.architecture
-    mats = 3 if arch.ffn_gated else 2
-    dt = model.expert_weights_dtype or model.weights_dtype
-    return mats * arch.hidden_size * arch.moe.expert_intermediate * DTYPE_BYTES[dt]
+    s = model_stats(model)
+    _, expert_dtype = resolve_dtypes(model, weights)
+    return s.expert_params * s.moe_layers * dtype_bytes(expert_dtype)
+
+
+def parse_skew(text: str) -> float:
+    """``zipf:S`` -> S (``S >= 0``; 0 is uniform)."""
+    kind, _, val = text.partition(":")
+    try:
+        s = float(val)
+    except ValueError:
+        s = -1.0
+    if kind.strip().lower() != "zipf" or not (0.0 <= s <= 5.0):
+        raise ValueError(f"--skew: expected zipf:S with 0 <= S <= 5 (e.g. zipf:1.0), got '{text}'")
+    return s
+
+
+def swap_descent(weights: np.ndarray, placement: list[list[int]], max_steps: int = 10_000) -> list[list[int]]:
+    """Local search under even split: swap one copy on the busiest GPU with one copy elsewhere
+    whenever that lowers the larger of the two GPUs' loads below the busiest load; stop at a local
+    optimum. ``weights[e]`` is the load of one copy of expert ``e`` (its load / copies)."""
+    P = np.array(placement, dtype=int)  # G x S
+    G, S = P.shape
+    q = np.asarray(weights, dtype=float)
+    L = q[P].sum(axis=1)
+    for _ in range(max_steps):
+        g = int(np.argmax(L))
+        a = q[P[g]]  # S
+        b = q[P]  # G x S
+        delta = b[None, :, :] - a[:, None, None]  # (S, G, S): new_g = L[g] + delta; new_h = L[h] - delta
+        new_g = L[g] + delta
+        new_h = L[None, :, None] - delta
+        cost = np.maximum(new_g, new_h)
+        cost[:, g, :] = np.inf
+        # a copy may not land on a GPU that already holds its expert
+        on_g = np.isin(P, P[g])  # G x S: expert of (h, j) already on g
+        cost[:, on_g] = np.inf
+        holds = (P[:, :, None] == P[g][None, None, :]).any(axis=1)  # G x S(g items): h holds expert of g's item i
+        cost = np.where(holds.T[:, :, None], np.inf, cost)
+        i, h, j = np.unravel_index(int(np.argmin(cost)), cost.shape)
+        if not cost[i, h, j] < L[g] - 1e-12:
+            break
+        P[g, i], P[h, j] = P[h, j], P[g, i]
+        L[g] = q[P[g]].sum()
+        L[h] = q[P[h]].sum()
+    return [sorted(int(e) for e in row) for row in P]
