@@ -102,14 +102,14 @@ def plan(
     rs = resolve_scenario(load_scenario(scenario), _catalog(), scenario)
     target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
     if not force:
-        for f in (target / "plan.md", target / "plan.json"):
+        for f in (target / "plan.md", target / "plan.json", *target.glob("experts-*.json")):
             _refuse_overwrite(f, force)
     if lp is not None:
         _refuse_overwrite(lp, force)
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
                        lp_path=None if lp is None else str(lp))
     res = make_plan(rs, opts)
-    md, js = write_plan(res.plan, target, force=force)
+    md, js = write_plan(res.plan, target, force=force, files=res.files)
     p = res.plan
     typer.echo(
         f"{p.status}: ${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens; "

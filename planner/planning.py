@@ -44,6 +44,8 @@ class PlanOptions:
     """Price the binding constraints and find the runner-up (extra solves)."""
     lp_path: str | None = None
     """Also write the MILP in LP format here (readable names), before solving."""
+    expert_time_limit_s: float = 3.0
+    """Time limit of each expert-placement MILP (MoE pools with expert parallelism)."""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Planned:
     table: CandidateTable
     data: PlanData
     timings: dict[str, float] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Extra files of the plan (name -> text): expert placement maps."""
 
 
 def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
@@ -64,6 +68,7 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
         "model": rs.model.model_dump(mode="json"),
         "hardware": [h.model_dump(mode="json") for h in rs.hardware],
         "prices": rs.prices,
+        "expert_load": None if rs.expert_load is None else hashlib.sha256(np.round(rs.expert_load, 12).tobytes()).hexdigest(),
     }
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
@@ -109,12 +114,44 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
         ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts)
         plan.binding_constraints = binding_constraints(ctx)
         plan.runner_up = runner_up(ctx)
+    files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
     plan.assumptions += assumptions(rs, engine)
     plan.sources = sources(rs)
     plan.recheck = recheck(plan, rs)
     t4 = time.perf_counter()
     timings = {"candidates_s": t1 - t0, "build_s": t2 - t1, "solve_s": res.wall_s, "analysis_s": t4 - t3, "total_s": t4 - t0}
-    return Planned(plan, table, data, timings)
+    return Planned(plan, table, data, timings, files)
+
+
+def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float) -> dict[str, str]:
+    """Run the expert-placement MILP for every expert-parallel pool (one per distinct stage size and
+    redundancy) and attach its map file; the candidate rows priced the step time with the faster
+    heuristic placement the MILP starts from, so the MILP's imbalance is never above it."""
+    from planner.experts import LayeredPlacement, place_experts, placement_map
+    from planner.perf.params import model_stats
+
+    moe = rs.model.architecture.moe
+    load = rs.expert_load if rs.expert_load is not None else (np.ones(moe.experts) if moe else None)
+    files: dict[str, str] = {}
+    done: dict[tuple[int, int], tuple[str, object]] = {}
+    for p in plan.pools:
+        ep_ = p.expert_placement
+        if ep_ is None:
+            continue
+        key = (ep_.gpus, ep_.redundant_experts)
+        if key not in done:
+            r = place_experts(load, ep_.gpus, ep_.redundant_experts, time_limit_s=time_limit_s)
+            name = f"experts-ep{ep_.gpus}-r{ep_.redundant_experts}.json"
+            doc = placement_map(LayeredPlacement([0], [r], True), model_id=rs.model.id,
+                                moe_layers=model_stats(rs.model).moe_layers)
+            files[name] = json.dumps(doc) + "\n"
+            done[key] = (name, r)
+        name, r = done[key]
+        ep_.map_file = name
+        ep_.placement_imbalance = float(r.imbalance)
+        ep_.greedy_imbalance = float(r.greedy_imbalance)
+        ep_.mip_gap = float(r.solver["mip_gap"])
+    return files
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,6 +82,23 @@ class MemoryPerChip(_M):
     host_kv: float = 0.0
 
 
+class ExpertPlacementOut(_M):
+    """Expert placement of an expert-parallel MoE pool (``planner experts`` on the pool's stage)."""
+
+    imbalance: float
+    """Max / mean GPU expert load the step time carries (even split among copies)."""
+    redundant_experts: int
+    gpus: int
+    """GPUs one expert-parallel stage spreads the experts over (tp x dp)."""
+    slots_per_gpu: int
+    map_file: str | None = None
+    placement_imbalance: float | None = None
+    """Imbalance of the MILP placement in ``map_file`` (never above ``imbalance``)."""
+    greedy_imbalance: float | None = None
+    """The greedy EPLB placement's imbalance, for comparison."""
+    mip_gap: float | None = None
+
+
 class Pool(_M):
     id: str
     role: Literal["aggregated", "prefill", "decode"]
@@ -103,6 +120,7 @@ class Pool(_M):
     usd_per_hour: float
     predicted: Predicted
     memory_per_chip_bytes: MemoryPerChip
+    expert_placement: ExpertPlacementOut | None = None
 
 
 class WorkloadOut(_M):
@@ -183,6 +201,16 @@ def solution_values(model) -> tuple[dict[int, int], dict[str, int]]:
     return x, u
 
 
+def _expert_out(rs: ResolvedScenario, r) -> ExpertPlacementOut | None:
+    moe = rs.model.architecture.moe
+    if moe is None or int(r["ep"]) <= 1:
+        return None
+    gpus = int(r["tp"]) * int(r["dp"])
+    red = int(r.get("redundant", 0))
+    return ExpertPlacementOut(imbalance=float(r.get("moe_imbalance", 1.0)), redundant_experts=red, gpus=gpus,
+                              slots_per_gpu=(moe.experts + red) // gpus)
+
+
 def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str, int], solve: SolveResult) -> Plan:
     """Plan from integer replicas per candidate row and units per hardware."""
     sc = rs.scenario
@@ -232,6 +260,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                     free=float(r["hbm_bytes_per_chip"] - r["weight_bytes_per_chip"] - r["kv_bytes_per_chip"] - r["other_bytes_per_chip"]),
                     host_kv=float(r["host_kv_bytes_per_chip"]),
                 ),
+                expert_placement=_expert_out(rs, r),
             )
         )
     placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
@@ -404,7 +433,13 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         ev = evaluate_point(
             rs.model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
             kv_tier=p.kv_tier, prefix_tier=p.prefix_tier, utilisation_cap=sc.utilisation_cap, engine=sc.engine,
+            redundant_experts=p.expert_placement.redundant_experts if p.expert_placement else 0,
+            moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
         )
+        if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
+            ep_ = p.expert_placement
+            add(f"{p.id}: expert placement", ep_.placement_imbalance <= ep_.imbalance * (1 + REL_TOL),
+                f"placement imbalance {ep_.placement_imbalance:.4f} <= {ep_.imbalance:.4f} in the step time")
         if ev is None:
             add(f"{p.id}: memory", False, "the layout does not fit this memory tier")
             continue

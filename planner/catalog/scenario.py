@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
@@ -40,6 +41,22 @@ class Workload(Strict):
     slo: Slo
 
 
+class ExpertLoad(Strict):
+    """How routed tokens spread over a MoE model's experts: a seeded power law or a measured CSV
+    (``expert,load`` or ``layer,expert,load``, path relative to the scenario file; layers merged)."""
+
+    skew: str | None = Field(default=None, pattern=r"^zipf:[0-9.]+$")
+    """``zipf:S``: expert ranks get weight rank^-S (S = 0 is uniform)."""
+    file: str | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _one(self) -> ExpertLoad:
+        if (self.skew is None) == (self.file is None):
+            raise ValueError("give exactly one of skew (zipf:S) or file (a CSV of expert loads)")
+        return self
+
+
 class Limits(Strict):
     max_units: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     """Purchase units available per hardware id."""
@@ -63,6 +80,9 @@ class Scenario(Strict):
     serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"], min_length=1)
     utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
     limits: Limits = Limits()
+    expert_load: ExpertLoad | None = None
+    """MoE only: routed-token skew over experts; sets the imbalance of every expert-parallel layout
+    and lets the planner buy redundant expert slots (default: uniform routing)."""
     workloads: list[Workload] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -85,6 +105,8 @@ class ResolvedScenario:
     prices: dict[str, float]
     """USD per chip-hour of every candidate hardware (catalog price or override)."""
     weights: tuple[str, ...]
+    expert_load: np.ndarray | None = None
+    """Share of routed tokens per expert (sums to 1), or None for uniform routing."""
 
 
 def load_scenario(path: Path | str) -> Scenario:
@@ -132,4 +154,27 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
     if not ids:
         raise InputError(f"{where}: field 'hardware': no candidate hardware")
     weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
-    return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices, weights)
+    load = _expert_load(sc, model, where, Path(path).parent if path else Path("."))
+    return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
+                            weights, load)
+
+
+def _expert_load(sc: Scenario, model: ModelSpec, where: str, base: Path) -> np.ndarray | None:
+    el = sc.expert_load
+    if el is None:
+        return None
+    if not model.is_moe:
+        raise InputError(f"{where}: field 'expert_load': {model.id} is dense; remove expert_load")
+    experts = model.architecture.moe.experts
+    if el.skew is not None:
+        from planner.perf.experts import parse_skew, zipf_loads
+
+        try:
+            return zipf_loads(experts, parse_skew(el.skew), el.seed)
+        except ValueError as exc:
+            raise InputError(f"{where}: field 'expert_load.skew': {str(exc).split(': ', 1)[-1]}") from None
+    from planner.catalog.expert_loads import read_expert_loads
+
+    layers = read_expert_loads(base / el.file, experts)
+    total = sum(v / v.sum() for v in layers.values())
+    return total / total.sum()

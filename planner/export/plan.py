@@ -78,6 +78,16 @@ def plan_markdown(plan: Plan) -> str:
             f"- memory per chip (GB): weights {_gb(mem.weights)}, KV {_gb(mem.kv)}, other {_gb(mem.other)}, "
             f"free {_gb(mem.free)} of {_gb(mem.capacity)}{host}"
         )
+        if p.expert_placement is not None:
+            xp = p.expert_placement
+            placed = ""
+            if xp.placement_imbalance is not None:
+                placed = (f"; MILP placement {xp.placement_imbalance:.3f} (greedy EPLB {xp.greedy_imbalance:.3f}, "
+                          f"gap {xp.mip_gap:.2%}) in `{xp.map_file}`")
+            L.append(
+                f"- experts: {xp.slots_per_gpu} slots per GPU over {xp.gpus} GPUs, {xp.redundant_experts} redundant; "
+                f"step time carries imbalance {xp.imbalance:.3f}{placed}"
+            )
         if p.prefix_tier != "none":
             L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
         lat = []
@@ -183,13 +193,17 @@ def _placement_lines(plan: Plan) -> list[str]:
     return out or ["- (empty)"]
 
 
-def write_plan(plan: Plan, out_dir: Path, *, force: bool = False) -> tuple[Path, Path]:
-    """Write ``plan.md`` and ``plan.json`` atomically; refuse to replace an existing plan without ``force``."""
+def write_plan(plan: Plan, out_dir: Path, *, force: bool = False, files: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """Write ``plan.md``, ``plan.json`` and the plan's extra ``files`` (expert placement maps)
+    atomically; refuse to replace an existing plan without ``force``."""
     md, js = out_dir / "plan.md", out_dir / "plan.json"
-    for p in (md, js):
+    extra = {out_dir / name: text for name, text in (files or {}).items()}
+    for p in (md, js, *extra):
         if p.exists() and not force:
             raise InputError(f"{p} exists; pass --force to overwrite it, or choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
+    for p, text in extra.items():
+        atomic_write_text(p, text)
     atomic_write_text(js, plan_json(plan))
     atomic_write_text(md, plan_markdown(plan))
     return md, js

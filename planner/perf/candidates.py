@@ -18,6 +18,7 @@ applies them and prunes, so a different SLO costs a filter, not a re-evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import pandas as pd
 from planner.catalog.scenario import ResolvedScenario, Workload
 from planner.catalog.schemas import HardwareSpec, ModelSpec
 from planner.perf import params as P
+from planner.perf.experts import heuristic_placement
 from planner.perf.layout import kv_bytes_per_chip, kv_shard, runtime_reserve_bytes, weight_bytes_per_chip
 from planner.perf.roofline import Setup, prefill_bound, prefill_time
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft
@@ -97,15 +99,35 @@ def layouts(model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
             if stage * pp > MAX_CHIPS_PER_REPLICA or stage > max(dom, 64):
                 continue
             eps = {1}
-            if moe and moe.experts % stage == 0:
+            if moe and stage <= moe.experts:  # expert parallel; redundant slots fill the GPUs equally
                 eps.add(stage)
             for ep in eps:
                 out.append((tp, ep, pp, dp))
     return pd.DataFrame(out, columns=["tp", "ep", "pp", "dp"]).drop_duplicates()
 
 
-def _grid(model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
-    lay = layouts(model, hw)
+def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None) -> pd.DataFrame:
+    """Redundant expert slots per expert-parallel layout, with the copies factor and the imbalance of
+    a placement of the scenario's expert load (uniform when it gives none). ``R = -E mod G`` fills the
+    ``G`` GPUs of a stage equally; with a skewed load also ``R + G`` (one more slot per GPU)."""
+    moe = model.architecture.moe
+    out = []
+    for row in lay.itertuples(index=False):
+        stage = row.tp * row.dp
+        if not moe or row.ep == 1 or stage == 1:
+            out.append((*row, 0, 1.0, 1.0))
+            continue
+        r0 = (-moe.experts) % stage
+        rs = [r0] + ([r0 + stage] if load is not None and (moe.experts + r0) // stage < moe.experts else [])
+        vec = np.ones(moe.experts) if load is None else load
+        for r in rs:
+            _, imb = heuristic_placement(vec, stage, r)
+            out.append((*row, r, (moe.experts + r) / moe.experts, imb))
+    return pd.DataFrame(out, columns=[*lay.columns, "redundant", "expert_copies", "moe_imbalance"])
+
+
+def _grid(model: ModelSpec, hw: HardwareSpec, load: np.ndarray | None = None) -> pd.DataFrame:
+    lay = expert_options(model, layouts(model, hw), load)
     b = pd.DataFrame({"b_rank": BATCH_PER_RANK})
     g = lay.merge(b, how="cross")
     g["batch"] = g["b_rank"] * g["dp"]
@@ -135,7 +157,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
     categories: dict[str, list] = {"bound": list(BOUNDS)}
     evaluated = dropped = 0
     for hw in rs.hardware:
-        grid = _grid(rs.model, hw)
+        grid = _grid(rs.model, hw, rs.expert_load)
         gcols = {k: grid[k].to_numpy() for k in grid.columns}
         prefill_rows = gcols["b_rank"] == 1
         eff = hw.efficiency.for_engine(engine)
@@ -262,10 +284,12 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
     """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier)."""
     L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "dp")]
     B = grid["batch"].astype(float)
+    if "moe_imbalance" in grid:
+        setup = dataclasses.replace(setup, moe_imbalance=grid["moe_imbalance"], expert_copies=grid["expert_copies"])
     chips = grid["chips"].astype(float)
     I, O = float(w.input_tokens), float(w.output_tokens)
     hw, model = setup.hw, setup.model
-    wchip = weight_bytes_per_chip(setup.wb, *L)
+    wchip = weight_bytes_per_chip(setup.wb, *L, setup.expert_copies)
     reserve = runtime_reserve_bytes(hw)
     hit = w.prefix_cache.hit_rate
     tiers: list[tuple[str, float]] = [("none", 0.0)]
@@ -360,6 +384,8 @@ def evaluate_point(
     prefix_tier: str = "none",
     utilisation_cap: float = 0.8,
     engine: str | None = None,
+    redundant_experts: int = 0,
+    moe_imbalance: float = 1.0,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row), or
     ``None`` when it does not fit in memory with these tiers."""
@@ -367,6 +393,8 @@ def evaluate_point(
         "tp": np.array([layout.tp]), "ep": np.array([layout.ep]), "pp": np.array([layout.pp]),
         "dp": np.array([layout.dp]), "batch": np.array([batch]),
         "chips": np.array([layout.tp * layout.dp * layout.pp]),
+        "moe_imbalance": np.array([moe_imbalance]),
+        "expert_copies": np.array([1.0 + redundant_experts / model.architecture.moe.experts if model.is_moe else 1.0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=hw.efficiency.for_engine(engine))
     for tags, var in _variants(setup, g, workload, role, utilisation_cap):

@@ -130,3 +130,19 @@ def swap_descent(weights: np.ndarray, placement: list[list[int]], max_steps: int
         L[g] = q[P[g]].sum()
         L[h] = q[P[h]].sum()
     return [sorted(int(e) for e in row) for row in P]
+
+
+_HEURISTIC: dict[tuple, tuple[list[list[int]], float]] = {}
+
+
+def heuristic_placement(load: np.ndarray, gpus: int, redundant: int) -> tuple[list[list[int]], float]:
+    """EPLB greedy improved by :func:`swap_descent`: a placement and its even-split imbalance, fast
+    enough to price every expert-parallel layout of a candidate table (memoised). The placement MILP
+    (``planner.experts``) starts from this and never does worse."""
+    load = np.asarray(load, dtype=float)
+    key = (load.tobytes(), int(gpus), int(redundant))
+    if key not in _HEURISTIC:
+        n = greedy_replicas(load, redundant)
+        placement = swap_descent(load / load.sum() * gpus / n, greedy_pack(load, n, gpus))
+        _HEURISTIC[key] = (placement, imbalance(even_split_loads(load, placement)))
+    return _HEURISTIC[key]

@@ -90,11 +90,12 @@ def kv_shard(model: ModelSpec, tp) -> np.ndarray:
     return np.minimum(tp, att.kv_heads)
 
 
-def weight_bytes_per_chip(wb: WeightBytes, tp, ep, pp, dp):
-    """Resident weight bytes on one chip (average over pipeline stages)."""
+def weight_bytes_per_chip(wb: WeightBytes, tp, ep, pp, dp, expert_copies=1.0):
+    """Resident weight bytes on one chip (average over pipeline stages); ``expert_copies`` is
+    physical / logical experts (redundant expert slots)."""
     tp, pp, dp = (np.asarray(x, dtype=float) for x in (tp, pp, dp))
     nonexpert = (wb.nonexpert + wb.embed + wb.lm_head) / (tp * pp)
-    expert = wb.expert / (tp * dp * pp)
+    expert = wb.expert * np.asarray(expert_copies, dtype=float) / (tp * dp * pp)
     return nonexpert + expert
 
 

@@ -45,7 +45,11 @@ class Setup:
     expert_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     moe_imbalance: float = 1.0
-    """Max / mean expert load per GPU (from expert placement); multiplies expert compute."""
+    """Max / mean expert load per GPU (from expert placement); multiplies expert compute. May be an
+    array aligned with the evaluated rows."""
+    expert_copies: float = 1.0
+    """Physical / logical experts, ``(E + R) / E`` with ``R`` redundant slots: expert weights held and
+    streamed per chip scale by it. May be an array aligned with the evaluated rows."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -202,7 +206,7 @@ def decode_step(
         touched = P.expected_experts_touched(s.experts, s.top_k, mb + xb) / s.experts
     else:
         touched = np.zeros_like(mb)
-    w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * touched / (stage * pp)
+    w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * setup.expert_copies * touched / (stage * pp)
     gemm_m = w_bytes / (setup.hbm_bw * e.memory)
 
     # Attention -------------------------------------------------------------------------------
@@ -296,7 +300,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
         touched = P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts
     else:
         touched = np.zeros_like(tokens)
-    w_bytes = setup.streamed_nonexpert_bytes / tp + setup.wb.expert * touched / stage
+    w_bytes = setup.streamed_nonexpert_bytes / tp + setup.wb.expert * setup.expert_copies * touched / stage
     kv_write = P.kv_bytes_per_sequence(m_, n, setup.kv_dtype) * (r / dp_used) / kv_shard(m_, tp)
     mem = (w_bytes + kv_write) / (setup.hbm_bw * e.memory)
     alpha = e.collective_latency_us * US
