@@ -20,7 +20,7 @@ from planner.perf.layout import Layout, check_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 REL_TOL = 1e-6
 
 

@@ -199,3 +199,61 @@ def test_cli_experts_refuses_to_overwrite_map(tmp_path):
     mp.write_text("{}")
     code, _, err = run("--model", "mixtral-8x7b", "--gpus", "4", "--redundant", "4", "--map", str(mp))
     assert code == 1 and "--force" in err and mp.read_text() == "{}"
+
+
+# --- integration with the performance model and the planner ----------------------------------------
+
+
+def _setup(model_id="deepseek-v3", hw_id="gb200-nvl72", **kw):
+    from planner.catalog import load_catalog
+    from planner.perf.roofline import Setup
+
+    cat = load_catalog(None)
+    return Setup.make(cat.get_model(model_id), cat.get_hardware(hw_id), weights="fp8", **kw)
+
+
+def test_exchange_bytes_ep_vs_expert_tp():
+    """EP moves tokens/G x top_k x hidden x (dispatch + combine bytes) per chip; expert TP across
+    attention-DP ranks moves every token x hidden x 2 bytes: equal at G = top_k x (1 + 2) / 2 (FP8 dispatch)."""
+    from planner.perf.roofline import moe_exchange_time
+
+    s = _setup()
+    k = s.stats.top_k
+    g_eq = k * 3 / 2  # dispatch 1 byte (fp8) + combine 2 bytes, over 2 bytes a token
+    a2a = moe_exchange_time(s, g_eq, g_eq, g_eq, 4096.0, 1.0, 0.0)
+    etp = moe_exchange_time(s, 1, g_eq, g_eq, 4096.0, 1.0, 0.0)
+    assert float(a2a) == pytest.approx(float(etp), rel=1e-9)
+    assert float(moe_exchange_time(s, 64, 64, 64, 4096.0, 1.0, 0.0)) < float(moe_exchange_time(s, 1, 64, 64, 4096.0, 1.0, 0.0))
+
+
+def test_imbalance_and_copies_enter_step_and_memory():
+    from planner.perf.layout import weight_bytes_per_chip
+    from planner.perf.roofline import decode_step
+
+    base = _setup()
+    skew = _setup(moe_imbalance=2.0)
+    a = decode_step(base, 1, 64, 1, 64, 64 * 256, 2000)
+    b = decode_step(skew, 1, 64, 1, 64, 64 * 256, 2000)
+    assert float(b.gemm_compute_s) > float(a.gemm_compute_s)
+    w0 = weight_bytes_per_chip(base.wb, 1, 64, 1, 64)
+    w1 = weight_bytes_per_chip(base.wb, 1, 64, 1, 64, 1.25)
+    assert float(w1 - w0) == pytest.approx(0.25 * base.wb.expert / 64, rel=1e-12)
+
+
+def test_skewed_plan_buys_redundancy_and_rechecks(tmp_path):
+    from planner.catalog import load_catalog
+    from planner.catalog.scenario import load_scenario, resolve_scenario
+    from planner.planning import PlanOptions, make_plan
+
+    path = ROOT / "catalogs" / "scenarios" / "deepseek-skewed.yaml"
+    rs = resolve_scenario(load_scenario(path), load_catalog(None), path)
+    res = make_plan(rs, PlanOptions(analysis=False, expert_time_limit_s=2))
+    ep_pools = [p for p in res.plan.pools if p.expert_placement is not None]
+    assert ep_pools and any(p.expert_placement.redundant_experts > 0 for p in ep_pools)
+    for p in ep_pools:
+        xp = p.expert_placement
+        assert xp.placement_imbalance <= xp.imbalance + 1e-9
+        doc = json.loads(res.files[xp.map_file])
+        assert doc["ep_size"] == p.layout.tp * p.layout.dp
+        assert doc["num_redundant_experts"] == xp.redundant_experts
+    assert res.plan.recheck.ok

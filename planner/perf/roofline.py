@@ -168,6 +168,22 @@ def dispatch_bytes(setup: Setup) -> float:
     return 1.0 if setup.expert_dtype in ("fp8", "fp4", "int4", "int8") else ACT_BYTES
 
 
+def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s):
+    """Token exchange of the MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
+
+    Expert parallel (``ep > 1``): an all-to-all dispatch and combine, each chip sending its
+    ``tokens / stage`` tokens to ``top_k`` experts. Expert tensor parallel across attention-DP ranks
+    (``ep = 1``, ``dp > 1``): every chip needs every token of the stage (all-gather) and returns a
+    slice of every output (reduce-scatter), ``tokens x hidden`` each way whatever the top-k.
+    Otherwise (pure TP) the MoE output rides the attention all-reduce.
+    """
+    s = setup.stats
+    h = float(s.hidden)
+    a2a = all_to_all_time(setup, stage, tokens / stage * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES), count, alpha_s)
+    etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, count, alpha_s)
+    return np.where(ep > 1, a2a, np.where(dp > 1, etp, 0.0))
+
+
 def decode_step(
     setup: Setup,
     tp,
@@ -232,9 +248,7 @@ def decode_step(
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers_stage, alpha)
-        tok_chip = (mb + xb) / stage
-        a2a_bytes = tok_chip * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES)
-        comm = comm + np.where(moe_a2a, all_to_all_time(setup, stage, a2a_bytes, 2.0 * moe_layers_stage, alpha), 0.0)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, mb + xb, 2.0 * moe_layers_stage, alpha)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + alpha
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
@@ -313,8 +327,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers, alpha)
-        a2a_bytes = (tokens / stage) * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES)
-        comm = comm + np.where(moe_a2a, all_to_all_time(setup, stage, a2a_bytes, 2.0 * moe_layers, alpha), 0.0)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha)
     send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + alpha), 0.0)
     overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US
     return comp, mem, comm + send, overhead
