@@ -125,6 +125,140 @@ def plan(
 
 
 # --------------------------------------------------------------------------------------------------
+# sweep and price-curve
+# --------------------------------------------------------------------------------------------------
+
+
+def _progress(label: str):
+    """A rich progress callback on a terminal; None otherwise (CI logs stay clean)."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress("[bold]" + label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    task = bar.add_task(label, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return bar, update
+
+
+@app.command()
+def sweep(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML.")],
+    vary: Annotated[
+        list[str], typer.Option("--vary", help="PATH=VALUES, e.g. workloads.chat.requests_per_s=100:1000:log:5 (repeatable).")
+    ],
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for sweep.csv and plots (default sweeps/<scenario>).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 1,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit per point, seconds.")] = 60.0,
+    mip_gap: Annotated[float, typer.Option("--mip-gap", min=0.0, max=1.0)] = 1e-4,
+    engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
+    with_tornado: Annotated[
+        bool, typer.Option("--tornado/--no-tornado", help="Also move every input +-20% around the scenario.")
+    ] = True,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing sweep.")] = False,
+) -> None:
+    """Re-solve a scenario over the Cartesian product of --vary values; write sweep.csv and plots."""
+    from planner.catalog.loader import read_yaml
+    from planner.catalog.writer import atomic_write_text
+    from planner.export import plots
+    from planner.planning import PlanOptions
+    from planner.sweep import parse_vary, run_sweep, tornado
+
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    base = read_yaml(scenario)
+    if not isinstance(base, dict):
+        raise InputError(f"{scenario}: expected a mapping of fields at top level")
+    varies = [parse_vary(v) for v in vary]
+    paths = [v.path for v in varies]
+    if len(set(paths)) != len(paths):
+        raise InputError("--vary: each PATH at most once")
+    target = out or Path("sweeps") / str(base.get("name", scenario.stem))
+    _refuse_overwrite(target / "sweep.csv", force)
+    opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=False)
+    bar, update = _progress("sweep")
+    t0 = __import__("time").perf_counter()
+    if bar:
+        bar.start()
+    try:
+        df = run_sweep(base, scenario, varies, _catalog(), catalog_root=_state["catalog"], jobs=jobs, opts=opts,
+                       progress=update)
+    finally:
+        if bar:
+            bar.stop()
+    wall = __import__("time").perf_counter() - t0
+    atomic_write_text(target / "sweep.csv", df.to_csv(index=False))
+    written = [target / "sweep.csv", plots.cost_vs_inputs(df, paths, target / "cost.png")]
+    first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)
+    if first is not None:
+        ok = df[df["status"].isin(["optimal", "feasible"])]
+        written.append(plots.pareto(ok[first].to_numpy(), ok["usd_per_mtok_output"].to_numpy(), target / "pareto.png",
+                                    title=f"Cost against interactivity ({first.split('.')[0]})"))
+    if with_tornado:
+        bar, update = _progress("tornado")
+        if bar:
+            bar.start()
+        try:
+            td = tornado(base, scenario, _catalog(), opts=opts, progress=update)
+        except PlannerError as err:
+            typer.echo(f"tornado skipped: {err}", err=True)
+            td = None
+        finally:
+            if bar:
+                bar.stop()
+        if td is not None:
+            atomic_write_text(target / "tornado.csv", td.to_csv(index=False))
+            written += [target / "tornado.csv", plots.tornado_chart(td, target / "tornado.png")]
+    ok = int(df["status"].isin(["optimal", "feasible"]).sum())
+    typer.echo(
+        f"{len(df)} points ({ok} with a plan) in {wall:.1f} s with --jobs {jobs}: "
+        f"build {df['build_s'].sum():.1f} s, update {df['update_s'].sum():.2f} s, solve {df['solve_s'].sum():.1f} s "
+        f"summed over points; wrote {', '.join(str(p) for p in written)}",
+        err=True,
+    )
+
+
+@app.command("price-curve")
+def price_curve_cmd(
+    model: Annotated[str, typer.Option("--model", help="Model id.")],
+    hardware: Annotated[
+        list[str] | None, typer.Option("--hardware", help="Hardware id (repeatable; default every priced entry).")
+    ] = None,
+    input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt tokens per request.")] = 2000,
+    output_tokens: Annotated[int, typer.Option("--output-tokens", help="Output tokens per request.")] = 500,
+    ttft_ms: Annotated[float, typer.Option("--ttft-ms", min=1.0, help="TTFT every point must meet.")] = 5000.0,
+    engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Cheapest $/M output tokens at each interactivity level, and what 1.5x-3x the speed costs."""
+    from planner.pricing import price_curve
+
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    pc = price_curve(_catalog(), model, hardware, input_tokens=input_tokens, output_tokens=output_tokens,
+                     ttft_ms=ttft_ms, engine=engine)
+    if as_json:
+        _echo_json(pc.to_json())
+        return
+    typer.echo(f"{model}: {input_tokens} in / {output_tokens} out tokens, TTFT <= {ttft_ms:g} ms; "
+               f"{len(pc.points)} frontier points from {pc.rows_evaluated:,} evaluated")
+    typer.echo(f"{'tok/s/user':>10}  {'$/M out':>9}  hardware        layout              batch")
+    step = max(1, len(pc.points) // 15)
+    for i, r in enumerate(pc.points.itertuples(index=False)):
+        if i % step and i != len(pc.points) - 1:
+            continue
+        typer.echo(f"{r.tokens_per_s_per_user:10.1f}  {r.usd_per_mtok_output:9.4f}  {r.hardware:<15} "
+                   f"tp{r.tp} ep{r.ep} pp{r.pp} dp{r.dp:<6} {r.batch:>6}")
+    typer.echo("speed tiers (x the cost-optimal interactivity -> x its price):")
+    for t in pc.tiers:
+        pm = t["price_multiple"]
+        typer.echo(f"  {t['speed_multiple']:.1f}x -> " + (pm if isinstance(pm, str) else f"{pm:.2f}x ({t['hardware']})"))
+
+
+# --------------------------------------------------------------------------------------------------
 # experts
 # --------------------------------------------------------------------------------------------------
 

@@ -207,3 +207,19 @@ def define_objective(m) -> None:
             short += m.extra_usd / m.budget_usd_per_hour
         cost = ELASTIC_WEIGHT * short + cost / 1e6
     m.cost = pyo.Objective(expr=cost, sense=pyo.minimize)
+
+
+def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:
+    """Set every mutable parameter of a built model from ``data`` (same rows, hardware and
+    workloads; the structure must match): demand, prefix working sets, prices, unit limits, power
+    and budget. A persistent solver then re-solves without a rebuild."""
+    for w in m.W:
+        wd = data.workloads[w]
+        m.demand[w] = wd.requests_per_s
+        m.working_set_gb[w] = wd.working_set_bytes / 1e9
+    for h in m.H:
+        hd = data.hardware[h]
+        m.usd_per_chip_hour[h] = hd.usd_per_chip_hour
+        m.max_units[h] = 10**9 if hd.max_units is None else hd.max_units
+    m.power_limit_kw = data.power_kw if data.power_kw is not None else 1e12
+    m.budget_usd_per_hour = data.budget_usd_per_hour if data.budget_usd_per_hour is not None else 1e12

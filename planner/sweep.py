@@ -1,0 +1,356 @@
+"""Sensitivity sweeps: re-solve a scenario over the Cartesian product of varied inputs.
+
+Points are grouped so that work is shared:
+
+- the evaluated candidate pool (the expensive part) depends on the scenario without its SLOs and
+  without the inputs that are mutable parameters of the MILP; one evaluation per such group;
+- the candidate table and the Pyomo model depend on the SLOs too; one build per group;
+- demand, prefix working sets, prices, unit limits, power and budget are mutable parameters: the
+  model is updated in place (:func:`planner.model.build.update_parameters`) and the persistent HiGHS
+  instance re-solves it.
+
+Workers (``jobs``) take contiguous chunks of the sorted points, so each builds every group once.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from planner.catalog.loader import Catalog, format_validation_error
+from planner.catalog.scenario import ResolvedScenario, Scenario, resolve_scenario
+from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.model import build_model, prepare
+from planner.model.build import update_parameters
+from planner.model.data import drop_unpowered
+from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
+from planner.planning import PlanOptions, diagnose_candidates, diagnose_limits
+from planner.results import extract, solution_values
+from planner.solve import Solver
+
+MUTABLE = ("requests_per_s", "working_set_gb", "prices", "max_units", "power_kw", "budget_usd_per_hour")
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing --vary
+
+
+@dataclass(frozen=True)
+class Vary:
+    path: str
+    values: tuple[float, ...]
+
+
+def parse_values(text: str, flag: str = "--vary") -> tuple[float, ...]:
+    """``100,200,400`` or ``lo:hi:log:n`` / ``lo:hi:lin:n``."""
+    text = text.strip()
+    parts = text.split(":")
+    try:
+        if len(parts) == 4:
+            lo, hi, kind, n = float(parts[0]), float(parts[1]), parts[2].strip().lower(), int(parts[3])
+            if n < 1:
+                raise ValueError
+            if kind == "log":
+                if lo <= 0 or hi <= 0:
+                    raise InputError(f"{flag}: a log range needs positive ends, got '{text}'")
+                vals = np.geomspace(lo, hi, n)
+            elif kind == "lin":
+                vals = np.linspace(lo, hi, n)
+            else:
+                raise ValueError
+        elif len(parts) == 1:
+            vals = np.array([float(v) for v in text.split(",") if v.strip()])
+            if vals.size == 0:
+                raise ValueError
+        else:
+            raise ValueError
+    except ValueError:
+        raise InputError(
+            f"{flag}: values must be a list (100,200,400) or a range lo:hi:log:n or lo:hi:lin:n, got '{text}'"
+        ) from None
+    return tuple(float(v) for v in vals)
+
+
+def parse_vary(spec: str) -> Vary:
+    path, eq, vals = spec.partition("=")
+    if not eq or not path.strip():
+        raise InputError(f"--vary: expected PATH=VALUES (e.g. workloads.chat.requests_per_s=100,200), got '{spec}'")
+    return Vary(path.strip(), parse_values(vals, f"--vary {path.strip()}"))
+
+
+def set_path(doc: dict, path: str, value) -> None:
+    """Set a dotted ``path`` in a scenario mapping; list items (workloads) are addressed by name."""
+    keys = path.split(".")
+    node = doc
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            match = [x for x in node if isinstance(x, dict) and x.get("name") == k]
+            if not match:
+                names = ", ".join(str(x.get("name")) for x in node if isinstance(x, dict))
+                raise InputError(f"--vary {path}: no item named '{k}' (have: {names})")
+            if last:
+                raise InputError(f"--vary {path}: points at a whole item; name a field inside it")
+            node = match[0]
+            continue
+        if not isinstance(node, dict):
+            raise InputError(f"--vary {path}: '{'.'.join(keys[:i])}' is a value, not a group of fields")
+        if last:
+            node[k] = value
+        else:
+            if node.get(k) is None:
+                node[k] = {}
+            node = node[k]
+
+
+def _typed(value: float):
+    return int(value) if float(value).is_integer() else value
+
+
+def point_scenarios(base: dict, varies: list[Vary]) -> list[tuple[dict, dict]]:
+    """``(inputs, scenario mapping)`` for every point of the Cartesian product."""
+    out = []
+    for combo in itertools.product(*(v.values for v in varies)):
+        doc = copy.deepcopy(base)
+        inputs = {}
+        for v, val in zip(varies, combo, strict=True):
+            set_path(doc, v.path, _typed(val))
+            inputs[v.path] = val
+        out.append((inputs, doc))
+    return out
+
+
+def validate_point(doc: dict, catalog: Catalog, path: Path, inputs: dict) -> ResolvedScenario:
+    where = ", ".join(f"{k}={_typed(v)}" for k, v in inputs.items())
+    try:
+        sc = Scenario.model_validate(doc)
+    except ValidationError as err:
+        raise InputError(format_validation_error(Path(f"{path} with {where}"), err)) from None
+    return resolve_scenario(sc, catalog, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Grouping keys
+
+
+def _blank(doc: dict, slos: bool) -> dict:
+    """The scenario with mutable inputs replaced by what the structure depends on (whether they are
+    set, and whether a working set is zero); with ``slos`` the SLOs blanked too."""
+    d = copy.deepcopy(doc)
+    for w in d.get("workloads", []):
+        w.pop("requests_per_s", None)
+        pc = w.get("prefix_cache") or {}
+        if "working_set_gb" in pc:
+            pc["working_set_gb"] = bool(pc["working_set_gb"])
+        if slos:
+            w.pop("slo", None)
+    d["prices"] = sorted((d.get("prices") or {}).keys())
+    lim = d.get("limits") or {}
+    lim["max_units"] = sorted((lim.get("max_units") or {}).keys())
+    for k in ("power_kw", "budget_usd_per_hour"):
+        lim[k] = lim.get(k) is not None
+    d["limits"] = lim
+    return d
+
+
+def keys_of(doc: dict) -> tuple[str, str]:
+    """(pool key, model key): points sharing a pool key share candidate evaluation; sharing a model
+    key they share the Pyomo model too."""
+    return (json.dumps(_blank(doc, True), sort_keys=True, default=str),
+            json.dumps(_blank(doc, False), sort_keys=True, default=str))
+
+
+# --------------------------------------------------------------------------------------------------
+# Solving points
+
+
+@dataclass
+class _Group:
+    table: object
+    model: object
+    solver: Solver
+    notes: list
+
+
+_POOLS: dict[str, tuple] = {}
+_GROUPS: dict[str, _Group] = {}
+
+
+def _workload_columns(plan, sc) -> dict:
+    out = {}
+    for w in sc.workloads:
+        pools = [p for p in plan.pools if p.workload == w.name]
+        wo = next(x for x in plan.workloads if x.name == w.name)
+        out[f"{w.name}.hardware"] = "+".join(sorted({p.hardware for p in pools}))
+        out[f"{w.name}.layout"] = "+".join(
+            f"{p.role[0]}:tp{p.layout.tp}ep{p.layout.ep}pp{p.layout.pp}dp{p.layout.dp}x{p.replicas}" for p in pools
+        )
+        out[f"{w.name}.batch"] = "+".join(str(p.batch) for p in pools)
+        out[f"{w.name}.kv_tier"] = "+".join(sorted({p.kv_tier for p in pools}))
+        out[f"{w.name}.ttft_ms"] = wo.ttft_s * 1e3
+        out[f"{w.name}.tpot_ms"] = wo.tpot_s * 1e3
+        out[f"{w.name}.tokens_per_s_per_user"] = 1.0 / wo.tpot_s if wo.tpot_s > 0 else math.nan
+    return out
+
+
+def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
+    """One point: reuse the evaluated pool and the built model of its group when there is one."""
+    pool_key, model_key = keys_of(doc)
+    t0 = time.perf_counter()
+    build_s = update_s = solve_s = 0.0
+    row: dict = {}
+    try:
+        rs2, notes = drop_unpowered(rs)
+        if pool_key not in _POOLS:
+            _POOLS[pool_key] = (evaluate_candidates(rs2, opts.engine),)
+        (pool,) = _POOLS[pool_key]
+        grp = _GROUPS.get(model_key)
+        if grp is None:
+            table = select_candidates(pool, scenario_slos(rs2.scenario.workloads))
+            diagnose_candidates(rs2, pool, table)
+            data = prepare(rs2, table)
+            model = build_model(data)
+            grp = _Group(table, model, Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap), notes)
+            _GROUPS[model_key] = grp
+            build_s = time.perf_counter() - t0
+        else:
+            diagnose_candidates(rs2, pool, grp.table)
+            t1 = time.perf_counter()
+            data = prepare(rs2, grp.table)
+            update_parameters(grp.model, data)
+            update_s = time.perf_counter() - t1
+        res = grp.solver.solve(grp.model)
+        solve_s = res.wall_s
+        if res.status == "infeasible":
+            raise InfeasibleError(diagnose_limits(data, opts))
+        if not res.has_solution:
+            row = {"status": "limit", "diagnosis": f"no plan within {opts.time_limit_s:g} s ({res.termination})"}
+        else:
+            x, u = solution_values(grp.model)
+            plan = extract(rs2, data, x, u, res)
+            o = plan.objective
+            row = {"status": plan.status, "usd_per_hour": o.usd_per_hour, "usd_per_mtok": o.usd_per_mtok,
+                   "usd_per_mtok_input": o.usd_per_mtok_input, "usd_per_mtok_output": o.usd_per_mtok_output,
+                   "mip_gap": res.mip_gap, **_workload_columns(plan, rs2.scenario), "diagnosis": ""}
+    except PlannerError as err:
+        row = {"status": "infeasible" if isinstance(err, InfeasibleError) else "error", "diagnosis": str(err)}
+    row.update({"build_s": build_s, "update_s": update_s, "solve_s": solve_s, "wall_s": time.perf_counter() - t0})
+    return row
+
+
+def _run_chunk(args) -> list[tuple[int, dict]]:
+    points, catalog_root, path, opts = args
+    from planner.catalog import load_catalog
+
+    catalog = load_catalog(catalog_root)
+    out = []
+    for idx, inputs, doc in points:
+        rs = validate_point(doc, catalog, path, inputs)
+        out.append((idx, {**inputs, **solve_point(rs, doc, opts)}))
+    return out
+
+
+def run_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,
+              jobs: int = 1, opts: PlanOptions | None = None,
+              progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Solve every point; one tidy row per point (inputs, status, costs, per-workload choices,
+    timings), in the order of the Cartesian product."""
+    opts = opts or PlanOptions(analysis=False)
+    _POOLS.clear()
+    _GROUPS.clear()
+    points = point_scenarios(base, varies)
+    for inputs, doc in points:  # bad values fail before any solving
+        validate_point(doc, catalog, path, inputs)
+    order = sorted(range(len(points)), key=lambda i: keys_of(points[i][1]))
+    items = [(i, points[i][0], points[i][1]) for i in order]
+    rows: dict[int, dict] = {}
+    jobs = max(1, min(jobs, len(items)))
+    if jobs == 1:
+        for n, (i, inputs, doc) in enumerate(items, start=1):
+            rs = validate_point(doc, catalog, path, inputs)
+            rows[i] = {**inputs, **solve_point(rs, doc, opts)}
+            if progress:
+                progress(n, len(items))
+    else:
+        # contiguous chunks keep each group inside as few workers as possible; a few chunks per
+        # worker keep the progress bar moving
+        n_chunks = min(len(items), jobs * 4)
+        bounds = np.linspace(0, len(items), n_chunks + 1).astype(int)
+        chunks = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        done = 0
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            futs = [ex.submit(_run_chunk, (c, catalog_root, path, opts)) for c in chunks]
+            for f in as_completed(futs):
+                for i, row in f.result():
+                    rows[i] = row
+                    done += 1
+                if progress:
+                    progress(done, len(items))
+    return pd.DataFrame([rows[i] for i in range(len(points))])
+
+
+# --------------------------------------------------------------------------------------------------
+# Tornado: +-20% on every numeric input
+
+
+def tornado_inputs(base: dict, rs: ResolvedScenario, hardware_used: list[str]) -> list[tuple[str, float]]:
+    """(path, base value) of the inputs a tornado moves: per workload traffic, prompt and output
+    length and both SLOs; the price of every hardware the base plan buys."""
+    out = []
+    for w in rs.scenario.workloads:
+        out += [
+            (f"workloads.{w.name}.requests_per_s", w.requests_per_s),
+            (f"workloads.{w.name}.input_tokens", w.input_tokens),
+            (f"workloads.{w.name}.output_tokens", w.output_tokens),
+            (f"workloads.{w.name}.slo.ttft_ms", w.slo.ttft_ms),
+            (f"workloads.{w.name}.slo.tpot_ms", w.slo.tpot_ms),
+        ]
+    out += [(f"prices.{h}", rs.prices[h]) for h in hardware_used]
+    return out
+
+
+def tornado(base: dict, path: Path, catalog: Catalog, *, swing: float = 0.2, opts: PlanOptions | None = None,
+            progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """$/M tokens at the base point and with each input moved by ``-swing`` and ``+swing``."""
+    opts = opts or PlanOptions(analysis=False)
+    _POOLS.clear()
+    _GROUPS.clear()
+    rs = validate_point(base, catalog, path, {})
+    row = solve_point(rs, base, opts)
+    if row["status"] not in ("optimal", "feasible"):
+        raise InfeasibleError(f"{path}: the base scenario has no plan ({row['diagnosis']})")
+    used = sorted({h for k, v in row.items() if k.endswith(".hardware") for h in str(v).split("+") if h})
+    inputs = tornado_inputs(base, rs, used)
+    out = []
+    for n, (p, v0) in enumerate(inputs, start=1):
+        res = {}
+        for side, f in (("low", 1 - swing), ("high", 1 + swing)):
+            doc = copy.deepcopy(base)
+            val = v0 * f
+            if p.endswith("_tokens"):
+                val = max(1, round(val))
+            set_path(doc, p, val)
+            try:
+                r = solve_point(validate_point(doc, catalog, path, {p: val}), doc, opts)
+            except InputError as err:
+                r = {"status": "error", "diagnosis": str(err)}
+            res[side] = (val, r.get("usd_per_mtok", math.nan), r["status"])
+        out.append({"input": p, "base_value": v0, "low_value": res["low"][0], "high_value": res["high"][0],
+                    "usd_per_mtok_base": row["usd_per_mtok"], "usd_per_mtok_low": res["low"][1],
+                    "usd_per_mtok_high": res["high"][1], "status_low": res["low"][2], "status_high": res["high"][2]})
+        if progress:
+            progress(n, len(inputs))
+    df = pd.DataFrame(out)
+    span = (df["usd_per_mtok_high"] - df["usd_per_mtok_low"]).abs()
+    return df.assign(swing_usd_per_mtok=span).sort_values("swing_usd_per_mtok", ascending=False, na_position="last")
