@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -180,7 +181,7 @@ def sweep(
     _refuse_overwrite(target / "sweep.csv", force)
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=False)
     bar, update = _progress("sweep")
-    t0 = __import__("time").perf_counter()
+    t0 = time.perf_counter()
     if bar:
         bar.start()
     try:
@@ -189,7 +190,7 @@ def sweep(
     finally:
         if bar:
             bar.stop()
-    wall = __import__("time").perf_counter() - t0
+    wall = time.perf_counter() - t0
     atomic_write_text(target / "sweep.csv", df.to_csv(index=False))
     written = [target / "sweep.csv", plots.cost_vs_inputs(df, paths, target / "cost.png")]
     first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)

@@ -180,7 +180,6 @@ class _Group:
     table: object
     model: object
     solver: Solver
-    notes: list
 
 
 _POOLS: dict[str, tuple] = {}
@@ -211,7 +210,7 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
     build_s = update_s = solve_s = 0.0
     row: dict = {}
     try:
-        rs2, notes = drop_unpowered(rs)
+        rs2, _ = drop_unpowered(rs)
         if pool_key not in _POOLS:
             _POOLS[pool_key] = (evaluate_candidates(rs2, opts.engine),)
         (pool,) = _POOLS[pool_key]
@@ -221,7 +220,7 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
             diagnose_candidates(rs2, pool, table)
             data = prepare(rs2, table)
             model = build_model(data)
-            grp = _Group(table, model, Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap), notes)
+            grp = _Group(table, model, Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap))
             _GROUPS[model_key] = grp
             build_s = time.perf_counter() - t0
         else:
