@@ -259,6 +259,35 @@ def price_curve_cmd(
         typer.echo(f"  {t['speed_multiple']:.1f}x -> " + (pm if isinstance(pm, str) else f"{pm:.2f}x ({t['hardware']})"))
 
 
+@app.command()
+def insights(
+    model: Annotated[list[str], typer.Option("--model", help="Model id (repeatable, paired with --hardware).")],
+    hardware: Annotated[list[str], typer.Option("--hardware", help="Hardware id (repeatable, paired with --model).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for insights.md and insights/*.png.")] = Path("insights"),
+    context: Annotated[int, typer.Option("--context", min=1, help="Mean context length, tokens.")] = 2048,
+    engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing insights.md.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The headline figures as JSON on stdout.")] = False,
+) -> None:
+    """How batch, context, sparsity, pipelining and scale-up domains set cost and latency, computed."""
+    from planner.export.insights import command, write
+    from planner.insights import compute
+
+    if len(model) != len(hardware):
+        raise InputError("--model and --hardware: give them in pairs (one --hardware per --model)")
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    _refuse_overwrite(out / "insights.md", force)
+    cat = _catalog()
+    items = [compute(cat, m, h, context=context, engine=engine) for m, h in zip(model, hardware, strict=True)]
+    md = write(items, out, command(list(zip(model, hardware, strict=True)), out, context))
+    if as_json:
+        js = [i.to_json() for i in items]
+        _echo_json(js[0] if len(js) == 1 else js)
+    else:
+        typer.echo(f"wrote {md}", err=True)
+
+
 # --------------------------------------------------------------------------------------------------
 # experts
 # --------------------------------------------------------------------------------------------------
