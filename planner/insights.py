@@ -119,8 +119,6 @@ def fits(setup: Setup, lay: Layout, batch, context) -> np.ndarray:
 
 
 def compute(catalog: Catalog, model_id: str, hw_id: str, *, context: int = 2048, engine: str | None = None) -> Insights:
-    from planner.pricing import price_curve
-
     model = catalog.get_model(model_id)
     hw = catalog.get_hardware(hw_id)
     price = hw.price_usd_per_chip_hour
@@ -141,7 +139,6 @@ def compute(catalog: Catalog, model_id: str, hw_id: str, *, context: int = 2048,
     ins.expert_parallel = _ep_section(cal, hw, price, context)
     ins.ratios = _ratio_section(cal, lay, L, chips, price, context, ins.batch["best_batch"])
     ins.long_context = _long_context_section(cal, lay, L, chips, price)
-    del price_curve
     return ins
 
 
