@@ -31,6 +31,18 @@ def _gb(b) -> str:
     return f"{b / 1e9:.1f}"
 
 
+def _finish(ax, xlabel: str, ylabel: str, title: str, *, xlog2: bool = False, legend: int = 8) -> None:
+    """Log y (and log2 x), labels, grid and legend: the common frame of these plots."""
+    if xlog2:
+        ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=legend)
+
+
 def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
     plt = _plt()
     out = {}
@@ -43,13 +55,8 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
         ax.plot(B[ok], y[ok], style, ms=3, label=name)
         if (~ok).any():
             ax.plot(B[~ok], y[~ok], "x", color="grey")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch (sequences in flight per replica)")
-    ax.set_ylabel("$ per million output tokens")
-    ax.set_title(f"{ins.model} on {ins.hardware}: cost against batch (x: KV does not fit)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
+    _finish(ax, "batch (sequences in flight per replica)", "$ per million output tokens",
+            f"{ins.model} on {ins.hardware}: cost against batch (x: KV does not fit)", xlog2=True, legend=10)
     out["batch"] = _save(fig, folder / f"{stem}-batch.png")
 
     lat = ins.latency
@@ -59,12 +66,7 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
     f = pareto_front(x, y)
     ax.plot(x[f], y[f], "-o", ms=3, label="cheapest at each interactivity")
     ax.axvline(lat["max_tokens_per_s_per_user"], color="C3", ls="--", label="latency floor (weights / HBM bw)")
-    ax.set_yscale("log")
-    ax.set_xlabel("output tokens/s per user")
-    ax.set_ylabel("$ per million output tokens")
-    ax.set_title("Cost-latency frontier")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _finish(ax, "output tokens/s per user", "$ per million output tokens", "Cost-latency frontier")
     out["frontier"] = _save(fig, folder / f"{stem}-frontier.png")
 
     kv = ins.kv
@@ -74,13 +76,8 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
     ax.plot(S, kv["kv_memory_s"], "-o", ms=3, lw=2, label=f"KV, this model ({kv['attention']})")
     for name, v in kv["variants"].items():
         ax.plot(S, v["kv_memory_s"], "--", label=f"KV, {name}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel(f"memory time per decode step, batch {kv['batch']} (s)")
-    ax.set_title("KV-cache against weight traffic")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    _finish(ax, "context (tokens)", f"memory time per decode step, batch {kv['batch']} (s)",
+            "KV-cache against weight traffic", xlog2=True, legend=7)
     out["kv"] = _save(fig, folder / f"{stem}-kv.png")
 
     if ins.expert_parallel:
@@ -99,13 +96,7 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot(lc["contexts"], lc["usd_per_mtok_output"], "-o", ms=3, label="cost (best batch that fits)")
     ax.axhline(lc["flat_price"], color="C3", ls="--", label=f"flat price: {lc['reference_context']:,}-token cost x2")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("$ per million output tokens")
-    ax.set_title("Cost against context length")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _finish(ax, "context (tokens)", "$ per million output tokens", "Cost against context length", xlog2=True)
     out["long_context"] = _save(fig, folder / f"{stem}-context.png")
     return out
 
