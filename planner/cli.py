@@ -56,6 +56,19 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def _check_engine(engine: str | None) -> None:
+    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
+        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+
+
+def _flag(flag: str, lookup, ident: str):
+    """A catalog lookup whose unknown-id error names the command-line flag."""
+    try:
+        return lookup(ident)
+    except InputError as err:
+        raise InputError(f"{flag}: {err}") from None
+
+
 def _refuse_overwrite(path: Path, force: bool, flag: str = "--force") -> None:
     if path.exists() and not force:
         raise InputError(f"{path} exists; pass {flag} to overwrite it")
@@ -98,8 +111,7 @@ def plan(
     from planner.export.plan import plan_json, write_plan
     from planner.planning import PlanOptions, input_hash, make_plan
 
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    _check_engine(engine)
     rs = resolve_scenario(load_scenario(scenario), _catalog(), scenario)
     target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
     if not force:
@@ -168,8 +180,7 @@ def sweep(
     from planner.planning import PlanOptions
     from planner.sweep import parse_vary, run_sweep, tornado
 
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    _check_engine(engine)
     base = read_yaml(scenario)
     if not isinstance(base, dict):
         raise InputError(f"{scenario}: expected a mapping of fields at top level")
@@ -237,9 +248,12 @@ def price_curve_cmd(
     """Cheapest $/M output tokens at each interactivity level, and what 1.5x-3x the speed costs."""
     from planner.pricing import price_curve
 
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
-    pc = price_curve(_catalog(), model, hardware, input_tokens=input_tokens, output_tokens=output_tokens,
+    _check_engine(engine)
+    cat = _catalog()
+    _flag("--model", cat.get_model, model)
+    for h in hardware or []:
+        _flag("--hardware", cat.get_hardware, h)
+    pc = price_curve(cat, model, hardware, input_tokens=input_tokens, output_tokens=output_tokens,
                      ttft_ms=ttft_ms, engine=engine)
     if as_json:
         _echo_json(pc.to_json())
@@ -275,10 +289,12 @@ def insights(
 
     if len(model) != len(hardware):
         raise InputError("--model and --hardware: give them in pairs (one --hardware per --model)")
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+    _check_engine(engine)
     _refuse_overwrite(out / "insights.md", force)
     cat = _catalog()
+    for m, h in zip(model, hardware, strict=True):
+        _flag("--model", cat.get_model, m)
+        _flag("--hardware", cat.get_hardware, h)
     items = [compute(cat, m, h, context=context, engine=engine) for m, h in zip(model, hardware, strict=True)]
     md = write(items, out, command(list(zip(model, hardware, strict=True)), out, context))
     if as_json:
@@ -321,10 +337,10 @@ def experts(
     from planner.perf.params import model_stats
 
     cat = _catalog()
-    m = cat.get_model(model)
+    m = _flag("--model", cat.get_model, model)
     if not m.is_moe:
         raise InputError(f"--model {m.id}: a dense model has no experts to place")
-    hw = cat.get_hardware(hardware) if hardware else None
+    hw = _flag("--hardware", cat.get_hardware, hardware) if hardware else None
     n_exp = m.architecture.moe.experts
     if map_file is not None:
         _refuse_overwrite(map_file, force)

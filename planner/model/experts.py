@@ -52,7 +52,7 @@ class RepackExpert:
 
 
 def build_repack_model(experts: list[RepackExpert], gpus: list[int], slots: int, *,
-                       node_of: dict[int, int] | None = None, upper: float | None = None,
+                       node_of: dict[int, int] | None = None,
                        outside: dict[int, tuple[float, list[tuple[int, int]]]] | None = None,
                        order: bool = False) -> pyo.ConcreteModel:
     """Place the copies of ``experts`` on ``gpus`` (see module docstring).
@@ -71,7 +71,7 @@ def build_repack_model(experts: list[RepackExpert], gpus: list[int], slots: int,
     m.y = pyo.Var(m.E, m.G, within=pyo.Binary)
     m.MO = pyo.Set(initialize=[(e, o) for e in multi for o in range(len(by_id[e].options))], dimen=2)
     m.z = pyo.Var(m.MO, m.G, within=pyo.Binary)
-    m.Z = pyo.Var(within=pyo.NonNegativeReals, bounds=(0.0, upper))
+    m.Z = pyo.Var(within=pyo.NonNegativeReals)
 
     m.one_option = pyo.Constraint(m.E, rule=lambda m, e: sum(m.x[e, o] for o in range(len(by_id[e].options))) == 1)
     m.copies = pyo.Constraint(
@@ -187,7 +187,3 @@ def build_balanced_model(load: np.ndarray, placement: list[list[int]]) -> pyo.Co
     )
     m.imbalance = pyo.Objective(expr=m.Z, sense=pyo.minimize)
     return m
-
-
-def placement_from(m) -> list[list[int]]:
-    return [[int(e) for e in m.E if (pyo.value(m.y[e, g]) or 0) > 0.5] for g in m.G]
