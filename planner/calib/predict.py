@@ -49,7 +49,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         if mode == "agg":
             L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             C = g["a_batch"].to_numpy(float)
-            cap = kv_capacity_sequences(setup, *L, I + O)
+            cap = kv_capacity_sequences(setup, *L, I + O / 2.0)
             B = np.minimum(C, np.maximum(cap, 1.0))
             st = agg_decode(setup, *L, B, I, O)
             per_rank = B / L[3]
@@ -58,7 +58,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
             Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             Lp = [g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             Bd = g["d_batch"].to_numpy(float)
-            kv_cap = kv_capacity_sequences(setup, *Ld, I + O)
+            kv_cap = kv_capacity_sequences(setup, *Ld, I + O / 2.0)
             # Rows without worker counts: assume as many decode workers as it takes to hold the
             # concurrency in KV memory (nobody deploys fewer).
             assumed = g["n_workers_assumed"].to_numpy(bool)
