@@ -37,25 +37,27 @@ SHRINK = 0.15
 """Weight of the pull toward the engine prior, per factor, in log units (about one row's worth x 0.15 sqrt(n))."""
 
 TPOT_PARAMS = (
-    "compute", "memory", "step_overhead_us", "layer_overhead_us", "collective_latency_us", "comm_overlap", "interference",
+    "compute", "memory", "step_overhead_us", "layer_overhead_us", "seq_overhead_us", "collective_latency_us", "comm_overlap", "interference",
 )
-TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prompt_exponent", "ttft_overhead_ms")
+TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prompt_exponent", "ttft_overhead_ms", "prefill_expert_overhead_us")
 BOUNDS = {
     "compute": (0.05, 1.0),
     "prefill_compute": (0.05, 1.0),
     "memory": (0.2, 1.0),
     "step_overhead_us": (0.0, 20000.0),
     "layer_overhead_us": (0.0, 500.0),
+    "seq_overhead_us": (0.0, 200.0),
     "collective_latency_us": (0.0, 200.0),
     "interference": (0.0, 4.0),
     "comm_overlap": (0.0, 1.0),
     "queueing": (0.0, 1.0),
     "queue_prompt_exponent": (0.0, 2.0),
     "ttft_overhead_ms": (0.0, 3000.0),
+    "prefill_expert_overhead_us": (0.0, 100.0),
 }
 START = EngineEfficiency(
-    compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10,
-    collective_latency_us=10, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prompt_exponent=0.5, ttft_overhead_ms=30,
+    compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, seq_overhead_us=5,
+    collective_latency_us=10, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prompt_exponent=0.5, ttft_overhead_ms=30, prefill_expert_overhead_us=5,
 )
 # Measured relatives for hardware without rows of its own.
 FAMILY = {
@@ -93,7 +95,25 @@ def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, targ
     return np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
 
 
+def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]:
+    """The factors these rows inform: a factor that changes fewer than ``MIN_ROWS`` predictions when
+    doubled (say the expert overheads on rows of dense models) stays at its starting (prior) value."""
+    r0 = _residuals(norm, catalog, base, target)
+    out = []
+    for n in names:
+        lo, hi = BOUNDS[n]
+        v = float(getattr(base, n))
+        probe = min(max(2.0 * v, lo + 0.25 * (hi - lo)), hi) if v < hi else lo + 0.5 * (hi - lo)
+        r1 = _residuals(norm, catalog, base.model_copy(update={n: probe}), target)
+        if int(np.sum(np.abs(r1 - r0) > 1e-9)) >= MIN_ROWS:
+            out.append(n)
+    return out
+
+
 def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: EngineEfficiency | None) -> EngineEfficiency:
+    names = _informed(norm, catalog, base, names, target)
+    if not names:
+        return base
     lo, hi = _lo_hi(names)
     x0 = np.clip(np.array([getattr(base, n) for n in names], dtype=float), lo + 1e-9, hi - 1e-9)
     scale = np.maximum(hi - lo, 1e-6)

@@ -63,6 +63,9 @@ class EngineEfficiency(Strict):
     """Fixed cost per decode step (scheduling, sampling, launches not hidden by graphs)."""
     layer_overhead_us: NonNeg = 0.0
     """Fixed cost per layer per step (small kernels, synchronisation)."""
+    seq_overhead_us: NonNeg = 0.0
+    """Cost per sequence per step on each attention-DP rank (scheduling, sampling, detokenisation,
+    per-request metadata): what makes a step grow with the batch beyond the roofline."""
     collective_latency_us: NonNeg = 0.0
     """Latency of one collective (all-reduce, all-to-all) on top of its bandwidth term."""
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0
@@ -77,6 +80,9 @@ class EngineEfficiency(Strict):
     request ahead is ``t_step * (I / 1000 tokens) ** x``; x = 1 when every prompt token ahead costs its
     share of an iteration, lower when requests desynchronise."""
     ttft_overhead_ms: NonNeg = 0.0
+    prefill_expert_overhead_us: NonNeg = 0.0
+    """Fixed prefill cost per routed expert per MoE layer (routing, permutation and per-expert
+    kernels of a prefill pass, measured to grow with the model's expert count, not with its EP)."""
     """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
 
 

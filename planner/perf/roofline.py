@@ -253,7 +253,7 @@ def decode_step(
         send = msg / _group_bw(setup, tp * dp * pp) + alpha
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
 
-    overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp
+    overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
     hidden = e.comm_overlap * np.minimum(comm, gemm_c + attn_c)
     stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm - hidden + overhead
     return StepTimes(

@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.perf import params as P
 from planner.perf.roofline import Setup, StepTimes, decode_step, prefill_time
-from planner.units import HOUR_S, MS, MTOK
+from planner.units import HOUR_S, MS, MTOK, US
 
 
 def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens, new_tokens=None) -> StepTimes:
@@ -63,7 +63,9 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
         unit = step * np.power(np.asarray(input_tokens, dtype=float) / 1000.0, e.queue_prompt_exponent)
         # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch.
         iteration = 1.5 * step
-    return e.ttft_overhead_ms * MS + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
+    s = setup.stats
+    fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
+    return fixed + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
 
 
 def prefill_capacity_rps(setup: Setup, tp, ep, pp, dp, input_tokens, workers=1.0):
