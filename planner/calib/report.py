@@ -117,7 +117,7 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
         "",
         "## Rows with a complete configuration vs rows that miss their worker counts",
         "",
-        "769 disaggregated rows do not record how many prefill and decode workers served the concurrency. They are "
+        f"{int((frame['config'] != 'complete').sum())} disaggregated rows do not record how many prefill and decode workers served the concurrency. They are "
         "predicted with as many decode workers as it takes to hold the concurrency in KV memory and a prefill pool "
         "sized to match their request rate (as a planned deployment would be), and are left out of the fit; they "
         "are still counted in every figure above.",
@@ -164,6 +164,7 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
             format_table(summary_rows(cv_hw, ["system"]), ["system"]),
             "",
         ]
+    parts += ["## How repeatable the measured rows are", "", _repeatability(df), ""]
     worst = frame.assign(_lt=np.log2(frame["predicted_ttft_ms"] / frame["silicon_ttft_ms"]).abs()).nlargest(8, "_lt")
     parts += [
         "## What drives the error",
@@ -211,17 +212,67 @@ def _drivers(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def repeatability(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose recorded inputs are identical but whose measurements differ: one row per such group
+    with the max / min ratio of measured TPOT and TTFT. No predictor that sees only the recorded
+    columns can do better on these rows than splitting each ratio."""
+    conc = df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0] \
+        if "silicon_data_source" in df.columns else pd.Series("", index=df.index)
+    skip = {"id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "backend_version"}
+    keys = [c for c in df.columns if c not in skip]
+    k = df[keys].apply(lambda c: c.map(str)).agg("|".join, axis=1) + "|" + conc.map(str)
+    rows = []
+    for _, g in df.groupby(k, sort=False):
+        t = pd.to_numeric(g["silicon_tpot_ms"], errors="coerce")
+        f = pd.to_numeric(g["silicon_ttft_ms"], errors="coerce")
+        if len(g) < 2 or (t.nunique() < 2 and f.nunique() < 2) or not (t > 0).all() or not (f > 0).all():
+            continue
+        rows.append({"mode": str(g["mode"].iloc[0]), "rows": len(g), "tpot_ratio": t.max() / t.min(),
+                     "ttft_ratio": f.max() / f.min()})
+    return pd.DataFrame(rows, columns=["mode", "rows", "tpot_ratio", "ttft_ratio"])
+
+
+def _repeatability(df: pd.DataFrame) -> str:
+    rep = repeatability(df)
+    if rep.empty:
+        return "No configuration is recorded twice with different measurements."
+    lines = [
+        "Some configurations are recorded more than once (same model, system, engine, precision, layout, lengths "
+        "and concurrency) with different measurements. The spread between such repeats is a floor no predictor of "
+        "the recorded columns can beat:",
+        "",
+        "| mode | groups | rows | TPOT max/min median | TPOT max/min p90 | TTFT max/min median | TTFT max/min p90 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, g in rep.groupby("mode"):
+        lines.append(
+            f"| {mode} | {len(g)} | {int(g['rows'].sum())} | {g['tpot_ratio'].median():.2f} | "
+            f"{g['tpot_ratio'].quantile(0.9):.2f} | {g['ttft_ratio'].median():.2f} | {g['ttft_ratio'].quantile(0.9):.2f} |"
+        )
+    dis = rep[rep["mode"] == "disagg"]
+    lines += [
+        "",
+        f"Disaggregated repeats differ by up to {dis['tpot_ratio'].quantile(0.9):.1f}x in TPOT and "
+        f"{dis['ttft_ratio'].quantile(0.9):.1f}x in TTFT (p90): those rows miss what set their speed (worker "
+        "counts, attention data parallelism, speculative decoding such as DeepSeek's multi-token prediction). "
+        "Within one such series the same concurrency often appears twice, one about 2x faster than the other, "
+        "which is what speculative decoding on and off looks like. The model predicts plain decoding.",
+    ]
+    return "\n".join(lines)
+
+
 def _factors_table(catalog: Catalog) -> str:
-    head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "coll. us",
-            "interf.", "queue", "q. prompt exp.", "TTFT ms"]
+    head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "seq us", "coll. us",
+            "interf.", "queue", "q. prompt exp.", "TTFT ms", "prefill us/expert-layer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for h in catalog.hardware.values():
         effs = [("default", h.efficiency.default)] + sorted(h.efficiency.by_engine.items())
         for eng, e in effs:
             lines.append(
                 f"| {h.id} | {eng} | {h.efficiency.fitted_rows} | {e.compute:.2f} | {e.prefill_compute:.2f} | "
-                f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.collective_latency_us:.1f} | "
-                f"{e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | {e.ttft_overhead_ms:.0f} |"
+                f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.seq_overhead_us:.1f} | "
+                f"{e.collective_latency_us:.1f} | {e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | "
+                f"{e.ttft_overhead_ms:.0f} | {e.prefill_expert_overhead_us:.1f} |"
             )
     lines.append("")
     lines.append(f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine.")
