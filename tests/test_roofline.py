@@ -135,3 +135,32 @@ def test_roofline_result_fields(catalog):
 def test_invalid_layouts(catalog, mid, lay, pattern):
     with pytest.raises(InputError, match=pattern):
         check_layout(catalog.models[mid], lay)
+
+
+def test_sequence_and_expert_overheads_are_exact_increments(catalog):
+    """seq_overhead_us adds its value per sequence on each attention-DP rank per step; the prefill expert
+    overhead adds its value per routed expert and MoE layer to TTFT, and nothing for a dense model."""
+    from planner.catalog.schemas import EngineEfficiency
+    from planner.perf.serving import ttft
+
+    hw = catalog.hardware["h100-sxm"]
+    base = EngineEfficiency(compute=0.5, memory=0.8, layer_overhead_us=10.0)
+    more = base.model_copy(update={"seq_overhead_us": 7.0, "prefill_expert_overhead_us": 3.0})
+    m = catalog.models["deepseek-v3"]
+    s0, s1 = Setup.make(m, hw, weights="fp8", eff=base), Setup.make(m, hw, weights="fp8", eff=more)
+    B, dp, pp = 96.0, 4.0, 2.0
+    d = decode_step(s1, 2, 8, pp, dp, B, 2048).step_s - decode_step(s0, 2, 8, pp, dp, B, 2048).step_s
+    # pp stages each carry B / pp sequences spread over dp ranks
+    assert float(d) == pytest.approx(pp * 7e-6 * (B / pp) / dp, rel=1e-9)
+    st = s0.stats
+    t = ttft(s1, 8, 8, 1, 1, 1024, 1) - ttft(s0, 8, 8, 1, 1, 1024, 1)
+    assert float(t) == pytest.approx(3e-6 * st.moe_layers * st.experts, rel=1e-9)
+    dense = catalog.models["llama-3.1-70b"]
+    d0, d1 = Setup.make(dense, hw, eff=base), Setup.make(dense, hw, eff=more)
+    assert float(ttft(d1, 8, 1, 1, 1, 1024, 1)) == pytest.approx(float(ttft(d0, 8, 1, 1, 1, 1024, 1)), rel=1e-12)
+
+
+def test_hbm_capacity_is_the_binary_marketed_size(catalog):
+    """Marketed HBM sizes are GiB: 80 GiB on H100, 180 GiB usable on B200 (stored in GB = 1e9 B)."""
+    assert catalog.hardware["h100-sxm"].hbm_bytes == pytest.approx(80 * 2**30, rel=2e-3)
+    assert catalog.hardware["b200-sxm"].hbm_bytes == pytest.approx(180 * 2**30, rel=2e-3)
