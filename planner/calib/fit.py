@@ -4,9 +4,8 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
 
 1. Normalise the rows (``calib.data``); rows that cannot be predicted, and disaggregated rows that
    do not record their prefill/decode worker counts, are left out of the fit and counted.
-2. TPOT factors (``compute``, ``memory``, ``step_overhead_us``, ``layer_overhead_us``,
-   ``collective_latency_us``, ``interference``) are fitted first, then the TTFT factors
-   (``prefill_compute``, ``queueing``, ``ttft_overhead_ms``) with the TPOT ones held. The loss is a
+2. TPOT factors (``TPOT_PARAMS``) are fitted first, then the TTFT factors (``TTFT_PARAMS``) with the
+   TPOT ones held. A factor that fewer than ``MIN_ROWS`` rows of a group respond to keeps its prior. The loss is a
    robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
    weigh the same and outliers do not dominate.
 3. Per serving engine over all hardware (the engine prior); then per hardware and engine where at

@@ -46,7 +46,8 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
     """Mean time to first token (seconds) with ``in_flight_per_rank`` requests per prefill rank.
 
-    ``overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_step * (I / 1000)^x + transfer`` where
+    ``overhead + expert overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_step * (I / 1000)^x +
+    transfer`` (the expert overhead is ``prefill_expert_overhead_us`` per routed expert and MoE layer) where
     ``t_pf`` is the prompt's own prefill, ``t_step`` the decode iteration it is interleaved with
     (aggregated serving, chunked prefill; ``x = queue_prompt_exponent``) and ``c`` the requests in
     flight per rank. Without ``step_s`` (a dedicated prefill pool) the wait per request ahead is one
