@@ -573,10 +573,7 @@ def validate(
     from planner.calib.metrics import format_table, validation_summary
     from planner.calib.predict import predict_frame
 
-    df = read_rows(data)
-    for col in ("silicon_ttft_ms", "silicon_tpot_ms"):
-        if col not in df.columns:
-            raise InputError(f"{data}: column '{col}' is missing (validation needs measured values)")
+    df = read_rows(data, measured=True)
     summary = validation_summary(predict_frame(df, _catalog()))
     if as_json:
         _echo_json(summary)
@@ -599,7 +596,7 @@ def calibrate_fit(
     from planner.catalog.writer import replace_efficiency_block
 
     cat = _catalog()
-    df = read_rows(data)
+    df = read_rows(data, measured=True)
     res = fit(df, cat)
     blocks = efficiency_blocks(res, cat, Path(data).name)
     if write:

@@ -122,3 +122,14 @@ def test_fit_refuses_data_without_usable_rows(tmp_path):
                     "foo/bar,h100_sxm,vllm,agg,10,10,1,1\n")
     p = run("calibrate", "fit", "--data", str(data), "--write", check=False)
     assert p.returncode == 1 and "can be fitted" in p.stderr
+
+
+@pytest.mark.parametrize("cmd", [["validate"], ["calibrate", "fit"], ["calibrate", "report", "--no-cv"]])
+def test_measured_columns_required(tmp_path, cmd):
+    df = pd.read_csv(need(CALIB)).head(30).drop(columns=["silicon_ttft_ms"])
+    data = tmp_path / "rows.csv"
+    df.to_csv(data, index=False)
+    extra = ["--out", str(tmp_path / "v.md")] if "report" in cmd else []
+    p = run(*cmd, "--data", str(data), *extra, check=False)
+    assert p.returncode == 1 and "silicon_ttft_ms" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "v.md").exists()

@@ -22,7 +22,11 @@ QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4
          "bf16": "bf16", "fp16": "fp16", "float16": "fp16", "int4": "int4", "w4a16": "int4", "int8": "int8"}
 
 
-def read_rows(path: Path | str) -> pd.DataFrame:
+MEASURED = ["silicon_ttft_ms", "silicon_tpot_ms"]
+
+
+def read_rows(path: Path | str, *, measured: bool = False) -> pd.DataFrame:
+    """Read measured rows; with ``measured`` also require the measured TTFT/TPOT columns (fit, validate, report)."""
     path = Path(path)
     try:
         df = pd.read_csv(path)
@@ -33,6 +37,10 @@ def read_rows(path: Path | str) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (expected the silicon_calibration.csv format)")
+    if measured:
+        for col in MEASURED:
+            if col not in df.columns:
+                raise InputError(f"{path}: column '{col}' is missing (fitting and validation need measured values)")
     return df
 
 

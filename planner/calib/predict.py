@@ -49,6 +49,8 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         if mode == "agg":
             L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             C = g["a_batch"].to_numpy(float)
+            # Measured engines admit on the KV actually held: in a closed loop that is the mean in-flight
+            # context I + O / 2. (The planner instead reserves I + O per sequence, so its plans never preempt.)
             cap = kv_capacity_sequences(setup, *L, I + O / 2.0)
             B = np.minimum(C, np.maximum(cap, 1.0))
             st = agg_decode(setup, *L, B, I, O)

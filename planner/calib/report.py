@@ -83,7 +83,7 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
 def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_validate: bool = True) -> None:
     data = Path(data)
     out = Path(out)
-    df = read_rows(data)
+    df = read_rows(data, measured=True)
     from planner.calib.data import normalise
 
     frame = with_errors(predict_frame(df, catalog))
