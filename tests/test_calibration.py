@@ -72,3 +72,32 @@ def test_repeatability_ratio():
     assert rep["rows"].iloc[0] == 3
     assert rep["tpot_ratio"].iloc[0] == pytest.approx(2.0)
     assert rep["ttft_ratio"].iloc[0] == pytest.approx(3.0)
+
+
+def test_trtllm_admits_on_the_full_length(catalog, monkeypatch):
+    """TensorRT-LLM (GUARANTEED_NO_EVICT) reserves prompt + output at admission; engines that admit on
+    the KV they hold count the mean in-flight context. On a row whose concurrency fits only the latter,
+    TRT-LLM's TTFT carries the admission wait of the requests that find no slot."""
+    import pandas as pd
+
+    from planner.calib import predict as PR
+    from planner.perf.roofline import Setup
+    from planner.perf.serving import kv_capacity_sequences
+
+    assert PR.ADMIT_OUTPUT_SHARE["trtllm"] == 1.0 and "sglang" not in PR.ADMIT_OUTPUT_SHARE
+    m, hw = catalog.models["llama-3.1-70b"], catalog.hardware["b200-sxm"]
+    s = Setup.make(m, hw, weights="fp8", kv="fp8")  # TRT-LLM serves FP8 checkpoints with an FP8 KV cache
+    full = float(kv_capacity_sequences(s, 1, 1, 1, 1, 1024 + 8192))
+    mean = float(kv_capacity_sequences(s, 1, 1, 1, 1, 1024 + 4096))
+    conc = int((full + mean) / 2)
+    assert full < conc < mean
+    row = dict(model_path="meta-llama/Llama-3.1-70B-Instruct", system="b200_sxm", precision="fp8", mode="agg", backend="trtllm",
+               isl=1024, osl=8192, gemm_quant_mode="fp8", batch_size=conc, tp_size=1, pp_size=1, attention_dp_size=1)
+    rows = pd.DataFrame([row])
+    trt = PR.predict_frame(rows, catalog).iloc[0]
+    assert trt["prediction_note"] == ""
+    # conc / full - 1 of the requests wait a whole generation for a slot
+    assert trt["predicted_ttft_ms"] > 0.5 * (conc / full - 1) * 8192 * trt["predicted_tpot_ms"]
+    monkeypatch.setattr(PR, "ADMIT_OUTPUT_SHARE", {})
+    held = PR.predict_frame(rows, catalog).iloc[0]
+    assert held["predicted_ttft_ms"] < 0.1 * trt["predicted_ttft_ms"]

@@ -164,3 +164,21 @@ def test_hbm_capacity_is_the_binary_marketed_size(catalog):
     """Marketed HBM sizes are GiB: 80 GiB on H100, 180 GiB usable on B200 (stored in GB = 1e9 B)."""
     assert catalog.hardware["h100-sxm"].hbm_bytes == pytest.approx(80 * 2**30, rel=2e-3)
     assert catalog.hardware["b200-sxm"].hbm_bytes == pytest.approx(180 * 2**30, rel=2e-3)
+
+
+def test_ep_with_tp_attention_exchanges_like_expert_tp(catalog):
+    """With tensor-parallel attention (dp = 1) every chip holds every token: experts split by EP run
+    on them locally and the output rides the all-reduce, so communication equals expert TP's and no
+    all-to-all is paid; with attention DP the all-to-all appears."""
+    from planner.catalog.schemas import EngineEfficiency
+
+    eff = EngineEfficiency(compute=0.5, memory=0.8, collective_latency_us=20.0)
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["b200-sxm"], weights="fp8", eff=eff)
+    ep8 = decode_step(s, 8, 8, 1, 1, 64, 2048)
+    etp = decode_step(s, 8, 1, 1, 1, 64, 2048)
+    assert float(ep8.comm_s) == pytest.approx(float(etp.comm_s), rel=1e-12)
+    # 61 layers x 2 all-reduces, each at least the collective latency
+    assert float(ep8.comm_s) >= 61 * 2 * 20e-6
+    # tp 1 x dp 8: no all-reduce left, only the dispatch and combine of the 58 MoE layers
+    dep = decode_step(s, 1, 8, 1, 8, 64, 2048)
+    assert float(dep.comm_s) >= 58 * 2 * 20e-6

@@ -26,6 +26,12 @@ from planner.perf.serving import (
 
 EffFor = Callable[[str, str], EngineEfficiency]
 
+ADMIT_OUTPUT_SHARE = {"trtllm": 1.0}
+"""Share of the output length an engine reserves in KV when it admits a request (default 0.5: the mean
+in-flight context of a closed loop, for engines that allocate as tokens arrive and preempt when full,
+as SGLang and vLLM do). TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) admits a
+request only when its whole prompt and output fit."""
+
 
 def catalog_efficiency(catalog: Catalog) -> EffFor:
     def eff_for(hw_id: str, engine: str) -> EngineEfficiency:
@@ -46,12 +52,13 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         setup = Setup(catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd)
         I = g["n_isl"].to_numpy(float)
         O = g["n_osl"].to_numpy(float)
+        held = I + ADMIT_OUTPUT_SHARE.get(eng, 0.5) * O
         if mode == "agg":
             L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             C = g["a_batch"].to_numpy(float)
-            # Measured engines admit on the KV actually held: in a closed loop that is the mean in-flight
-            # context I + O / 2. (The planner instead reserves I + O per sequence, so its plans never preempt.)
-            cap = kv_capacity_sequences(setup, *L, I + O / 2.0)
+            # Admission follows the engine's policy (``held``). The planner itself reserves I + O per
+            # sequence, so its plans never preempt.
+            cap = kv_capacity_sequences(setup, *L, held)
             B = np.minimum(C, np.maximum(cap, 1.0))
             st = agg_decode(setup, *L, B, I, O)
             per_rank = B / L[3]
@@ -60,7 +67,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
             Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             Lp = [g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
             Bd = g["d_batch"].to_numpy(float)
-            kv_cap = kv_capacity_sequences(setup, *Ld, I + O / 2.0)
+            kv_cap = kv_capacity_sequences(setup, *Ld, held)
             # Rows without worker counts: assume as many decode workers as it takes to hold the
             # concurrency in KV memory (nobody deploys fewer).
             assumed = g["n_workers_assumed"].to_numpy(bool)

@@ -9,8 +9,8 @@ per pipeline stage and chip,
 * GEMMs: ``max(flops / (F * compute), weight bytes / (W * memory))`` where the weight bytes count
   non-expert weights ``/ tp`` and only the routed experts a step touches ``/ (tp * dp)``;
 * attention: ``max(attention flops / (F_bf16 * compute), KV bytes / (W * memory))``;
-* communication: tensor-parallel all-reduces (two per layer), expert all-to-all (dispatch and
-  combine per MoE layer, over the scale-up fabric while the stage fits in one domain and over
+* communication: tensor-parallel all-reduces (two per layer), and with attention data parallelism
+  an expert all-to-all (dispatch and combine per MoE layer, over the scale-up fabric while the stage fits in one domain and over
   scale-out for the share that leaves it), pipeline sends; each collective also pays a latency.
   Communication is assumed not to overlap with compute in decode (conservative; engines that
   overlap show it as a lower fitted ``collective_latency_us``);
@@ -171,17 +171,20 @@ def dispatch_bytes(setup: Setup) -> float:
 def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s):
     """Token exchange of the MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
 
-    Expert parallel (``ep > 1``): an all-to-all dispatch and combine, each chip sending its
-    ``tokens / stage`` tokens to ``top_k`` experts. Expert tensor parallel across attention-DP ranks
-    (``ep = 1``, ``dp > 1``): every chip needs every token of the stage (all-gather) and returns a
-    slice of every output (reduce-scatter), ``tokens x hidden`` each way whatever the top-k.
-    Otherwise (pure TP) the MoE output rides the attention all-reduce.
+    Only attention data parallelism (``dp > 1``) spreads the tokens over the stage's chips. Then, with
+    expert parallelism (``ep > 1``), an all-to-all dispatch and combine, each chip sending its
+    ``tokens / stage`` tokens to ``top_k`` experts; with expert tensor parallelism (``ep = 1``) every
+    chip needs every token of the stage (all-gather) and returns a slice of every output
+    (reduce-scatter), ``tokens x hidden`` each way whatever the top-k. With tensor-parallel attention
+    (``dp = 1``) every chip already holds every token, so experts sharded by EP or TP alike run on
+    them locally and the output rides an all-reduce (what TensorRT-LLM, SGLang and vLLM do without
+    attention DP), charged by the callers; nothing is exchanged here.
     """
     s = setup.stats
     h = float(s.hidden)
     a2a = all_to_all_time(setup, stage, tokens / stage * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES), count, alpha_s)
     etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, count, alpha_s)
-    return np.where(ep > 1, a2a, np.where(dp > 1, etp, 0.0))
+    return np.where(dp > 1, np.where(ep > 1, a2a, etp), 0.0)
 
 
 def decode_step(
@@ -242,9 +245,9 @@ def decode_step(
     dense_layers_stage = layers_stage - moe_layers_stage
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
     msg = tok_rank * h * ACT_BYTES
-    moe_a2a = (ep > 1) | (dp > 1)
-    # Dense layers: all-reduces inside the tp group. MoE layers: attention all-reduce, then either an
-    # all-to-all across the stage (expert parallel / attention DP) or an all-reduce (expert TP).
+    moe_a2a = dp > 1
+    # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
+    # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers_stage, alpha)
@@ -323,7 +326,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     layers = float(m_.architecture.layers)
     moe_layers = float(s.moe_layers)
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
-    moe_a2a = (ep > 1) | (dp > 1)
+    moe_a2a = dp > 1
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers, alpha)
