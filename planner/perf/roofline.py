@@ -10,8 +10,8 @@ per pipeline stage and chip,
   non-expert weights ``/ tp`` and only the routed experts a step touches ``/ (tp * dp)``;
 * attention: ``max(attention flops / (F_bf16 * compute), KV bytes / (W * memory))``;
 * communication: tensor-parallel all-reduces (two per layer), and with attention data parallelism
-  an expert all-to-all (dispatch and combine per MoE layer, over the scale-up fabric while the stage fits in one domain and over
-  scale-out for the share that leaves it), pipeline sends; each collective also pays a latency.
+  an expert all-to-all (dispatch and combine per MoE layer, over the scale-up fabric while the
+  stage fits in one domain and over scale-out for the share that leaves it), pipeline sends; each collective also pays a latency.
   Communication is assumed not to overlap with compute in decode (conservative; engines that
   overlap show it as a lower fitted ``collective_latency_us``);
 * fixed overheads per step and per layer from the efficiency block.
@@ -245,12 +245,12 @@ def decode_step(
     dense_layers_stage = layers_stage - moe_layers_stage
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
     msg = tok_rank * h * ACT_BYTES
-    moe_a2a = dp > 1
+    attn_dp = dp > 1
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
-        comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers_stage, alpha)
+        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
         comm = comm + moe_exchange_time(setup, ep, dp, stage, mb + xb, 2.0 * moe_layers_stage, alpha)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + alpha
@@ -326,10 +326,10 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     layers = float(m_.architecture.layers)
     moe_layers = float(s.moe_layers)
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
-    moe_a2a = dp > 1
+    attn_dp = dp > 1
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha)
     if s.moe_layers:
-        comm = comm + all_reduce_time(setup, tp, msg, np.where(moe_a2a, 1.0, ar_per_layer) * moe_layers, alpha)
+        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers, alpha)
         comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha)
     send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + alpha), 0.0)
     overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US
