@@ -183,3 +183,15 @@ def test_committed_plan_reproduces(catalog):
     again = make_plan(resolve_scenario(load_scenario(scen), catalog, scen), QUICK).plan
     assert again.objective.usd_per_hour == pytest.approx(plan.objective.usd_per_hour, rel=1e-9)
     assert [(g.hardware, g.count) for g in again.units] == [(g.hardware, g.count) for g in plan.units]
+
+
+def test_force_removes_placement_maps_of_the_replaced_plan(tmp_path):
+    """Replacing a plan with --force drops the expert maps only the old plan wrote; other files stay."""
+    from planner.export.plan import write_plan
+
+    plan = Plan.model_validate_json((ROOT / "plans" / "llama-70b-chat" / "plan.json").read_text())
+    out = tmp_path / "p"
+    write_plan(plan, out, files={"experts-ep16-r16.json": "{}\n"})
+    (out / "notes.txt").write_text("mine")
+    write_plan(plan, out, force=True, files={"experts-ep8-r0.json": "{}\n"})
+    assert sorted(p.name for p in out.iterdir()) == ["experts-ep8-r0.json", "notes.txt", "plan.json", "plan.md"]

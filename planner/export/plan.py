@@ -193,6 +193,10 @@ def _placement_lines(plan: Plan) -> list[str]:
     return out or ["- (empty)"]
 
 
+MAP_GLOB = "experts-ep*-r*.json"
+"""File names of the expert placement maps a plan writes beside itself (see ``planning``)."""
+
+
 def write_plan(plan: Plan, out_dir: Path, *, force: bool = False, files: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write ``plan.md``, ``plan.json`` and the plan's extra ``files`` (expert placement maps)
     atomically; refuse to replace an existing plan without ``force``."""
@@ -202,8 +206,15 @@ def write_plan(plan: Plan, out_dir: Path, *, force: bool = False, files: dict[st
         if p.exists() and not force:
             raise InputError(f"{p} exists; pass --force to overwrite it, or choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
+    replacing = js.exists()
     for p, text in extra.items():
         atomic_write_text(p, text)
     atomic_write_text(js, plan_json(plan))
     atomic_write_text(md, plan_markdown(plan))
+    if replacing:
+        # Placement maps of the plan just replaced that the new plan does not write would otherwise
+        # sit beside it looking current.
+        for old in out_dir.glob(MAP_GLOB):
+            if old not in extra:
+                old.unlink()
     return md, js
