@@ -101,3 +101,16 @@ def test_trtllm_admits_on_the_full_length(catalog, monkeypatch):
     monkeypatch.setattr(PR, "ADMIT_OUTPUT_SHARE", {})
     held = PR.predict_frame(rows, catalog).iloc[0]
     assert held["predicted_ttft_ms"] < 0.1 * trt["predicted_ttft_ms"]
+
+
+def test_engine_spellings_map_to_one_engine(catalog):
+    """'TensorRT-LLM' in a user's CSV gets TRT-LLM's factors, KV format and admission, not the defaults."""
+    import pandas as pd
+
+    from planner.calib.predict import predict_frame
+
+    row = dict(model_path="meta-llama/Llama-3.1-70B-Instruct", system="b200_sxm", precision="fp8", mode="agg",
+               isl=1024, osl=1024, gemm_quant_mode="fp8", batch_size=32, tp_size=4, pp_size=1, attention_dp_size=1)
+    out = predict_frame(pd.DataFrame([dict(row, backend="trtllm"), dict(row, backend=" TensorRT-LLM")]), catalog)
+    assert out["predicted_tpot_ms"].iloc[0] == out["predicted_tpot_ms"].iloc[1]
+    assert out["predicted_ttft_ms"].iloc[0] == out["predicted_ttft_ms"].iloc[1]

@@ -23,6 +23,8 @@ QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4
 
 
 MEASURED = ["silicon_ttft_ms", "silicon_tpot_ms"]
+ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trt_llm": "trtllm"}
+"""Other spellings of the engine names the efficiency blocks, KV formats and admission policy key on."""
 
 
 def read_rows(path: Path | str, *, measured: bool = False) -> pd.DataFrame:
@@ -75,7 +77,8 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     reason[(hw_ids == "") & (reason == "")] = "unknown hardware: " + df["system"].astype(str)
     out["n_model"] = model_ids
     out["n_hw"] = hw_ids
-    out["n_engine"] = df["backend"].astype(str).str.lower()
+    eng = df["backend"].astype(str).str.strip().str.lower()
+    out["n_engine"] = eng.map(lambda e: ENGINE_ALIASES.get(e, e))
     out["n_mode"] = df["mode"].astype(str).str.lower()
     bad_mode = ~out["n_mode"].isin(["agg", "disagg"])
     reason[bad_mode & (reason == "")] = "mode must be agg or disagg"
