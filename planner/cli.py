@@ -418,6 +418,12 @@ def roofline(
     kv: Annotated[str, typer.Option("--kv", help=f"KV-cache format ({DTYPE_HELP}).")] = "bf16",
     ideal: Annotated[bool, typer.Option("--ideal", help="Efficiency 1 and no overheads.")] = False,
     engine: Annotated[str | None, typer.Option("--engine", help="Serving engine whose fitted factors to use.")] = None,
+    spec_tokens: Annotated[
+        int, typer.Option("--spec-tokens", help="Speculative decoding: draft tokens per step (MTP/EAGLE; 0: off).")
+    ] = 0,
+    spec_accept: Annotated[
+        float, typer.Option("--spec-accept", help="Probability each further draft token is accepted (0-1).")
+    ] = 0.7,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Roofline of one decode step: compute, memory and communication time, cost and memory fit."""
@@ -440,10 +446,14 @@ def roofline(
         raise InputError(f"--kv '{kv}' is not a known format; use one of {', '.join(DTYPES)}")
     if engine is not None and engine not in ENGINES:
         raise InputError(f"--engine '{engine}' is not known; use {', '.join(ENGINES)}")
+    if not 0 <= spec_tokens <= 16:
+        raise InputError(f"--spec-tokens {spec_tokens} is out of range; use 0 (off) to 16 draft tokens per step")
+    if not 0.0 <= spec_accept <= 1.0:
+        raise InputError(f"--spec-accept {spec_accept} is not a probability; use a value from 0 to 1")
     layout = Layout(tp, ep, pp, dp)
     check_layout(m, layout)
     eff = IDEAL if ideal else hw.efficiency.for_engine(engine)
-    setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff)
+    setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept)
     res = run(setup, layout, batch, context, mode="ideal" if ideal else "calibrated", engine=engine)
     if as_json:
         _echo_json(res.to_dict())

@@ -4,7 +4,9 @@ normalised table: catalog ids, number formats, layouts, batch and concurrency pe
 Conventions of the data (checked on the calibration file): ``batch_size`` is per attention-data-
 parallel rank (``batch_size * attention_dp_size == concurrency`` on every agg row), GPUs per worker
 are ``tp * pp * attention_dp`` and the MoE group (``moe_tp * moe_ep``) spans a pipeline stage.
-Disaggregated rows without worker counts are read as one prefill and one decode worker.
+Disaggregated rows without worker counts are flagged (``n_workers_assumed``); ``predict`` sizes their
+pools. Draft tokens of speculative decoding are read where a ``spec_tokens`` or
+``num_speculative_tokens`` column gives them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4
 
 
 MEASURED = ["silicon_ttft_ms", "silicon_tpot_ms"]
+SPEC_COLUMNS = ["spec_tokens", "num_speculative_tokens"]
+"""Optional columns with the draft tokens per step of speculative decoding (MTP / EAGLE)."""
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trt_llm": "trtllm"}
 """Other spellings of the engine names the efficiency blocks, KV formats and admission policy key on."""
 
@@ -119,6 +123,13 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out["n_conc"] = pd.to_numeric(conc, errors="coerce")
     if "concurrency" in df.columns:
         out["n_conc"] = out["n_conc"].fillna(_num(df, "concurrency"))
+
+    # Speculative decoding: draft tokens per step where the file records them (0: off). Rows without the
+    # column leave it open only where they also leave the deployment open (see ``predict``).
+    spec = pd.Series(np.nan, index=df.index, dtype=float)
+    for col in SPEC_COLUMNS:
+        spec = spec.fillna(_num(df, col))
+    out["n_spec"] = spec.clip(lower=0.0)  # NaN: not recorded
 
     # Aggregated layout ------------------------------------------------------------------------
     tp = _pos(_num(df, "tp_size"))

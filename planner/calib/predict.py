@@ -7,6 +7,7 @@ formats, a layout and a load, and evaluated with ``perf/``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,12 @@ from planner.perf.serving import (
 
 EffFor = Callable[[str, str], EngineEfficiency]
 
+SPEC_TOKENS_ASSUMED = 3.0
+"""Draft tokens per step when a row leaves speculative decoding open (MTP / EAGLE with three drafts,
+the common setting of TensorRT-LLM, SGLang and vLLM deployment recipes)."""
+ASSUMED_VARIANTS = ((False, 0.0), (True, 0.0), (False, SPEC_TOKENS_ASSUMED), (True, SPEC_TOKENS_ASSUMED))
+"""(attention data parallel, draft tokens) deployments tried for rows that leave them open."""
+
 ADMIT_OUTPUT_SHARE = {"trtllm": 1.0}
 """Share of the output length an engine reserves in KV when it admits a request (default 0.5: the mean
 in-flight context of a closed loop, for engines that allocate as tokens arrive and preempt when full,
@@ -41,55 +48,101 @@ def catalog_efficiency(catalog: Catalog) -> EffFor:
 
 
 def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
-    """Return ``predicted_ttft_ms`` and ``predicted_tpot_ms`` (NaN where ``reason`` is set)."""
+    """Return ``predicted_ttft_ms`` and ``predicted_tpot_ms`` (NaN where ``reason`` is set).
+
+    Rows that record their whole deployment are evaluated as recorded. Disaggregated rows without
+    worker counts (``n_workers_assumed``) leave the deployment open, so they are evaluated as the
+    tuned deployment the recorded chips allow: each of :data:`ASSUMED_VARIANTS` (attention layout as
+    recorded or data-parallel; speculative decoding off or on) is predicted and the one with the
+    lowest TPOT for the row's load is reported, which is what a sweep tuned per load point runs.
+    """
     eff_for = eff_for or catalog_efficiency(catalog)
     ttft_ms = pd.Series(np.nan, index=norm.index)
     tpot_ms = pd.Series(np.nan, index=norm.index)
     ok = norm[norm["reason"] == ""]
+    if "n_spec" not in ok.columns:
+        ok = ok.assign(n_spec=np.nan)
     keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode"]
     for key, g in ok.groupby(keys, sort=False):
         mid, hid, eng, dd, ed, kd, mode = key
-        setup = Setup(catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd)
-        I = g["n_isl"].to_numpy(float)
-        O = g["n_osl"].to_numpy(float)
-        held = I + ADMIT_OUTPUT_SHARE.get(eng, 0.5) * O
+        make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd)
         if mode == "agg":
-            L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
-            C = g["a_batch"].to_numpy(float)
-            # Admission follows the engine's policy (``held``). The planner itself reserves I + O per
-            # sequence, so its plans never preempt.
-            cap = kv_capacity_sequences(setup, *L, held)
-            B = np.minimum(C, np.maximum(cap, 1.0))
-            st = agg_decode(setup, *L, B, I, O)
-            per_rank = B / L[3]
-            t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s) + admission_wait(C, cap, O, st.step_s)
+            t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
         else:
-            Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
-            Lp = [g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
-            Bd = g["d_batch"].to_numpy(float)
-            kv_cap = kv_capacity_sequences(setup, *Ld, held)
-            # Rows without worker counts: assume as many decode workers as it takes to hold the
-            # concurrency in KV memory (nobody deploys fewer).
+            t1, st = _disagg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
             assumed = g["n_workers_assumed"].to_numpy(bool)
-            need = np.maximum(np.ceil(Bd / np.maximum(kv_cap, 1.0)), 1.0)
-            Bd = np.where(assumed, Bd / need, Bd)
-            B = np.minimum(Bd, np.maximum(kv_cap, 1.0))
-            st = disagg_decode(setup, *Ld, B, I, O)
-            d_workers = np.where(assumed, need, g["d_workers"].to_numpy(float))
-            conc = g["n_conc"].fillna(pd.Series(Bd * d_workers, index=g.index)).to_numpy(float)
-            cap1 = prefill_capacity_rps(setup, *Lp, I, 1.0)
-            # Without recorded worker counts, also assume the prefill pool matches the decode pool's
-            # request rate (a balanced deployment, as the planner itself would size it).
-            rate = d_workers * B / (O * st.step_s)
-            p_workers = np.where(assumed, np.maximum(np.ceil(rate / cap1), 1.0), g["p_workers"].to_numpy(float))
-            cap = cap1 * p_workers
-            per_rank = conc / (p_workers * Lp[3])
-            same = setup.hw.scale_up_domain_chips >= 72
-            t1 = ttft(setup, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
-            t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
-        tpot_ms.loc[g.index] = st.step_s * 1e3
+            if assumed.any():
+                t1, st = t1.copy(), st.copy()
+                t1[assumed], st[assumed] = _tuned(make, g[assumed], eng)
+        tpot_ms.loc[g.index] = st * 1e3
         ttft_ms.loc[g.index] = t1 * 1e3
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms})
+
+
+def _tuned(make, a: pd.DataFrame, eng: str):
+    """(TTFT, TPOT) of the fastest-decoding of :data:`ASSUMED_VARIANTS` for rows that leave them open
+    (a draft count the row records is kept)."""
+    recorded = a["n_spec"].to_numpy(float)
+    best_f = best_t = None
+    for dp_attention, spec in ASSUMED_VARIANTS:
+        v = a.assign(d_dp=a["d_tp"] * a["d_dp"], d_tp=1.0) if dp_attention else a
+        f, t = _disagg(make(spec_tokens=np.where(np.isnan(recorded), spec, recorded)), v, eng)
+        if best_t is None:
+            best_f, best_t = f, t
+        else:
+            better = t < best_t
+            best_f, best_t = np.where(better, f, best_f), np.where(better, t, best_t)
+    return best_f, best_t
+
+
+def _held(eng: str, I, O):
+    return I + ADMIT_OUTPUT_SHARE.get(eng, 0.5) * O
+
+
+def _agg(setup: Setup, g: pd.DataFrame, eng: str):
+    """(TTFT, TPOT) in seconds of aggregated rows."""
+    I = g["n_isl"].to_numpy(float)
+    O = g["n_osl"].to_numpy(float)
+    L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
+    C = g["a_batch"].to_numpy(float)
+    # Admission follows the engine's policy (``_held``). The planner itself reserves I + O per
+    # sequence, so its plans never preempt.
+    cap = kv_capacity_sequences(setup, *L, _held(eng, I, O))
+    B = np.minimum(C, np.maximum(cap, 1.0))
+    st = agg_decode(setup, *L, B, I, O)
+    per_rank = B / L[3]
+    t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s) + admission_wait(C, cap, O, st.step_s)
+    return t1, st.step_s
+
+
+def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
+    """(TTFT, TPOT) in seconds of disaggregated rows."""
+    I = g["n_isl"].to_numpy(float)
+    O = g["n_osl"].to_numpy(float)
+    Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
+    Lp = [g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
+    Bd = g["d_batch"].to_numpy(float)
+    kv_cap = kv_capacity_sequences(setup, *Ld, _held(eng, I, O))
+    # Rows without worker counts: assume as many decode workers as it takes to hold the
+    # concurrency in KV memory (nobody deploys fewer).
+    assumed = g["n_workers_assumed"].to_numpy(bool)
+    need = np.maximum(np.ceil(Bd / np.maximum(kv_cap, 1.0)), 1.0)
+    Bd = np.where(assumed, Bd / need, Bd)
+    B = np.minimum(Bd, np.maximum(kv_cap, 1.0))
+    st = disagg_decode(setup, *Ld, B, I, O)
+    d_workers = np.where(assumed, need, g["d_workers"].to_numpy(float))
+    conc = g["n_conc"].fillna(pd.Series(Bd * d_workers, index=g.index)).to_numpy(float)
+    cap1 = prefill_capacity_rps(setup, *Lp, I, 1.0)
+    # Without recorded worker counts, also assume the prefill pool matches the decode pool's
+    # request rate (a balanced deployment, as the planner itself would size it).
+    rate = d_workers * B / (O * st.step_s)
+    p_workers = np.where(assumed, np.maximum(np.ceil(rate / cap1), 1.0), g["p_workers"].to_numpy(float))
+    cap = cap1 * p_workers
+    per_rank = conc / (p_workers * Lp[3])
+    same = setup.hw.scale_up_domain_chips >= 72
+    t1 = ttft(setup, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
+    t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
+    return t1, st.step_s
 
 
 def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:

@@ -37,7 +37,14 @@ def roofline_text(r: RooflineResult) -> str:
         f"KV {_b(r.kv_read_bytes_per_chip)} read per chip)",
         f"    communication    {_t(r.comm_time_s):>12}",
         f"    fixed overheads  {_t(r.overhead_time_s):>12}",
-        f"  latency floor      {_t(r.latency_floor_s):>12}   (resident weights / HBM bandwidth)",
+    ]
+    if r.spec_tokens:
+        lines += [
+            f"    drafting         {_t(r.draft_time_s):>12}   ({r.spec_tokens:g} draft tokens, accept {r.spec_accept:g}: "
+            f"{r.tokens_per_step:.2f} tokens per step; the parts above are per step)",
+        ]
+    lines += [
+        f"  latency floor      {_t(r.latency_floor_s):>12}   (resident weights / HBM bandwidth, per step)",
         f"  balance batch      {_balance(r.balance_batch):>12}",
         "",
         f"  tokens/s (replica) {r.tokens_per_s:12.1f}   per user {r.tokens_per_s_per_user:.1f}",

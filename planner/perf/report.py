@@ -51,6 +51,12 @@ class RooflineResult:
     latency_floor_s: float
     weight_read_bytes_per_chip: float
     kv_read_bytes_per_chip: float
+    spec_tokens: float = 0.0
+    """Draft tokens per sequence and step (speculative decoding; 0: off)."""
+    spec_accept: float = 0.0
+    tokens_per_step: float = 1.0
+    """Output tokens per sequence and step; ``step_time_s`` is the step over these."""
+    draft_time_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,4 +137,8 @@ def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode
         latency_floor_s=float(latency_floor(setup, *L)),
         weight_read_bytes_per_chip=float(st.weight_read_bytes),
         kv_read_bytes_per_chip=float(st.kv_read_bytes),
+        spec_tokens=float(setup.spec_tokens),
+        spec_accept=float(setup.spec_accept) if setup.spec_tokens else 0.0,
+        tokens_per_step=float(st.tokens_per_step),
+        draft_time_s=float(st.draft_s),
     )

@@ -50,6 +50,13 @@ class Setup:
     expert_copies: float = 1.0
     """Physical / logical experts, ``(E + R) / E`` with ``R`` redundant slots: expert weights held and
     streamed per chip scale by it. May be an array aligned with the evaluated rows."""
+    spec_tokens: float = 0.0
+    """Draft tokens proposed per sequence and decode step by speculative decoding (0: off). Drafting
+    runs the model's multi-token-prediction layers (one layer where the model has none, an EAGLE-style
+    head); the step then verifies ``1 + spec_tokens`` tokens per sequence. May be an array aligned with
+    the evaluated rows."""
+    spec_accept: float = 0.7
+    """Probability that each further draft token is accepted, given the ones before it were."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -67,9 +74,13 @@ class Setup:
         kv: str | None = None,
         eff: EngineEfficiency = IDEAL,
         moe_imbalance: float = 1.0,
+        spec_tokens: float = 0.0,
+        spec_accept: float = 0.7,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
-        return cls(model, hw, eff, dense, expert, kv or "bf16", moe_imbalance)
+        return cls(
+            model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, spec_tokens=spec_tokens, spec_accept=spec_accept
+        )
 
     # peaks ----------------------------------------------------------------------------------
     @property
@@ -87,6 +98,13 @@ class Setup:
     @property
     def hbm_bw(self) -> float:
         return self.hw.hbm_bw
+
+    @property
+    def tokens_per_step(self):
+        """Output tokens per sequence and decode step: ``1 + a + a^2 + ... + a^k`` for ``k`` draft tokens
+        accepted with probability ``a`` each (the first mismatch ends the run; the verifying pass always
+        yields one token of its own)."""
+        return accepted_tokens(self.spec_tokens, self.spec_accept)
 
     @property
     def nonexpert_matmul_params(self) -> float:
@@ -111,7 +129,8 @@ class StepTimes:
     """Per-replica decode step breakdown (arrays; seconds unless stated)."""
 
     step_s: np.ndarray
-    """Time per output token (all stages)."""
+    """Time per output token (all stages; with speculative decoding the step, drafting included, over
+    the tokens it yields)."""
     compute_s: np.ndarray
     memory_s: np.ndarray
     comm_s: np.ndarray
@@ -123,6 +142,10 @@ class StepTimes:
     weight_read_bytes: np.ndarray
     """Weight bytes one chip reads per token step (all its stages' share)."""
     kv_read_bytes: np.ndarray
+    draft_s: np.ndarray | float = 0.0
+    """Drafting time per step (speculative decoding; 0 without it)."""
+    tokens_per_step: np.ndarray | float = 1.0
+    """Output tokens per sequence and step (1 without speculative decoding)."""
 
     @property
     def bound(self) -> np.ndarray:
@@ -132,6 +155,16 @@ class StepTimes:
             "communication",
             np.where(self.compute_s >= self.memory_s, "compute", "memory"),
         )
+
+
+def accepted_tokens(spec_tokens, accept):
+    """Expected output tokens per step of speculative decoding with ``spec_tokens`` drafts, each
+    accepted with probability ``accept`` given its predecessors: ``sum_{i=0..k} a^i``."""
+    k = np.asarray(spec_tokens, dtype=float)
+    a = float(accept)
+    if a >= 1.0:
+        return 1.0 + k
+    return (1.0 - a ** (k + 1.0)) / (1.0 - a)
 
 
 def _group_bw(setup: Setup, chips):
@@ -213,23 +246,25 @@ def decode_step(
     X = np.asarray(prefill_tokens_per_step, dtype=float) * e.interference
     I = np.asarray(prefill_context, dtype=float)
     stage = tp * dp
+    k = np.asarray(setup.spec_tokens, dtype=float)
     mb = B / pp  # sequences per micro-batch
+    mq = mb * (1.0 + k)  # decode tokens per micro-batch (each sequence verifies its drafts too)
     xb = X / pp  # prefill tokens per micro-batch
-    tok_rank = (mb + xb) / dp  # tokens one attention-DP rank carries through a stage
+    tok_rank = (mq + xb) / dp  # tokens one attention-DP rank carries through a stage
 
     # GEMMs -----------------------------------------------------------------------------------
     ne_flops = 2.0 * setup.nonexpert_matmul_params * tok_rank / tp / pp
-    ex_flops = 2.0 * setup.expert_active_params * (mb + xb) / stage / pp * setup.moe_imbalance
+    ex_flops = 2.0 * setup.expert_active_params * (mq + xb) / stage / pp * setup.moe_imbalance
     gemm_c = ne_flops / (setup.f_dense * e.compute) + ex_flops / (setup.f_expert * e.compute)
     if s.experts:
-        touched = P.expected_experts_touched(s.experts, s.top_k, mb + xb) / s.experts
+        touched = P.expected_experts_touched(s.experts, s.top_k, mq + xb) / s.experts
     else:
-        touched = np.zeros_like(mb)
+        touched = np.zeros_like(mq)
     w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * setup.expert_copies * touched / (stage * pp)
     gemm_m = w_bytes / (setup.hbm_bw * e.memory)
 
     # Attention -------------------------------------------------------------------------------
-    att_flops = P.attention_flops_per_token(m_, S) * (mb / dp) / tp / pp
+    att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
     if np.any(X > 0):
         pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
         att_flops = att_flops + pre_att * (xb / dp) / tp / pp
@@ -251,7 +286,7 @@ def decode_step(
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, mb + xb, 2.0 * moe_layers_stage, alpha)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, mq + xb, 2.0 * moe_layers_stage, alpha)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + alpha
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
@@ -259,8 +294,11 @@ def decode_step(
     overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
     hidden = e.comm_overlap * np.minimum(comm, gemm_c + attn_c)
     stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm - hidden + overhead
+    step = pp * stage_t
+    draft = _draft_time(setup, tp, ep, pp, dp, B, S) if np.any(k > 0) else 0.0
+    per_step = setup.tokens_per_step
     return StepTimes(
-        step_s=pp * stage_t,
+        step_s=(step + draft) / per_step,
         compute_s=pp * (gemm_c + attn_c),
         memory_s=pp * (gemm_m + attn_m),
         comm_s=pp * comm,
@@ -271,7 +309,25 @@ def decode_step(
         attn_memory_s=pp * attn_m,
         weight_read_bytes=pp * w_bytes,
         kv_read_bytes=pp * kv_bytes,
+        draft_s=np.broadcast_to(np.asarray(draft, dtype=float), np.shape(step)).copy(),
+        tokens_per_step=np.broadcast_to(np.asarray(per_step, dtype=float), np.shape(step)).copy(),
     )
+
+
+def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
+    """Drafting of speculative decoding per step: ``spec_tokens`` sequential passes of the draft layers
+    (the model's multi-token-prediction layers, or one layer) at one token per sequence, each ending
+    in the LM head. A pass of one layer costs a layer's share of a plain decode step."""
+    from dataclasses import replace
+
+    plain = decode_step(replace(setup, spec_tokens=0.0), tp, ep, pp, dp, batch, context)
+    layers = float(setup.model.architecture.layers)
+    per_layer = (plain.step_s - plain.overhead_s) / layers
+    head = setup.wb.lm_head if setup.wb.lm_head else setup.wb.embed
+    head_s = head / np.asarray(tp, dtype=float) / (setup.hbm_bw * setup.eff.memory)
+    draft_layers = float(max(setup.model.architecture.mtp_layers, 1))
+    per_draft = draft_layers * (per_layer + setup.eff.layer_overhead_us * US) + head_s
+    return np.asarray(setup.spec_tokens, dtype=float) * per_draft
 
 
 def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):

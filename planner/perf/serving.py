@@ -31,8 +31,9 @@ def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens,
     N = I if new_tokens is None else np.asarray(new_tokens, dtype=float)
     O = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     B = np.asarray(batch, dtype=float)
+    # Requests finish (and as many start) ``tokens_per_step / O`` per sequence and step.
     return decode_step(
-        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * N / O, prefill_context=I
+        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * N * setup.tokens_per_step / O, prefill_context=I
     )
 
 
