@@ -114,3 +114,46 @@ def test_engine_spellings_map_to_one_engine(catalog):
     out = predict_frame(pd.DataFrame([dict(row, backend="trtllm"), dict(row, backend=" TensorRT-LLM")]), catalog)
     assert out["predicted_tpot_ms"].iloc[0] == out["predicted_tpot_ms"].iloc[1]
     assert out["predicted_ttft_ms"].iloc[0] == out["predicted_ttft_ms"].iloc[1]
+
+
+DISAGG_OPEN = dict(model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", precision="fp8", mode="disagg", backend="trtllm",
+                   isl=1024, osl=1024, gemm_quant_mode="fp8", moe_quant_mode="fp8",
+                   silicon_data_source="source_file=x.csv; silicon_concurrency=64",
+                   prefill_tp_size=8, prefill_pp_size=1, prefill_attention_dp_size=1, prefill_moe_tp_size=1, prefill_moe_ep_size=8,
+                   decode_tp_size=8, decode_pp_size=1, decode_attention_dp_size=1, decode_moe_tp_size=1, decode_moe_ep_size=8)
+
+
+def test_recorded_draft_tokens_are_used(catalog):
+    """A row that records speculative decoding (``spec_tokens``) is predicted with it, on agg rows too."""
+    import pandas as pd
+
+    from planner.calib.predict import predict_frame
+
+    row = dict(model_path="meta-llama/Llama-3.1-70B-Instruct", system="h200_sxm", precision="fp8", mode="agg",
+               backend="vllm", isl=1024, osl=1024, gemm_quant_mode="fp8", batch_size=8, tp_size=4, pp_size=1)
+    out = predict_frame(pd.DataFrame([row, dict(row, spec_tokens=3), dict(row, num_speculative_tokens=3)]), catalog)
+    t = out["predicted_tpot_ms"].to_numpy()
+    assert t[1] < 0.7 * t[0] and t[1] == t[2]
+
+
+def test_open_disagg_rows_are_predicted_as_the_fastest_deployment(catalog, monkeypatch):
+    """A disagg row without worker counts leaves the attention layout and speculative decoding open: it
+    is predicted as the fastest of the variants (here, memory-bound at 64 in flight, with drafts), and
+    a recorded ``spec_tokens`` of 0 holds speculation off."""
+    import pandas as pd
+
+    from planner.calib import predict as PR
+
+    rows = pd.DataFrame([DISAGG_OPEN, dict(DISAGG_OPEN, spec_tokens=0)])
+    tuned = PR.predict_frame(rows, catalog)
+    monkeypatch.setattr(PR, "ASSUMED_VARIANTS", ((False, 0.0),))
+    recorded = PR.predict_frame(rows, catalog)
+    monkeypatch.setattr(PR, "ASSUMED_VARIANTS", ((False, PR.SPEC_TOKENS_ASSUMED),))
+    spec = PR.predict_frame(rows, catalog)
+    monkeypatch.setattr(PR, "ASSUMED_VARIANTS", ((True, 0.0),))
+    dep = PR.predict_frame(rows, catalog)
+    t = tuned["predicted_tpot_ms"]
+    assert t[0] == pytest.approx(min(recorded["predicted_tpot_ms"][0], spec["predicted_tpot_ms"][0], dep["predicted_tpot_ms"][0]))
+    assert t[0] == spec["predicted_tpot_ms"][0] < 0.7 * recorded["predicted_tpot_ms"][0]
+    assert t[1] == pytest.approx(min(recorded["predicted_tpot_ms"][1], dep["predicted_tpot_ms"][1]))
+    assert "worker counts not recorded" in tuned["prediction_note"][0]

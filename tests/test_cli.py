@@ -33,6 +33,16 @@ def test_roofline_json():
     assert d["chips"] == 8 and d["bound"] in ("compute", "memory", "communication") and d["fits"] is True
 
 
+def test_roofline_speculative_decoding_json():
+    args = ("roofline", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--batch", "32", "--context", "2048",
+            "--tp", "8", "--ep", "8", "--weights", "fp8", "--json")
+    plain = json.loads(run(*args).stdout)
+    spec = json.loads(run(*args, "--spec-tokens", "3", "--spec-accept", "0.7").stdout)
+    assert plain["tokens_per_step"] == 1.0 and plain["draft_time_s"] == 0.0
+    assert spec["tokens_per_step"] == pytest.approx(2.533) and spec["draft_time_s"] > 0
+    assert spec["step_time_s"] < plain["step_time_s"] and spec["tokens_per_s"] > plain["tokens_per_s"]
+
+
 def test_roofline_ideal_text():
     p = run("roofline", "--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--batch", "2048", "--context", "4096",
             "--tp", "1", "--dp", "32", "--ep", "32", "--ideal")
@@ -47,6 +57,10 @@ def test_roofline_ideal_text():
          "--ep 6"),
         (["--model", "llama-9", "--hardware", "h100-sxm", "--batch", "8", "--context", "1"], "unknown model id"),
         (["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "0", "--context", "1"], "--batch"),
+        (["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--spec-tokens", "40"],
+         "--spec-tokens"),
+        (["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--spec-accept", "1.5"],
+         "--spec-accept"),
         (["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "1", "--context", "1", "--weights", "fp3"],
          "--weights"),
     ],

@@ -182,3 +182,55 @@ def test_ep_with_tp_attention_exchanges_like_expert_tp(catalog):
     # tp 1 x dp 8: no all-reduce left, only the dispatch and combine of the 58 MoE layers
     dep = decode_step(s, 1, 8, 1, 8, 64, 2048)
     assert float(dep.comm_s) >= 58 * 2 * 20e-6
+
+
+def test_accepted_tokens_per_step():
+    from planner.perf.roofline import accepted_tokens
+
+    assert accepted_tokens(0, 0.7) == pytest.approx(1.0)
+    assert accepted_tokens(3, 0.7) == pytest.approx(1 + 0.7 + 0.49 + 0.343)
+    assert accepted_tokens(3, 1.0) == pytest.approx(4.0)
+    assert accepted_tokens(2, 0.0) == pytest.approx(1.0)
+
+
+def test_speculative_step_verifies_k_plus_one_tokens(catalog):
+    """Verifying ``k`` drafts is a step over ``B (k + 1)`` tokens that reads every sequence's KV once:
+    its compute equals a plain step of ``B (k + 1)`` sequences, its KV traffic a plain step of ``B``,
+    and the time per output token is (step + drafting) / accepted tokens."""
+    from dataclasses import replace
+
+    from planner.perf.roofline import accepted_tokens
+
+    m, hw = catalog.models["llama-3.1-70b"], catalog.hardware["h100-sxm"]
+    plain = Setup.make(m, hw, weights="fp8")
+    spec = replace(plain, spec_tokens=3.0, spec_accept=0.8)
+    s = decode_step(spec, 4, 1, 1, 1, 16, 2048)
+    wide = decode_step(plain, 4, 1, 1, 1, 64, 2048)
+    one = decode_step(plain, 4, 1, 1, 1, 16, 2048)
+    assert float(s.compute_s) == pytest.approx(float(wide.compute_s) - float(wide.attn_compute_s) + 4 * float(one.attn_compute_s), rel=1e-9)
+    assert float(s.kv_read_bytes) == pytest.approx(float(one.kv_read_bytes), rel=1e-12)
+    assert float(s.weight_read_bytes) == pytest.approx(float(one.weight_read_bytes), rel=1e-12)  # dense: every weight, once
+    n = accepted_tokens(3.0, 0.8)
+    assert float(s.tokens_per_step) == pytest.approx(n)
+    step = float(s.step_s) * n - float(s.draft_s)
+    assert step == pytest.approx(float(one.step_s) + float(s.comm_s) - float(one.comm_s), rel=0.02)  # memory-bound: same weights
+    # Memory-bound (batch 16; or a large batch at long context, where the KV read is shared by the
+    # verified tokens): speculation pays. Compute-bound (large batch, short context): it does not.
+    assert float(s.step_s) < 0.6 * float(one.step_s)
+    assert float(decode_step(spec, 4, 1, 1, 1, 4096, 2048).step_s) < float(decode_step(plain, 4, 1, 1, 1, 4096, 2048).step_s)
+    assert float(decode_step(spec, 4, 1, 1, 1, 8192, 128).step_s) > float(decode_step(plain, 4, 1, 1, 1, 8192, 128).step_s)
+
+
+def test_speculative_draft_uses_the_mtp_layers(catalog):
+    """Drafting runs the model's MTP layers (DeepSeek-V3: one) once per draft token: three drafts cost
+    three times one."""
+    from dataclasses import replace
+
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
+    assert m.architecture.mtp_layers == 1
+    base = Setup.make(m, hw, weights="fp8", eff=hw.efficiency.for_engine("trtllm"))
+    d1 = float(decode_step(replace(base, spec_tokens=1.0), 8, 8, 1, 1, 32, 2048).draft_s)
+    d3 = float(decode_step(replace(base, spec_tokens=3.0), 8, 8, 1, 1, 32, 2048).draft_s)
+    assert d1 > 0 and d3 == pytest.approx(3 * d1)
+    plain = decode_step(base, 8, 8, 1, 1, 32, 2048)
+    assert d1 < 0.1 * float(plain.step_s)  # one layer of 61 plus the LM head

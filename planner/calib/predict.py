@@ -156,6 +156,9 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
     out["predicted_tpot_ms"] = pred["predicted_tpot_ms"]
     note = norm["reason"].copy()
     assumed = (note == "") & norm["n_workers_assumed"]
-    note[assumed] = "worker counts not recorded: assumed decode workers to hold the concurrency and rate-matched prefill"
+    note[assumed] = (
+        "worker counts not recorded: assumed decode workers to hold the concurrency, rate-matched prefill, and the "
+        "faster of TP/DP attention with and without speculative decoding"
+    )
     out["prediction_note"] = note
     return out
