@@ -119,8 +119,14 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
         "",
         f"{int((frame['config'] != 'complete').sum())} disaggregated rows do not record how many prefill and decode workers served the concurrency. They are "
         "predicted with as many decode workers as it takes to hold the concurrency in KV memory and a prefill pool "
-        "sized to match their request rate (as a planned deployment would be), and are left out of the fit; they "
-        "are still counted in every figure above.",
+        "sized to match their request rate (as a planned deployment would be). They also leave open what else sets "
+        "their speed: every one of them says attention data parallelism 1, prefill included, and none says whether "
+        "speculative decoding ran. Each is therefore predicted as the fastest (lowest TPOT for its load) of four "
+        "deployments the recorded chips allow: attention tensor- or data-parallel, with or without speculative "
+        "decoding (3 draft tokens, acceptance 0.7 each; MTP layers where the model has them), which is what a "
+        "sweep tuned per load point runs. Rows that record a configuration, and agg rows, are predicted as "
+        "recorded with plain decoding: on them speculation would over-predict speed (checked: every agg family "
+        "gets worse with it). These rows are left out of the fit and still counted in every figure above.",
         "",
         format_table(summary_rows(frame, ["config"]), ["config"]),
         "",
@@ -205,7 +211,7 @@ def _drivers(frame: pd.DataFrame) -> str:
         "",
         "Known limits of the model: benchmark TTFT depends on how the client releases requests (bursts at the start "
         "of a closed loop) and on scheduler settings the rows do not record (chunk size, max batch tokens); "
-        "disaggregated rows without worker counts are read as a balanced deployment (decode workers to hold the concurrency, rate-matched prefill); the KV-cache format "
+        "disaggregated rows without worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, rate-matched prefill, the faster attention layout and speculative decoding setting); the KV-cache format "
         "is not recorded and is assumed (FP8 for TensorRT-LLM with quantised weights, BF16 otherwise); expert routing "
         "is assumed uniform (imbalance 1) in these predictions.",
     ]
@@ -256,7 +262,8 @@ def _repeatability(df: pd.DataFrame) -> str:
         f"{dis['ttft_ratio'].quantile(0.9):.1f}x in TTFT (p90): those rows miss what set their speed (worker "
         "counts, attention data parallelism, speculative decoding such as DeepSeek's multi-token prediction). "
         "Within one such series the same concurrency often appears twice, one about 2x faster than the other, "
-        "which is what speculative decoding on and off looks like. The model predicts plain decoding.",
+        "which is what speculative decoding on and off looks like. Rows that leave the deployment open are predicted "
+        "as the faster of plain and speculative decoding, so one twin of such a pair stays far off.",
     ]
     return "\n".join(lines)
 
