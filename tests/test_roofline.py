@@ -234,3 +234,24 @@ def test_speculative_draft_uses_the_mtp_layers(catalog):
     assert d1 > 0 and d3 == pytest.approx(3 * d1)
     plain = decode_step(base, 8, 8, 1, 1, 32, 2048)
     assert d1 < 0.1 * float(plain.step_s)  # one layer of 61 plus the LM head
+
+
+def test_collectives_leaving_the_domain_pay_the_scale_out_latency(catalog):
+    """A collective whose group spans more than one scale-up domain pays ``scale_out_latency_us`` on top
+    of ``collective_latency_us``; inside the domain it does not."""
+    from planner.catalog.schemas import EngineEfficiency
+    from planner.perf.roofline import all_reduce_time, all_to_all_time
+
+    hw = catalog.hardware["h100-sxm"]  # 8-GPU NVLink domain
+    m = catalog.models["deepseek-v3"]
+    a = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(collective_latency_us=10))
+    b = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(collective_latency_us=10, scale_out_latency_us=40))
+    for g in (8, 16, 64):
+        extra = float(all_to_all_time(b, g, 1e6, 116, 10e-6) - all_to_all_time(a, g, 1e6, 116, 10e-6))
+        assert extra == pytest.approx(116 * 40e-6 if g > 8 else 0.0, abs=1e-12)
+        extra = float(all_reduce_time(b, g, 1e6, 3, 10e-6) - all_reduce_time(a, g, 1e6, 3, 10e-6))
+        assert extra == pytest.approx(3 * 40e-6 if g > 8 else 0.0, abs=1e-12)
+    # DEP16 over two HGX nodes: 2 exchanges per MoE layer leave the node.
+    st_a = decode_step(a, 1, 16, 1, 16, 64, 2048)
+    st_b = decode_step(b, 1, 16, 1, 16, 64, 2048)
+    assert float(st_b.comm_s - st_a.comm_s) == pytest.approx(2 * 58 * 40e-6, rel=1e-9)

@@ -68,6 +68,9 @@ class EngineEfficiency(Strict):
     per-request metadata): what makes a step grow with the batch beyond the roofline."""
     collective_latency_us: NonNeg = 0.0
     """Latency of one collective (all-reduce, all-to-all) on top of its bandwidth term."""
+    scale_out_latency_us: NonNeg = 0.0
+    """Extra latency of a collective whose group spans more than one scale-up domain (network round
+    trips, cross-node synchronisation): what makes multi-node expert parallelism slow at small batches."""
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Share of communication hidden behind compute (two-batch overlap, async all-to-all); it can
     hide at most the compute time of the step."""
@@ -80,10 +83,10 @@ class EngineEfficiency(Strict):
     request ahead is ``t_step * (I / 1000 tokens) ** x``; x = 1 when every prompt token ahead costs its
     share of an iteration, lower when requests desynchronise."""
     ttft_overhead_ms: NonNeg = 0.0
+    """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
     prefill_expert_overhead_us: NonNeg = 0.0
     """Fixed prefill cost per routed expert per MoE layer (routing, permutation and per-expert
     kernels of a prefill pass, measured to grow with the model's expert count, not with its EP)."""
-    """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
 
 
 class Efficiency(Strict):

@@ -173,10 +173,18 @@ def _group_bw(setup: Setup, chips):
     return np.where(chips <= setup.hw.scale_up_domain_chips, setup.hw.scale_up_bw, setup.hw.scale_out_bw)
 
 
+def _alpha(setup: Setup, group, alpha_s):
+    """Latency of one collective over ``group`` chips: ``alpha_s``, plus the efficiency block's
+    ``scale_out_latency_us`` when the group spans more than one scale-up domain (network round trips
+    and cross-node synchronisation)."""
+    g = np.asarray(group, dtype=float)
+    return alpha_s + np.where(g > setup.hw.scale_up_domain_chips, setup.eff.scale_out_latency_us * US, 0.0)
+
+
 def all_reduce_time(setup: Setup, group, msg_bytes, count, alpha_s):
     """``count`` ring all-reduces of ``msg_bytes`` each over ``group`` chips: ``2 (g-1)/g * bytes / bw``."""
     g = np.asarray(group, dtype=float)
-    t = 2.0 * (g - 1.0) / g * msg_bytes / _group_bw(setup, g) + alpha_s
+    t = 2.0 * (g - 1.0) / g * msg_bytes / _group_bw(setup, g) + _alpha(setup, g, alpha_s)
     return np.where(g > 1, count * t, 0.0)
 
 
@@ -191,7 +199,7 @@ def all_to_all_time(setup: Setup, group, bytes_per_chip, count, alpha_s):
     remote = np.clip(1.0 - d / np.maximum(g, 1.0), 0.0, 1.0)
     frac = (g - 1.0) / np.maximum(g, 1.0)
     b = bytes_per_chip * frac
-    t = np.maximum(b * (1.0 - remote) / setup.hw.scale_up_bw, b * remote / setup.hw.scale_out_bw) + alpha_s
+    t = np.maximum(b * (1.0 - remote) / setup.hw.scale_up_bw, b * remote / setup.hw.scale_out_bw) + _alpha(setup, g, alpha_s)
     return np.where(g > 1, count * t, 0.0)
 
 
@@ -288,7 +296,7 @@ def decode_step(
         comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
         comm = comm + moe_exchange_time(setup, ep, dp, stage, mq + xb, 2.0 * moe_layers_stage, alpha)
     if np.any(pp > 1):
-        send = msg / _group_bw(setup, tp * dp * pp) + alpha
+        send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
 
     overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
@@ -387,7 +395,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers, alpha)
         comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha)
-    send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + alpha), 0.0)
+    send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + _alpha(setup, stage * pp, alpha)), 0.0)
     overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US
     return comp, mem, comm + send, overhead
 
