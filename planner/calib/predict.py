@@ -28,8 +28,8 @@ from planner.perf.serving import (
 EffFor = Callable[[str, str], EngineEfficiency]
 
 SPEC_TOKENS_ASSUMED = 3.0
-"""Draft tokens per step when a row leaves speculative decoding open (MTP / EAGLE with three drafts,
-the common setting of TensorRT-LLM, SGLang and vLLM deployment recipes)."""
+"""Draft tokens per step tried when a row leaves speculative decoding open: an assumption (a chain of
+three MTP / EAGLE drafts), not a recorded value; ``Setup.spec_accept`` gives their acceptance."""
 ASSUMED_VARIANTS = ((False, 0.0), (True, 0.0), (False, SPEC_TOKENS_ASSUMED), (True, SPEC_TOKENS_ASSUMED))
 """(attention data parallel, draft tokens) deployments tried for rows that leave them open."""
 
