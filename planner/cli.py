@@ -430,7 +430,7 @@ def roofline(
     from planner.catalog.schemas import ENGINES, IDEAL
     from planner.perf.layout import Layout, check_layout
     from planner.perf.report import roofline as run
-    from planner.perf.roofline import Setup
+    from planner.perf.roofline import MAX_SPEC_TOKENS, Setup
     from planner.units import DTYPES
 
     cat = _catalog()
@@ -446,8 +446,8 @@ def roofline(
         raise InputError(f"--kv '{kv}' is not a known format; use one of {', '.join(DTYPES)}")
     if engine is not None and engine not in ENGINES:
         raise InputError(f"--engine '{engine}' is not known; use {', '.join(ENGINES)}")
-    if not 0 <= spec_tokens <= 16:
-        raise InputError(f"--spec-tokens {spec_tokens} is out of range; use 0 (off) to 16 draft tokens per step")
+    if not 0 <= spec_tokens <= MAX_SPEC_TOKENS:
+        raise InputError(f"--spec-tokens {spec_tokens} is out of range; use 0 (off) to {MAX_SPEC_TOKENS} draft tokens per step")
     if not 0.0 <= spec_accept <= 1.0:
         raise InputError(f"--spec-accept {spec_accept} is not a probability; use a value from 0 to 1")
     layout = Layout(tp, ep, pp, dp)

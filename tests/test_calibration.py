@@ -134,6 +134,9 @@ def test_recorded_draft_tokens_are_used(catalog):
     out = predict_frame(pd.DataFrame([row, dict(row, spec_tokens=3), dict(row, num_speculative_tokens=3)]), catalog)
     t = out["predicted_tpot_ms"].to_numpy()
     assert t[1] < 0.7 * t[0] and t[1] == t[2]
+    bad = predict_frame(pd.DataFrame([dict(row, spec_tokens="three"), dict(row, spec_tokens=-1), dict(row, spec_tokens="")]), catalog)
+    assert bad["prediction_note"].tolist()[:2] == ["spec_tokens must be a number of draft tokens from 0 to 16"] * 2
+    assert bad["prediction_note"][2] == "" and bad["predicted_tpot_ms"][2] == t[0]
 
 
 def test_open_disagg_rows_are_predicted_as_the_fastest_deployment(catalog, monkeypatch):

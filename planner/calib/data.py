@@ -18,6 +18,7 @@ import pandas as pd
 
 from planner.catalog import Catalog
 from planner.errors import InputError
+from planner.perf.roofline import MAX_SPEC_TOKENS
 
 REQUIRED = ["model_path", "system", "backend", "mode", "isl", "osl"]
 QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4",
@@ -128,8 +129,14 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     # column leave it open only where they also leave the deployment open (see ``predict``).
     spec = pd.Series(np.nan, index=df.index, dtype=float)
     for col in SPEC_COLUMNS:
-        spec = spec.fillna(_num(df, col))
-    out["n_spec"] = spec.clip(lower=0.0)  # NaN: not recorded
+        if col not in df.columns:
+            continue
+        v = _num(df, col)
+        given = df[col].notna() & (df[col].astype(str).str.strip() != "")
+        bad = given & ~v.between(0, MAX_SPEC_TOKENS)
+        reason[bad & (reason == "")] = f"{col} must be a number of draft tokens from 0 to {MAX_SPEC_TOKENS}"
+        spec = spec.fillna(v.where(~bad))
+    out["n_spec"] = spec  # NaN: not recorded
 
     # Aggregated layout ------------------------------------------------------------------------
     tp = _pos(_num(df, "tp_size"))

@@ -30,6 +30,9 @@ from planner.perf import params as P
 from planner.perf.layout import kv_shard, weight_bytes_per_chip
 from planner.units import US
 
+MAX_SPEC_TOKENS = 16
+"""Most draft tokens per step accepted as input (speculative decoding)."""
+
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
 
