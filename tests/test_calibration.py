@@ -114,6 +114,11 @@ def test_engine_spellings_map_to_one_engine(catalog):
     out = predict_frame(pd.DataFrame([dict(row, backend="trtllm"), dict(row, backend=" TensorRT-LLM")]), catalog)
     assert out["predicted_tpot_ms"].iloc[0] == out["predicted_tpot_ms"].iloc[1]
     assert out["predicted_ttft_ms"].iloc[0] == out["predicted_ttft_ms"].iloc[1]
+    assert out["prediction_note"].tolist() == ["", ""]
+    # An engine the catalog has no factors for is still predicted, and the note says with which factors.
+    other = predict_frame(pd.DataFrame([dict(row, backend="lmdeploy")]), catalog).iloc[0]
+    assert other["predicted_tpot_ms"] > 0
+    assert other["prediction_note"] == "engine 'lmdeploy' has no fitted factors: the hardware's default used"
 
 
 DISAGG_OPEN = dict(model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", precision="fp8", mode="disagg", backend="trtllm",

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog import Catalog, EngineEfficiency
+from planner.catalog.schemas import ENGINES
 from planner.perf.roofline import Setup
 from planner.perf.serving import (
     admission_wait,
@@ -159,6 +160,11 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
     note[assumed] = (
         "worker counts not recorded: assumed decode workers to hold the concurrency, rate-matched prefill, and the "
         "faster of TP/DP attention with and without speculative decoding"
+    )
+    known = norm["n_engine"].isin(ENGINES)
+    other = (norm["reason"] == "") & ~known
+    note[other] = note[other].where(note[other] == "", note[other] + "; ") + (
+        "engine '" + norm.loc[other, "n_engine"].astype(str) + "' has no fitted factors: the hardware's default used"
     )
     out["prediction_note"] = note
     return out
