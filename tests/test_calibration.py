@@ -165,3 +165,53 @@ def test_open_disagg_rows_are_predicted_as_the_fastest_deployment(catalog, monke
     assert t[0] == spec["predicted_tpot_ms"][0] < 0.7 * recorded["predicted_tpot_ms"][0]
     assert t[1] == pytest.approx(min(recorded["predicted_tpot_ms"][1], dep["predicted_tpot_ms"][1]))
     assert "worker counts not recorded" in tuned["prediction_note"][0]
+
+
+def test_squared_moe_grid_reads_as_its_k_gpu_layout(catalog):
+    """A layout recorded as moe_tp = moe_ep = k with a k*k-GPU attention field that would not fit one
+    scale-up domain is the k-GPU layout (the calibration file holds both spellings with identical
+    measurements); grids that fit the domain stay as recorded."""
+    import pandas as pd
+
+    base = dict(model_path="deepseek-ai/DeepSeek-R1-0528", system="b200_sxm", precision="fp8", mode="agg",
+                backend="trtllm", isl=1024, osl=1024, gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size=16, pp_size=1)
+    rows = pd.DataFrame([
+        dict(base, tp_size=64, attention_dp_size=1, moe_tp_size=8, moe_ep_size=8),  # TP64 on 8-GPU nodes
+        dict(base, tp_size=8, attention_dp_size=1, moe_tp_size=1, moe_ep_size=8),
+        dict(base, tp_size=1, attention_dp_size=16, moe_tp_size=4, moe_ep_size=4),  # "DEP16" of four GPUs
+        dict(base, tp_size=1, attention_dp_size=4, moe_tp_size=1, moe_ep_size=4),
+        dict(base, tp_size=4, attention_dp_size=1, moe_tp_size=2, moe_ep_size=2),  # a real 4-GPU grid
+        dict(base, system="gb200", tp_size=16, attention_dp_size=1, moe_tp_size=4, moe_ep_size=4),  # fits NVL72
+    ])
+    n = normalise(rows, catalog)
+    got = n[["a_tp", "a_ep", "a_dp"]].to_numpy().tolist()
+    assert got[0] == got[1] == [8, 8, 1]
+    assert got[2] == [1, 4, 4] and got[3] == [1, 4, 4]
+    assert got[4] == [4, 2, 1] and got[5] == [16, 4, 1]
+    pred = predict_frame(rows, catalog)["predicted_tpot_ms"]
+    assert pred[0] == pred[1] and pred[2] == pred[3]
+
+
+def test_open_rows_that_cannot_hold_the_weights_get_the_smallest_group_that_does(catalog):
+    """DeepSeek-R1 (FP8, ~690 GB) recorded as "tp 1" on one GB200 of ~186 GB cannot have run as recorded: an
+    open row reads each such group as the smallest power-of-two TP that holds the weights with room for a
+    sequence; a row whose recorded group holds them keeps it."""
+    import pandas as pd
+
+    from planner.calib.predict import _holding_layout
+    from planner.perf.roofline import Setup
+    from planner.perf.serving import kv_capacity_sequences
+
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["gb200-nvl72"]
+    row = dict(DISAGG_OPEN, system="gb200", prefill_tp_size=1, prefill_moe_ep_size=1, decode_tp_size=1,
+               decode_moe_ep_size=1)
+    norm = normalise(pd.DataFrame([row, dict(row, decode_tp_size=8, decode_moe_ep_size=8)]), catalog)
+    s = Setup(m, hw, hw.efficiency.for_engine("trtllm"), "fp8", "fp8", "fp8")
+    out = _holding_layout(s, norm, "trtllm")
+    tp = int(out["d_tp"][0])
+    assert tp > 1 and tp & (tp - 1) == 0
+    held = 1024 + 1024  # trtllm reserves prompt + output
+    assert kv_capacity_sequences(s, tp, 1, 1, 1, held) >= 1 > kv_capacity_sequences(s, tp // 2, 1, 1, 1, held)
+    assert int(out["p_tp"][0]) >= 4 and int(out["d_tp"][1]) == 8
+    pred = predict_frame(pd.DataFrame([row, dict(row, decode_tp_size=tp, prefill_tp_size=int(out["p_tp"][0]))]), catalog)
+    assert pred["predicted_tpot_ms"][0] == pytest.approx(pred["predicted_tpot_ms"][1])

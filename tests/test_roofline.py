@@ -255,3 +255,35 @@ def test_collectives_leaving_the_domain_pay_the_scale_out_latency(catalog):
     st_a = decode_step(a, 1, 16, 1, 16, 64, 2048)
     st_b = decode_step(b, 1, 16, 1, 16, 64, 2048)
     assert float(st_b.comm_s - st_a.comm_s) == pytest.approx(2 * 58 * 40e-6, rel=1e-9)
+
+
+def test_prefill_collectives_run_at_the_fitted_share_of_the_link(catalog):
+    """``prefill_comm_bandwidth`` scales the bandwidth term of a prefill pass's collectives (latencies
+    stay) and leaves decode collectives alone."""
+    from planner.catalog.schemas import EngineEfficiency
+    from planner.perf.roofline import prefill_parts
+
+    m, hw = catalog.models["llama-3.1-70b"], catalog.hardware["h100-sxm"]
+    full = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(collective_latency_us=10))
+    half = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(collective_latency_us=10, prefill_comm_bandwidth=0.5))
+    lat = 2 * 80 * 10e-6  # two all-reduces per layer
+    c_full = float(prefill_parts(full, 8, 1, 1, 1, 8192)[2])
+    c_half = float(prefill_parts(half, 8, 1, 1, 1, 8192)[2])
+    # worked number: 160 ring all-reduces of 8192 x 8192 x 2 B over 8 GPUs at 450 GB/s
+    assert c_full - lat == pytest.approx(160 * 2 * 7 / 8 * 8192 * 8192 * 2 / 450e9, rel=1e-9)
+    assert c_half - lat == pytest.approx(2 * (c_full - lat), rel=1e-9)
+    assert float(decode_step(half, 8, 1, 1, 1, 64, 2048).comm_s) == float(decode_step(full, 8, 1, 1, 1, 64, 2048).comm_s)
+
+
+def test_moe_layers_pay_their_own_overhead(catalog):
+    """``moe_layer_overhead_us`` adds to every MoE layer of a step (58 of DeepSeek-V3's 61) and to nothing
+    in a dense model."""
+    from planner.catalog.schemas import EngineEfficiency
+
+    hw = catalog.hardware["h200-sxm"]
+    for mid, moe_layers in (("deepseek-v3", 58), ("llama-3.1-70b", 0)):
+        m = catalog.models[mid]
+        a = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(layer_overhead_us=20))
+        b = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(layer_overhead_us=20, moe_layer_overhead_us=30))
+        d = float(decode_step(b, 8, 8 if moe_layers else 1, 1, 1, 32, 2048).step_s - decode_step(a, 8, 8 if moe_layers else 1, 1, 1, 32, 2048).step_s)
+        assert d == pytest.approx(moe_layers * 30e-6, abs=1e-12)

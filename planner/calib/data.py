@@ -71,6 +71,26 @@ def _dtype_from_name(name: str) -> str | None:
     return None
 
 
+def _squared_moe_grid(tp: pd.Series, dp: pd.Series, ep: pd.Series, mtp: pd.Series, domain: pd.Series):
+    """Read a layout recorded as ``moe_tp = moe_ep = k`` with a ``k * k``-GPU attention group (``tp`` or
+    ``attention_dp`` equal to ``k * k``, the other 1) that would not fit one scale-up domain as the
+    ``k``-GPU layout it is: ``k``-way TP or attention DP with ``k``-way expert parallelism.
+
+    Such rows record the MoE grid's product (``moe_tp * moe_ep``) in the attention field, and the
+    calibration file holds each of them twice, with identical measurements, once as the ``k``-GPU layout
+    (e.g. "tp 64, moe_tp 8, moe_ep 8" and "tp 8, moe_ep 8"; "attention_dp 16, moe_tp 4, moe_ep 4" and
+    "attention_dp 4, moe_ep 4"). A 64-way TP agg replica spread over eight 8-GPU nodes is also no
+    deployment anyone runs. Grids that fit the domain (e.g. TP16 with moe_tp 4 x moe_ep 4 on an NVL72)
+    are kept as recorded.
+    """
+    k = ep
+    odd = (mtp == ep) & (k >= 4) & (tp * dp == k * k) & ((tp == 1) | (dp == 1)) & (k * k > domain)
+    tp = tp.where(~odd | (tp == 1), k)
+    dp = dp.where(~odd | (dp == 1), k)
+    mtp = mtp.where(~odd, 1.0)
+    return tp, dp, mtp
+
+
 def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Add normalised columns (prefixed ``n_``) and a ``reason`` where a row cannot be predicted."""
     out = pd.DataFrame(index=df.index)
@@ -138,16 +158,20 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         spec = spec.fillna(v.where(~bad))
     out["n_spec"] = spec  # NaN: not recorded
 
+    domain = hw_ids.map(lambda h: float(catalog.hardware[h].scale_up_domain_chips) if h else np.inf)
+
     # Aggregated layout ------------------------------------------------------------------------
     tp = _pos(_num(df, "tp_size"))
     pp = _pos(_num(df, "pp_size"))
     dp = _pos(_num(df, "attention_dp_size"))
     ep = _pos(_num(df, "moe_ep_size"))
     mtp = _pos(_num(df, "moe_tp_size"))
+    dp_recorded = dp  # ``batch_size`` is per recorded attention-DP rank
+    tp, dp, mtp = _squared_moe_grid(tp, dp, ep, mtp, domain)
     stage = np.maximum(tp * dp, mtp * ep)
     out["a_tp"], out["a_pp"], out["a_dp"], out["a_ep"] = tp, pp, dp * (stage / (tp * dp)), ep
     bs = _num(df, "batch_size")
-    out["a_batch"] = (bs * dp).fillna(out["n_conc"])
+    out["a_batch"] = (bs * dp_recorded).fillna(out["n_conc"])
 
     # Disaggregated layouts --------------------------------------------------------------------
     for role, pre in (("p", "prefill_"), ("d", "decode_")):
@@ -156,6 +180,7 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         d = _pos(_num(df, pre + "attention_dp_size"))
         e = _pos(_num(df, pre + "moe_ep_size"))
         mt = _pos(_num(df, pre + "moe_tp_size"))
+        t, d, mt = _squared_moe_grid(t, d, e, mt, domain)
         st = np.maximum(t * d, mt * e)
         out[f"{role}_tp"], out[f"{role}_pp"], out[f"{role}_dp"], out[f"{role}_ep"] = t, p, d * (st / (t * d)), e
         out[f"{role}_workers"] = _pos(_num(df, pre + "num_workers"))

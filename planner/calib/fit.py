@@ -36,29 +36,31 @@ SHRINK = 0.15
 """Weight of the pull toward the engine prior, per factor, in log units (about one row's worth x 0.15 sqrt(n))."""
 
 TPOT_PARAMS = (
-    "compute", "memory", "step_overhead_us", "layer_overhead_us", "seq_overhead_us", "collective_latency_us",
+    "compute", "memory", "step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us", "collective_latency_us",
     "scale_out_latency_us", "comm_overlap", "interference",
 )
-TTFT_PARAMS = ("prefill_compute", "queueing", "queue_prompt_exponent", "ttft_overhead_ms", "prefill_expert_overhead_us")
+TTFT_PARAMS = ("prefill_compute", "prefill_comm_bandwidth", "queueing", "queue_prompt_exponent", "ttft_overhead_ms", "prefill_expert_overhead_us")
 BOUNDS = {
     "compute": (0.05, 1.0),
     "prefill_compute": (0.05, 1.0),
     "memory": (0.2, 1.0),
     "step_overhead_us": (0.0, 20000.0),
     "layer_overhead_us": (0.0, 500.0),
+    "moe_layer_overhead_us": (0.0, 500.0),
     "seq_overhead_us": (0.0, 200.0),
     "collective_latency_us": (0.0, 200.0),
     "scale_out_latency_us": (0.0, 500.0),
     "interference": (0.0, 4.0),
     "comm_overlap": (0.0, 1.0),
+    "prefill_comm_bandwidth": (0.05, 1.0),
     "queueing": (0.0, 1.0),
     "queue_prompt_exponent": (0.0, 2.0),
     "ttft_overhead_ms": (0.0, 3000.0),
     "prefill_expert_overhead_us": (0.0, 100.0),
 }
 START = EngineEfficiency(
-    compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, seq_overhead_us=5,
-    collective_latency_us=10, scale_out_latency_us=20, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prompt_exponent=0.5, ttft_overhead_ms=30, prefill_expert_overhead_us=5,
+    compute=0.5, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, moe_layer_overhead_us=10, seq_overhead_us=5,
+    collective_latency_us=10, scale_out_latency_us=20, prefill_comm_bandwidth=0.5, comm_overlap=0.3, interference=1.0, queueing=0.2, queue_prompt_exponent=0.5, ttft_overhead_ms=30, prefill_expert_overhead_us=5,
 )
 # Measured relatives for hardware without rows of its own.
 FAMILY = {

@@ -84,6 +84,7 @@ def _tuned(make, a: pd.DataFrame, eng: str):
     """(TTFT, TPOT) of the fastest-decoding of :data:`ASSUMED_VARIANTS` for rows that leave them open
     (a draft count the row records is kept)."""
     recorded = a["n_spec"].to_numpy(float)
+    a = _holding_layout(make(), a, eng)
     best_f = best_t = None
     for dp_attention, spec in ASSUMED_VARIANTS:
         v = a.assign(d_dp=a["d_tp"] * a["d_dp"], d_tp=1.0) if dp_attention else a
@@ -94,6 +95,27 @@ def _tuned(make, a: pd.DataFrame, eng: str):
             better = t < best_t
             best_f, best_t = np.where(better, f, best_f), np.where(better, t, best_t)
     return best_f, best_t
+
+
+def _holding_layout(setup: Setup, a: pd.DataFrame, eng: str) -> pd.DataFrame:
+    """Open rows whose recorded prefill or decode group cannot hold the model's weights with room for one
+    sequence (e.g. DeepSeek-R1 recorded as "tp 1" on one 186 GB GPU) did not run as recorded: read
+    each such group as the smallest power-of-two multiple of its tensor-parallel degree that does."""
+    a = a.copy()
+    I = a["n_isl"].to_numpy(float)
+    O = a["n_osl"].to_numpy(float)
+    heads = float(setup.model.architecture.attention.heads)
+    for role, context in (("p", I), ("d", _held(eng, I, O))):
+        tp = a[f"{role}_tp"].to_numpy(float).copy()
+        rest = [a[f"{role}_{k}"].to_numpy(float) for k in ("ep", "pp", "dp")]
+        for _ in range(8):
+            short = kv_capacity_sequences(setup, tp, *rest, context) < 1.0
+            short &= tp * 2.0 <= heads
+            if not short.any():
+                break
+            tp = np.where(short, tp * 2.0, tp)
+        a[f"{role}_tp"] = tp
+    return a
 
 
 def _held(eng: str, I, O):

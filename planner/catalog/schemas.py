@@ -50,7 +50,7 @@ class EngineEfficiency(Strict):
     """Empirical factors for one serving engine on one hardware (fitted on measured data).
 
     Decode step time = max(FLOPs / (F * compute), bytes / (W * memory)) + communication
-    + step_overhead_us + layer_overhead_us * layers_per_stage; prefill uses ``prefill_compute``.
+    + step_overhead_us + layer_overhead_us * layers_per_stage (+ moe_layer_overhead_us per MoE layer); prefill uses ``prefill_compute``.
     """
 
     compute: Fraction = 1.0
@@ -63,6 +63,10 @@ class EngineEfficiency(Strict):
     """Fixed cost per decode step (scheduling, sampling, launches not hidden by graphs)."""
     layer_overhead_us: NonNeg = 0.0
     """Fixed cost per layer per step (small kernels, synchronisation)."""
+    moe_layer_overhead_us: NonNeg = 0.0
+    """Extra fixed cost per Mixture-of-Experts layer per step or prefill pass: routing, token
+    permutation, the grouped expert GEMMs and the finalize kernels launch several times the work of a
+    dense FFN, so an MoE model pays more per layer than a dense model of the same depth."""
     seq_overhead_us: NonNeg = 0.0
     """Cost per sequence per step on each attention-DP rank (scheduling, sampling, detokenisation,
     per-request metadata): what makes a step grow with the batch beyond the roofline."""
@@ -71,6 +75,12 @@ class EngineEfficiency(Strict):
     scale_out_latency_us: NonNeg = 0.0
     """Extra latency of a collective whose group spans more than one scale-up domain (network round
     trips, cross-node synchronisation): what makes multi-node expert parallelism slow at small batches."""
+    prefill_comm_bandwidth: Fraction = 1.0
+    """Achieved share of the link bandwidth in a prefill pass's collectives (tensor-parallel
+    all-reduces and expert all-to-alls of whole prompts) and in the KV transfer to a decode pool: large
+    messages that engines run without overlapping compute reach well below the datasheet's
+    per-direction link rate, so a long prompt's prefill gains less from tensor parallelism than its
+    FLOPs say. Decode collectives are latency-bound and do not use it."""
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Share of communication hidden behind compute (two-batch overlap, async all-to-all); it can
     hide at most the compute time of the step."""

@@ -172,10 +172,12 @@ def accepted_tokens(spec_tokens, accept):
     return (1.0 - a ** (k + 1.0)) / (1.0 - a)
 
 
-def _group_bw(setup: Setup, chips):
-    """Per-chip bandwidth of a collective over ``chips`` chips: scale-up inside a domain, else scale-out."""
+def _group_bw(setup: Setup, chips, share=1.0):
+    """Per-chip bandwidth of a collective over ``chips`` chips: scale-up inside a domain, else scale-out,
+    at ``share`` of the link rate."""
     chips = np.asarray(chips, dtype=float)
-    return np.where(chips <= setup.hw.scale_up_domain_chips, setup.hw.scale_up_bw, setup.hw.scale_out_bw)
+    bw = np.where(chips <= setup.hw.scale_up_domain_chips, setup.hw.scale_up_bw, setup.hw.scale_out_bw)
+    return bw * share
 
 
 def _alpha(setup: Setup, group, alpha_s):
@@ -186,14 +188,15 @@ def _alpha(setup: Setup, group, alpha_s):
     return alpha_s + np.where(g > setup.hw.scale_up_domain_chips, setup.eff.scale_out_latency_us * US, 0.0)
 
 
-def all_reduce_time(setup: Setup, group, msg_bytes, count, alpha_s):
-    """``count`` ring all-reduces of ``msg_bytes`` each over ``group`` chips: ``2 (g-1)/g * bytes / bw``."""
+def all_reduce_time(setup: Setup, group, msg_bytes, count, alpha_s, share=1.0):
+    """``count`` ring all-reduces of ``msg_bytes`` each over ``group`` chips: ``2 (g-1)/g * bytes / bw``
+    (``bw`` at ``share`` of the link rate)."""
     g = np.asarray(group, dtype=float)
-    t = 2.0 * (g - 1.0) / g * msg_bytes / _group_bw(setup, g) + _alpha(setup, g, alpha_s)
+    t = 2.0 * (g - 1.0) / g * msg_bytes / _group_bw(setup, g, share) + _alpha(setup, g, alpha_s)
     return np.where(g > 1, count * t, 0.0)
 
 
-def all_to_all_time(setup: Setup, group, bytes_per_chip, count, alpha_s):
+def all_to_all_time(setup: Setup, group, bytes_per_chip, count, alpha_s, share=1.0):
     """``count`` all-to-alls where each chip sends ``bytes_per_chip`` spread over ``group`` chips.
 
     Inside one scale-up domain the traffic rides the scale-up fabric; for a group larger than a domain,
@@ -204,7 +207,8 @@ def all_to_all_time(setup: Setup, group, bytes_per_chip, count, alpha_s):
     remote = np.clip(1.0 - d / np.maximum(g, 1.0), 0.0, 1.0)
     frac = (g - 1.0) / np.maximum(g, 1.0)
     b = bytes_per_chip * frac
-    t = np.maximum(b * (1.0 - remote) / setup.hw.scale_up_bw, b * remote / setup.hw.scale_out_bw) + _alpha(setup, g, alpha_s)
+    up, out = (bw * share for bw in (setup.hw.scale_up_bw, setup.hw.scale_out_bw))
+    t = np.maximum(b * (1.0 - remote) / up, b * remote / out) + _alpha(setup, g, alpha_s)
     return np.where(g > 1, count * t, 0.0)
 
 
@@ -214,7 +218,7 @@ def dispatch_bytes(setup: Setup) -> float:
     return 1.0 if setup.expert_dtype in ("fp8", "fp4", "int4", "int8") else ACT_BYTES
 
 
-def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s):
+def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s, share=1.0):
     """Token exchange of the MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
 
     Only attention data parallelism (``dp > 1``) spreads the tokens over the stage's chips. Then, with
@@ -228,8 +232,10 @@ def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s):
     """
     s = setup.stats
     h = float(s.hidden)
-    a2a = all_to_all_time(setup, stage, tokens / stage * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES), count, alpha_s)
-    etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, count, alpha_s)
+    a2a = all_to_all_time(
+        setup, stage, tokens / stage * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES), count, alpha_s, share
+    )
+    etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, count, alpha_s, share)
     return np.where(dp > 1, np.where(ep > 1, a2a, etp), 0.0)
 
 
@@ -304,7 +310,12 @@ def decode_step(
         send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
 
-    overhead = e.layer_overhead_us * US * layers_stage + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
+    overhead = (
+        e.layer_overhead_us * US * layers_stage
+        + e.moe_layer_overhead_us * US * moe_layers_stage
+        + e.step_overhead_us * US / pp
+        + e.seq_overhead_us * US * mb / dp
+    )
     hidden = e.comm_overlap * np.minimum(comm, gemm_c + attn_c)
     stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm - hidden + overhead
     step = pp * stage_t
@@ -339,7 +350,8 @@ def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
     head = setup.wb.lm_head if setup.wb.lm_head else setup.wb.embed
     head_s = head / np.asarray(tp, dtype=float) / (setup.hbm_bw * setup.eff.memory)
     draft_layers = float(max(setup.model.architecture.mtp_layers, 1))
-    per_draft = draft_layers * (per_layer + setup.eff.layer_overhead_us * US) + head_s
+    layer_fixed = setup.eff.layer_overhead_us + (setup.eff.moe_layer_overhead_us if setup.stats.moe_layers else 0.0)
+    per_draft = draft_layers * (per_layer + layer_fixed * US) + head_s
     return np.asarray(setup.spec_tokens, dtype=float) * per_draft
 
 
@@ -396,12 +408,15 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     moe_layers = float(s.moe_layers)
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
     attn_dp = dp > 1
-    comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha)
+    bw = e.prefill_comm_bandwidth
+    comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha, bw)
     if s.moe_layers:
-        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers, alpha)
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha)
-    send = np.where(pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp) + _alpha(setup, stage * pp, alpha)), 0.0)
-    overhead = e.layer_overhead_us * US * layers + e.step_overhead_us * US
+        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers, alpha, bw)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha, bw)
+    send = np.where(
+        pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp, bw) + _alpha(setup, stage * pp, alpha)), 0.0
+    )
+    overhead = e.layer_overhead_us * US * layers + e.moe_layer_overhead_us * US * moe_layers + e.step_overhead_us * US
     return comp, mem, comm + send, overhead
 
 

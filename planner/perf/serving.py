@@ -90,7 +90,7 @@ def kv_transfer_time(setup: Setup, input_tokens, same_domain: bool | np.ndarray 
     """Time to ship one prompt's KV cache from the prefill to the decode pool (per chip link)."""
     b = P.kv_bytes_per_sequence(setup.model, input_tokens, setup.kv_dtype)
     bw = np.where(same_domain, setup.hw.scale_up_bw, setup.hw.scale_out_bw)
-    return b / bw
+    return b / (bw * setup.eff.prefill_comm_bandwidth)
 
 
 def kv_capacity_sequences(setup: Setup, tp, ep, pp, dp, context):
