@@ -216,7 +216,9 @@ def _drivers(frame: pd.DataFrame) -> str:
         "",
         "Known limits of the model: benchmark TTFT depends on how the client releases requests (bursts at the start "
         "of a closed loop) and on scheduler settings the rows do not record (chunk size, max batch tokens); "
-        "disaggregated rows without worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, rate-matched prefill, the faster attention layout and speculative decoding setting); the KV-cache format "
+        "disaggregated rows without worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, rate-matched prefill, the faster attention layout and speculative decoding setting, and, where the recorded group cannot hold the weights, e.g. DeepSeek-R1 recorded as TP1 on one GB200, the smallest power-of-two TP that can); "
+        "a layout recorded as moe_tp = moe_ep = k with a k x k-GPU attention field larger than the scale-up domain (TP64 on 8-GPU nodes) is read as the k-GPU layout "
+        "(the file holds each such row a second time, with identical measurements, under the k-GPU spelling); the KV-cache format "
         "is not recorded and is assumed (FP8 for TensorRT-LLM with quantised weights, BF16 otherwise); expert routing "
         "is assumed uniform (imbalance 1) in these predictions.",
     ]
@@ -274,16 +276,16 @@ def _repeatability(df: pd.DataFrame) -> str:
 
 
 def _factors_table(catalog: Catalog) -> str:
-    head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "seq us", "coll. us",
-            "interf.", "queue", "q. prompt exp.", "TTFT ms", "prefill us/expert-layer"]
+    head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "MoE layer us", "seq us",
+            "coll. us", "prefill comm bw", "interf.", "queue", "q. prompt exp.", "TTFT ms", "prefill us/expert-layer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for h in catalog.hardware.values():
         effs = [("default", h.efficiency.default)] + sorted(h.efficiency.by_engine.items())
         for eng, e in effs:
             lines.append(
                 f"| {h.id} | {eng} | {h.efficiency.fitted_rows} | {e.compute:.2f} | {e.prefill_compute:.2f} | "
-                f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.seq_overhead_us:.1f} | "
-                f"{e.collective_latency_us:.1f} | {e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | "
+                f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.moe_layer_overhead_us:.1f} | "
+                f"{e.seq_overhead_us:.1f} | {e.collective_latency_us:.1f} | {e.prefill_comm_bandwidth:.2f} | {e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | "
                 f"{e.ttft_overhead_ms:.0f} | {e.prefill_expert_overhead_us:.1f} |"
             )
     lines.append("")
