@@ -173,13 +173,13 @@ def test_squared_moe_grid_reads_as_its_k_gpu_layout(catalog):
     measurements); grids that fit the domain stay as recorded."""
     import pandas as pd
 
-    base = dict(model_path="deepseek-ai/DeepSeek-R1-0528", system="b200_sxm", precision="fp8", mode="agg",
-                backend="trtllm", isl=1024, osl=1024, gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size=16, pp_size=1)
+    base = dict(model_path="nvidia/DeepSeek-R1-NVFP4", system="b200_sxm", precision="fp4", mode="agg",
+                backend="trtllm", isl=1024, osl=1024, gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", batch_size=16, pp_size=1)
     rows = pd.DataFrame([
         dict(base, tp_size=64, attention_dp_size=1, moe_tp_size=8, moe_ep_size=8),  # TP64 on 8-GPU nodes
         dict(base, tp_size=8, attention_dp_size=1, moe_tp_size=1, moe_ep_size=8),
         dict(base, tp_size=1, attention_dp_size=16, moe_tp_size=4, moe_ep_size=4),  # "DEP16" of four GPUs
-        dict(base, tp_size=1, attention_dp_size=4, moe_tp_size=1, moe_ep_size=4),
+        dict(base, tp_size=1, attention_dp_size=4, moe_tp_size=1, moe_ep_size=4, batch_size=64),  # per-rank batch
         dict(base, tp_size=4, attention_dp_size=1, moe_tp_size=2, moe_ep_size=2),  # a real 4-GPU grid
         dict(base, system="gb200", tp_size=16, attention_dp_size=1, moe_tp_size=4, moe_ep_size=4),  # fits NVL72
     ])
@@ -215,3 +215,16 @@ def test_open_rows_that_cannot_hold_the_weights_get_the_smallest_group_that_does
     assert int(out["p_tp"][0]) >= 4 and int(out["d_tp"][1]) == 8
     pred = predict_frame(pd.DataFrame([row, dict(row, decode_tp_size=tp, prefill_tp_size=int(out["p_tp"][0]))]), catalog)
     assert pred["predicted_tpot_ms"][0] == pytest.approx(pred["predicted_tpot_ms"][1])
+
+
+def test_a_recorded_layout_that_cannot_hold_the_weights_is_not_predicted(catalog):
+    """DeepSeek-R1 in FP8 (~690 GB) on one H200 cannot run: the row gets no prediction and a note naming the
+    layout columns instead of a number for a deployment that never ran; eight H200s hold it."""
+    import pandas as pd
+
+    row = dict(model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", precision="fp8", mode="agg", backend="sglang",
+               isl=1024, osl=1024, gemm_quant_mode="fp8", moe_quant_mode="fp8", batch_size=8, pp_size=1)
+    out = predict_frame(pd.DataFrame([dict(row, tp_size=1), dict(row, tp_size=8)]), catalog)
+    assert np.isnan(out["predicted_tpot_ms"][0]) and np.isnan(out["predicted_ttft_ms"][0])
+    assert out["prediction_note"][0].startswith("the recorded layout cannot hold deepseek-v3's weights")
+    assert out["predicted_tpot_ms"][1] > 0 and out["prediction_note"][1] == ""

@@ -60,6 +60,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     eff_for = eff_for or catalog_efficiency(catalog)
     ttft_ms = pd.Series(np.nan, index=norm.index)
     tpot_ms = pd.Series(np.nan, index=norm.index)
+    unheld = pd.Series(False, index=norm.index)
     ok = norm[norm["reason"] == ""]
     if "n_spec" not in ok.columns:
         ok = ok.assign(n_spec=np.nan)
@@ -77,7 +78,22 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
                 t1[assumed], st[assumed] = _tuned(make, g[assumed], eng)
         tpot_ms.loc[g.index] = st * 1e3
         ttft_ms.loc[g.index] = t1 * 1e3
-    return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms})
+        unheld.loc[g.index] = _cannot_hold(make(), g, eng, mode)
+    # A recorded layout that cannot hold the weights with room for one sequence did not run as recorded.
+    ttft_ms[unheld] = np.nan
+    tpot_ms[unheld] = np.nan
+    return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms, "layout_cannot_hold": unheld})
+
+
+def _cannot_hold(setup: Setup, g: pd.DataFrame, eng: str, mode: str) -> np.ndarray:
+    """Rows whose recorded (not assumed) layout cannot hold the model's weights with room for one sequence."""
+    I = g["n_isl"].to_numpy(float)
+    O = g["n_osl"].to_numpy(float)
+    out = np.zeros(len(g), dtype=bool)
+    for role in ("a",) if mode == "agg" else ("p", "d"):
+        cap = kv_capacity_sequences(setup, *(g[f"{role}_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")), _held(eng, I, O))
+        out |= cap < 1.0
+    return out & ~g["n_workers_assumed"].to_numpy(bool)
 
 
 def _tuned(make, a: pd.DataFrame, eng: str):
@@ -182,6 +198,11 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
     note[assumed] = (
         "worker counts not recorded: assumed decode workers to hold the concurrency, rate-matched prefill, and the "
         "faster of TP/DP attention with and without speculative decoding"
+    )
+    unheld = pred["layout_cannot_hold"]
+    note[unheld] = (
+        "the recorded layout cannot hold " + norm.loc[unheld, "n_model"] + "'s weights and one sequence in "
+        + norm.loc[unheld, "n_hw"] + " HBM: check tp_size / attention_dp_size / moe_ep_size / pp_size"
     )
     known = norm["n_engine"].isin(ENGINES)
     other = (norm["reason"] == "") & ~known
