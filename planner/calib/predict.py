@@ -74,33 +74,34 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
             t1, st = _disagg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
             assumed = g["n_workers_assumed"].to_numpy(bool)
             if assumed.any():
+                g = g.copy()
+                g.loc[g.index[assumed]] = _holding_layout(make(), g[assumed], eng)
                 t1, st = t1.copy(), st.copy()
                 t1[assumed], st[assumed] = _tuned(make, g[assumed], eng)
         tpot_ms.loc[g.index] = st * 1e3
         ttft_ms.loc[g.index] = t1 * 1e3
-        unheld.loc[g.index] = _cannot_hold(make(), g, eng, mode)
-    # A recorded layout that cannot hold the weights with room for one sequence did not run as recorded.
+        roles = ("a",) if mode == "agg" else ("p", "d")
+        unheld.loc[g.index] = np.any([_capacity(make(), g, r, eng) < 1.0 for r in roles], axis=0)
+    # A layout that cannot hold the weights with room for one sequence (as recorded, or for open rows even
+    # at the largest TP the heads allow) did not run: no number for it.
     ttft_ms[unheld] = np.nan
     tpot_ms[unheld] = np.nan
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms, "layout_cannot_hold": unheld})
 
 
-def _cannot_hold(setup: Setup, g: pd.DataFrame, eng: str, mode: str) -> np.ndarray:
-    """Rows whose recorded (not assumed) layout cannot hold the model's weights with room for one sequence."""
+def _capacity(setup: Setup, g: pd.DataFrame, role: str, eng: str, tp=None) -> np.ndarray:
+    """Sequences one ``role`` group (``a``gg, ``p``refill, ``d``ecode) holds in KV after its weights: a prefill
+    group holds the prompt, the others what the engine admits on (``_held``); ``tp`` overrides the row's."""
     I = g["n_isl"].to_numpy(float)
-    O = g["n_osl"].to_numpy(float)
-    out = np.zeros(len(g), dtype=bool)
-    for role in ("a",) if mode == "agg" else ("p", "d"):
-        cap = kv_capacity_sequences(setup, *(g[f"{role}_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")), _held(eng, I, O))
-        out |= cap < 1.0
-    return out & ~g["n_workers_assumed"].to_numpy(bool)
+    context = I if role == "p" else _held(eng, I, g["n_osl"].to_numpy(float))
+    tp = g[f"{role}_tp"].to_numpy(float) if tp is None else tp
+    return kv_capacity_sequences(setup, tp, *(g[f"{role}_{k}"].to_numpy(float) for k in ("ep", "pp", "dp")), context)
 
 
 def _tuned(make, a: pd.DataFrame, eng: str):
     """(TTFT, TPOT) of the fastest-decoding of :data:`ASSUMED_VARIANTS` for rows that leave them open
     (a draft count the row records is kept)."""
     recorded = a["n_spec"].to_numpy(float)
-    a = _holding_layout(make(), a, eng)
     best_f = best_t = None
     for dp_attention, spec in ASSUMED_VARIANTS:
         v = a.assign(d_dp=a["d_tp"] * a["d_dp"], d_tp=1.0) if dp_attention else a
@@ -118,15 +119,11 @@ def _holding_layout(setup: Setup, a: pd.DataFrame, eng: str) -> pd.DataFrame:
     sequence (e.g. DeepSeek-R1 recorded as "tp 1" on one 186 GB GPU) did not run as recorded: read
     each such group as the smallest power-of-two multiple of its tensor-parallel degree that does."""
     a = a.copy()
-    I = a["n_isl"].to_numpy(float)
-    O = a["n_osl"].to_numpy(float)
     heads = float(setup.model.architecture.attention.heads)
-    for role, context in (("p", I), ("d", _held(eng, I, O))):
-        tp = a[f"{role}_tp"].to_numpy(float).copy()
-        rest = [a[f"{role}_{k}"].to_numpy(float) for k in ("ep", "pp", "dp")]
-        for _ in range(8):
-            short = kv_capacity_sequences(setup, tp, *rest, context) < 1.0
-            short &= tp * 2.0 <= heads
+    for role in ("p", "d"):
+        tp = a[f"{role}_tp"].to_numpy(float)
+        while True:
+            short = (_capacity(setup, a, role, eng, tp) < 1.0) & (tp * 2.0 <= heads)
             if not short.any():
                 break
             tp = np.where(short, tp * 2.0, tp)
