@@ -228,3 +228,22 @@ def test_a_recorded_layout_that_cannot_hold_the_weights_is_not_predicted(catalog
     assert np.isnan(out["predicted_tpot_ms"][0]) and np.isnan(out["predicted_ttft_ms"][0])
     assert out["prediction_note"][0].startswith("the recorded layout cannot hold deepseek-v3's weights")
     assert out["predicted_tpot_ms"][1] > 0 and out["prediction_note"][1] == ""
+
+
+def test_a_layout_the_model_cannot_be_sharded_into_is_not_predicted(catalog):
+    """TP 36 (or a decode TP 48) does not divide DeepSeek's 128 attention heads, and EP 3 does not divide its 256
+    experts: no engine runs those layouts as written, so such rows get no number and the message ``planner
+    roofline`` gives for the same layout, naming the row's column; TP 32 is predicted."""
+    import pandas as pd
+
+    row = dict(model_path="deepseek-ai/DeepSeek-R1", system="gb200", precision="fp4", mode="agg", backend="trtllm",
+               isl=1024, osl=1024, batch_size=64, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1)
+    rows = pd.DataFrame([dict(row, tp_size=36), dict(row, tp_size=32), dict(row, tp_size=8, moe_ep_size=3),
+                         dict(DISAGG_OPEN, system="gb200", decode_tp_size=48, decode_moe_ep_size=8)])
+    out = predict_frame(rows, catalog)
+    note = out["prediction_note"]
+    assert note[0] == "tp_size 36 does not divide the 128 attention heads of deepseek-v3; use a divisor of 128"
+    assert note[2].startswith("moe_ep_size 3 does not divide the 256 experts of deepseek-v3")
+    assert note[3].startswith("decode_tp_size 48 does not divide the 128 attention heads")
+    assert out["predicted_tpot_ms"][[0, 2, 3]].isna().all() and out["predicted_ttft_ms"][[0, 2, 3]].isna().all()
+    assert out["predicted_tpot_ms"][1] > 0 and note[1] == ""

@@ -18,6 +18,7 @@ import pandas as pd
 
 from planner.catalog import Catalog
 from planner.errors import InputError
+from planner.perf.layout import Layout, check_layout
 from planner.perf.roofline import MAX_SPEC_TOKENS
 
 REQUIRED = ["model_path", "system", "backend", "mode", "isl", "osl"]
@@ -26,6 +27,7 @@ QUANT = {"fp8": "fp8", "fp8_block": "fp8", "fp8_blockwise": "fp8", "nvfp4": "fp4
 
 
 MEASURED = ["silicon_ttft_ms", "silicon_tpot_ms"]
+LAYOUT_COLUMNS = {"tp": "tp_size", "ep": "moe_ep_size", "pp": "pp_size", "dp": "attention_dp_size"}
 SPEC_COLUMNS = ["spec_tokens", "num_speculative_tokens"]
 """Optional columns with the draft tokens per step of speculative decoding (MTP / EAGLE)."""
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trt_llm": "trtllm"}
@@ -196,13 +198,20 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     reason[no_batch & (reason == "")] = "no batch size or concurrency"
     bad_len = ~(out["n_isl"] > 0) | ~(out["n_osl"] > 0)
     reason[bad_len & (reason == "")] = "isl and osl must be positive"
-    # Experts must split evenly over expert-parallel ranks.
+    # A layout the model cannot be sharded into (TP not dividing the attention heads, EP not dividing the
+    # experts) is not one an engine runs as written, whatever was measured under that label: no number
+    # for it, and the message ``planner roofline`` gives for the same layout, naming the row's column.
     for i in out.index[(reason == "") & (out["n_model"] != "")]:
         m = catalog.models[out.at[i, "n_model"]]
-        if m.architecture.moe is None:
-            continue
         for role in (("a",) if is_agg[i] else ("p", "d")):
-            if m.architecture.moe.experts % int(out.at[i, f"{role}_ep"]):
-                reason[i] = f"moe_ep_size {int(out.at[i, f'{role}_ep'])} does not divide {m.architecture.moe.experts} experts"
+            pre = "" if role == "a" else ("prefill_" if role == "p" else "decode_")
+            degrees = {k: int(out.at[i, f"{role}_{k}"]) for k in ("tp", "ep", "pp", "dp")}
+            if m.architecture.moe is None:
+                degrees["ep"] = 1  # dense rows may carry an MoE field; it shards nothing
+            try:
+                check_layout(m, Layout(**degrees), names={k: pre + c for k, c in LAYOUT_COLUMNS.items()})
+            except InputError as exc:
+                reason[i] = str(exc)
+                break
     out["reason"] = reason
     return out

@@ -117,13 +117,14 @@ def _tuned(make, a: pd.DataFrame, eng: str):
 def _holding_layout(setup: Setup, a: pd.DataFrame, eng: str) -> pd.DataFrame:
     """Open rows whose recorded prefill or decode group cannot hold the model's weights with room for one
     sequence (e.g. DeepSeek-R1 recorded as "tp 1" on one 186 GB GPU) did not run as recorded: read
-    each such group as the smallest power-of-two multiple of its tensor-parallel degree that does."""
+    each such group as the smallest power-of-two multiple of its tensor-parallel degree that does (and
+    still divides the attention heads)."""
     a = a.copy()
     heads = float(setup.model.architecture.attention.heads)
     for role in ("p", "d"):
         tp = a[f"{role}_tp"].to_numpy(float)
         while True:
-            short = (_capacity(setup, a, role, eng, tp) < 1.0) & (tp * 2.0 <= heads)
+            short = (_capacity(setup, a, role, eng, tp) < 1.0) & (np.mod(heads, tp * 2.0) == 0)
             if not short.any():
                 break
             tp = np.where(short, tp * 2.0, tp)

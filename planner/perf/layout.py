@@ -44,36 +44,40 @@ class Layout:
         return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp}"
 
 
-def check_layout(model: ModelSpec, layout: Layout, *, flag_prefix: str = "--") -> None:
-    """Raise :class:`InputError` naming the flag when ``layout`` cannot shard ``model``."""
+def check_layout(model: ModelSpec, layout: Layout, *, flag_prefix: str = "--", names: dict[str, str] | None = None) -> None:
+    """Raise :class:`InputError` naming the flag when ``layout`` cannot shard ``model``.
+
+    Messages name ``{flag_prefix}{tp|ep|pp|dp}``, or ``names[...]`` where given (e.g. CSV columns).
+    """
     a = model.architecture
     att = a.attention
+    flag = {k: (names or {}).get(k, f"{flag_prefix}{k}") for k in ("tp", "ep", "pp", "dp")}
     for name in ("tp", "ep", "pp", "dp"):
         if getattr(layout, name) < 1:
-            raise InputError(f"{flag_prefix}{name} must be a positive integer")
+            raise InputError(f"{flag[name]} must be a positive integer")
     if layout.tp > att.heads:
         raise InputError(
-            f"{flag_prefix}tp {layout.tp} exceeds the {att.heads} attention heads of {model.id}; use tp <= {att.heads}"
+            f"{flag['tp']} {layout.tp} exceeds the {att.heads} attention heads of {model.id}; use tp <= {att.heads}"
         )
     if att.heads % layout.tp:
         raise InputError(
-            f"{flag_prefix}tp {layout.tp} does not divide the {att.heads} attention heads of {model.id}; "
+            f"{flag['tp']} {layout.tp} does not divide the {att.heads} attention heads of {model.id}; "
             f"use a divisor of {att.heads}"
         )
     if layout.pp > a.layers:
-        raise InputError(f"{flag_prefix}pp {layout.pp} exceeds the {a.layers} layers of {model.id}")
+        raise InputError(f"{flag['pp']} {layout.pp} exceeds the {a.layers} layers of {model.id}")
     if a.moe is None:
         if layout.ep != 1:
-            raise InputError(f"{flag_prefix}ep {layout.ep} needs a Mixture-of-Experts model; {model.id} is dense (use --ep 1)")
+            raise InputError(f"{flag['ep']} {layout.ep} needs a Mixture-of-Experts model; {model.id} is dense (use {flag['ep']} 1)")
         return
     if a.moe.experts % layout.ep:
         raise InputError(
-            f"{flag_prefix}ep {layout.ep} does not divide the {a.moe.experts} experts of {model.id}; "
+            f"{flag['ep']} {layout.ep} does not divide the {a.moe.experts} experts of {model.id}; "
             f"use a divisor of {a.moe.experts}"
         )
     if layout.stage_chips % layout.ep:
         raise InputError(
-            f"{flag_prefix}ep {layout.ep} must divide tp x dp = {layout.stage_chips} (experts are spread over the "
+            f"{flag['ep']} {layout.ep} must divide tp x dp = {layout.stage_chips} (experts are spread over the "
             "chips of one pipeline stage)"
         )
 
