@@ -80,6 +80,15 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def _unpredicted(frame: pd.DataFrame) -> list[str]:
+    """One line per kind of reason rows got no prediction (numbers in the reason read as N)."""
+    miss = frame["predicted_tpot_ms"].isna()
+    if not miss.any():
+        return []
+    kinds = frame.loc[miss, "prediction_note"].astype(str).str.replace(r"\b\d+\b", "N", regex=True).value_counts()
+    return [f"  - {n} rows: {k}" for k, n in kinds.items()]
+
+
 def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_validate: bool = True) -> None:
     data = Path(data)
     out = Path(out)
@@ -110,6 +119,7 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
         "## Headline",
         "",
         f"- Rows: {overall['rows']}, predicted: {overall['predicted']} ({100 * overall['coverage']:.1f}%).",
+        *_unpredicted(frame),
         f"- TPOT: median {100 * overall['tpot_median_ape']:.1f}%, p90 {100 * overall['tpot_p90_ape']:.1f}% "
         "(target: median <= 15%, p90 <= 50%).",
         f"- TTFT: median {100 * overall['ttft_median_ape']:.1f}%, p90 {100 * overall['ttft_p90_ape']:.1f}% "
@@ -182,6 +192,12 @@ def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_v
         "",
         _drivers(frame),
         "",
+        "How much of the remaining error any function of the recorded columns could remove is measured by "
+        "`python bench/residual_ceiling.py` (needs the `diagnostics` extra): it fits a gradient-boosted correction of "
+        "the log error on every recorded column and scores it out of fold, by row (lenient: a row's own sweep is in "
+        "training) and by sweep. Where even the lenient score misses a target, what is left depends on things the rows "
+        "do not record (how the client released requests, worker counts, scheduler settings).",
+        "",
         "Largest TTFT misses (outliers are kept in every metric above):",
         "",
         "| row | system | backend | mode | isl x osl | concurrency | measured TTFT ms | predicted |",
@@ -218,7 +234,10 @@ def _drivers(frame: pd.DataFrame) -> str:
         "of a closed loop) and on scheduler settings the rows do not record (chunk size, max batch tokens); "
         "disaggregated rows without worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, rate-matched prefill, the faster attention layout and speculative decoding setting, and, where the recorded group cannot hold the weights, e.g. DeepSeek-R1 recorded as TP1 on one GB200, the smallest power-of-two TP that can); "
         "a layout recorded as moe_tp = moe_ep = k with a k x k-GPU attention field larger than the scale-up domain (TP64 on 8-GPU nodes) is read as the k-GPU layout "
-        "(the file holds each such row a second time, with identical measurements, under the k-GPU spelling); the KV-cache format "
+        "(the file holds each such row a second time, with identical measurements, under the k-GPU spelling); a layout the model "
+        "cannot be sharded into (TP not dividing the attention heads, EP not dividing the experts) is not predicted, as "
+        "`planner roofline` rejects it (the GB200 DeepSeek rows recording TP 12 to 72 most likely carry a GPU count in the TP "
+        "field; what ran is not recorded); the KV-cache format "
         "is not recorded and is assumed (FP8 for TensorRT-LLM with quantised weights, BF16 otherwise); expert routing "
         "is assumed uniform (imbalance 1) in these predictions.",
     ]
