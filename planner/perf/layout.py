@@ -44,14 +44,14 @@ class Layout:
         return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp}"
 
 
-def check_layout(model: ModelSpec, layout: Layout, *, flag_prefix: str = "--", names: dict[str, str] | None = None) -> None:
+def check_layout(model: ModelSpec, layout: Layout, *, names: dict[str, str] | None = None) -> None:
     """Raise :class:`InputError` naming the flag when ``layout`` cannot shard ``model``.
 
-    Messages name ``{flag_prefix}{tp|ep|pp|dp}``, or ``names[...]`` where given (e.g. CSV columns).
+    Messages name the CLI flags ``--tp``, ``--ep``, ``--pp``, ``--dp``, or ``names[...]`` where given (e.g. CSV columns).
     """
     a = model.architecture
     att = a.attention
-    flag = {k: (names or {}).get(k, f"{flag_prefix}{k}") for k in ("tp", "ep", "pp", "dp")}
+    flag = {k: (names or {}).get(k, f"--{k}") for k in ("tp", "ep", "pp", "dp")}
     for name in ("tp", "ep", "pp", "dp"):
         if getattr(layout, name) < 1:
             raise InputError(f"{flag[name]} must be a positive integer")
