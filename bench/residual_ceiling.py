@@ -19,6 +19,7 @@ Usage: ``python bench/residual_ceiling.py [--data ../shared/calibration/silicon_
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ import pandas as pd
 from planner.calib.data import normalise, read_rows
 from planner.calib.predict import predict_normalised
 from planner.catalog import load_catalog
+from planner.errors import InputError
 
 TARGETS = {"tpot": 0.50, "ttft": 0.60}  # p90 targets of issue 2 (medians: 15% and 25%)
 
@@ -49,14 +51,19 @@ def features(norm: pd.DataFrame) -> pd.DataFrame:
 
 
 def main() -> None:
-    from sklearn.ensemble import GradientBoostingRegressor
-    from sklearn.model_selection import GroupKFold, KFold, cross_val_predict
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/calibration/silicon_calibration.csv"))
     args = ap.parse_args()
+    try:
+        from sklearn.ensemble import GradientBoostingRegressor
+        from sklearn.model_selection import GroupKFold, KFold, cross_val_predict
+    except ImportError:
+        sys.exit("error: scikit-learn is missing; install it with: python -m pip install -e '.[diagnostics]'")
     catalog = load_catalog()
-    df = read_rows(args.data, measured=True)
+    try:
+        df = read_rows(args.data, measured=True)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     norm = normalise(df, catalog)
     pred = predict_normalised(norm, catalog)
     ok = pred["predicted_tpot_ms"].notna() & (df["silicon_ttft_ms"] > 0) & (df["silicon_tpot_ms"] > 0)
