@@ -554,61 +554,80 @@ def _catalog_root() -> Path:
 # --------------------------------------------------------------------------------------------------
 
 
+FORMAT_HELP = "Measured-data format: silicon (CSV) or inferencex (JSON); detected when not given."
+
+
 @app.command()
 def predict(
-    data: Annotated[Path, typer.Option("--data", help="Rows in the silicon_calibration.csv column format.")],
-    out: Annotated[Path, typer.Option("--out", help="CSV to write with predicted_ttft_ms and predicted_tpot_ms.")],
+    data: Annotated[Path, typer.Option("--data", help="Measured configurations: a silicon_calibration.csv-style CSV or an InferenceX JSON run file.")],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write with the predictions.")],
+    fmt: Annotated[str | None, typer.Option("--format", help=FORMAT_HELP)] = None,
     force: Annotated[bool, typer.Option("--force")] = False,
 ) -> None:
-    """Predict TTFT and TPOT of measured configurations from physics and fitted factors."""
-    from planner.calib.data import read_rows
-    from planner.calib.predict import predict_frame
+    """Predict TTFT, TPOT and output throughput per GPU of measured configurations from physics and fitted factors."""
+    from planner.calib.data import load_measured
+    from planner.calib.predict import predict_measured
     from planner.catalog.writer import atomic_write_text
 
     _refuse_overwrite(out, force)
-    df = read_rows(data)
-    res = predict_frame(df, _catalog())
+    cat = _catalog()
+    meas = load_measured(data, cat, fmt=fmt)
+    res = predict_measured(meas, cat)
     atomic_write_text(out, res.to_csv(index=False))
     n_ok = int(res["predicted_tpot_ms"].notna().sum())
-    typer.echo(f"wrote {out}: {n_ok} of {len(res)} rows predicted", err=True)
+    typer.echo(f"wrote {out}: {n_ok} of {len(res)} {'runs' if meas.fmt == 'inferencex' else 'rows'} predicted", err=True)
 
 
 @app.command()
 def validate(
-    data: Annotated[Path, typer.Option("--data", help="Measured rows (silicon_calibration.csv format).")],
+    data: Annotated[list[Path], typer.Option("--data", help="Measured rows (either format; repeatable).")],
+    fmt: Annotated[str | None, typer.Option("--format", help=FORMAT_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Median and p90 absolute percentage error of TTFT and TPOT: overall, per system, per backend."""
-    from planner.calib.data import read_rows
-    from planner.calib.metrics import format_table, validation_summary
-    from planner.calib.predict import predict_frame
+    """Median and p90 absolute percentage error of TPOT, TTFT and output throughput per GPU: overall, per
+    system, engine, serving mode, speculative decoding and concurrency band."""
+    from planner.calib.data import load_measured
+    from planner.calib.metrics import evaluation_frame, format_table, frame_summary
+    from planner.calib.predict import notes, predict_normalised
 
-    df = read_rows(data, measured=True)
-    summary = validation_summary(predict_frame(df, _catalog()))
+    cat = _catalog()
+    frames = {}
+    for path in data:
+        meas = load_measured(path, cat, fmt=fmt, measured=True)
+        if meas.norm["m_tpot"].notna().sum() == 0:
+            raise InputError(f"{path}: no measured rows (validation needs measured TTFT and TPOT)")
+        pred = predict_normalised(meas.norm, cat)
+        frames[str(path)] = evaluation_frame(meas, pred, notes(meas.norm, pred, cat, meas.fmt))
+    summaries = {k: frame_summary(f) for k, f in frames.items()}
     if as_json:
-        _echo_json(summary)
+        _echo_json(next(iter(summaries.values())) if len(summaries) == 1 else {"files": summaries})
         return
-    typer.echo("Overall\n" + format_table([summary["overall"]], []))
-    typer.echo("\nPer system\n" + format_table(summary["by_system"], ["system"]))
-    typer.echo("\nPer backend\n" + format_table(summary["by_backend"], ["backend"]))
+    for path, sm in summaries.items():
+        typer.echo(f"{path}\n\nOverall\n" + format_table([sm["overall"]], []))
+        for key, cols, title in (("by_system", ["system"], "Per system"), ("by_engine", ["engine"], "Per engine"),
+                                 ("by_mode", ["mode"], "Per serving mode"), ("by_spec", ["spec"], "Speculative decoding"),
+                                 ("by_concurrency", ["conc_band"], "Per concurrency band")):
+            typer.echo(f"\n{title}\n" + format_table(sm[key], cols))
+        typer.echo("")
 
 
 @calibrate_app.command("fit")
 def calibrate_fit(
-    data: Annotated[Path, typer.Option("--data", help="Measured rows to fit on.")],
+    data: Annotated[list[Path], typer.Option("--data", help="Measured rows to fit on (either format; repeatable).")],
+    fmt: Annotated[str | None, typer.Option("--format", help=FORMAT_HELP)] = None,
     write: Annotated[bool, typer.Option("--write", help="Rewrite the efficiency blocks of catalogs/hardware/*.yaml.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Fit per-hardware and per-engine efficiency factors (robust least squares on log errors)."""
-    from planner.calib.data import read_rows
+    from planner.calib.data import load_measured
     from planner.calib.fit import efficiency_blocks, fit
     from planner.catalog.loader import clear_cache
     from planner.catalog.writer import replace_efficiency_block
 
     cat = _catalog()
-    df = read_rows(data, measured=True)
-    res = fit(df, cat)
-    blocks = efficiency_blocks(res, cat, Path(data).name)
+    sets = [load_measured(p, cat, fmt=fmt, measured=True) for p in data]
+    res = fit(sets, cat)
+    blocks = efficiency_blocks(res, cat, " and ".join(Path(p).name for p in data))
     if write:
         for hid, eff in blocks.items():
             replace_efficiency_block(cat.files[hid], eff)

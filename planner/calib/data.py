@@ -11,6 +11,7 @@ pools. Draft tokens of speculative decoding are read where a ``spec_tokens`` or
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,54 @@ SPEC_COLUMNS = ["spec_tokens", "num_speculative_tokens"]
 """Optional columns with the draft tokens per step of speculative decoding (MTP / EAGLE)."""
 ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trt_llm": "trtllm"}
 """Other spellings of the engine names the efficiency blocks, KV formats and admission policy key on."""
+
+
+FORMATS = ("silicon", "inferencex")
+"""Measured-data formats: ``silicon`` (the CSV columns of silicon_calibration.csv) and ``inferencex``
+(a JSON array of SemiAnalysis InferenceX runs)."""
+
+
+@dataclass
+class Measured:
+    """One measured-data file read and normalised: ``raw`` as read (one row per measured configuration,
+    file order), ``norm`` the normalised frame with the measured ``m_ttft``/``m_tpot`` (ms) and ``m_otpg``
+    (output tokens/s per GPU, where recorded), and ``reason`` where a row cannot be predicted."""
+
+    path: Path
+    fmt: str
+    raw: pd.DataFrame
+    norm: pd.DataFrame
+
+
+def detect_format(path: Path | str) -> str:
+    """``inferencex`` for a JSON array, ``silicon`` for a CSV (by the first non-blank byte)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if head[:1] in (b"[", b"{"):
+        return "inferencex"
+    return "silicon"
+
+
+def load_measured(path: Path | str, catalog: Catalog, *, fmt: str | None = None, measured: bool = False) -> Measured:
+    """Read and normalise a measured-data file of either format (detected unless ``fmt`` names it);
+    ``measured`` requires the measured latency columns (fit, validate, report)."""
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise InputError(f"--format: unknown format '{fmt}'; use {' or '.join(FORMATS)}")
+    if fmt == "inferencex":
+        from planner.calib.inferencex import normalise_runs, read_runs
+
+        raw = read_runs(path)
+        return Measured(path, fmt, raw, normalise_runs(raw, catalog))
+    raw = read_rows(path, measured=measured)
+    return Measured(path, fmt, raw, normalise(raw, catalog))
 
 
 def read_rows(path: Path | str, *, measured: bool = False) -> pd.DataFrame:
@@ -105,7 +154,7 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out["n_model"] = model_ids
     out["n_hw"] = hw_ids
     eng = df["backend"].astype(str).str.strip().str.lower()
-    out["n_engine"] = eng.map(lambda e: ENGINE_ALIASES.get(e, e))
+    out["n_engine"] = eng.map(lambda e: catalog.engine_id(e) or ENGINE_ALIASES.get(e, e))
     out["n_mode"] = df["mode"].astype(str).str.lower()
     bad_mode = ~out["n_mode"].isin(["agg", "disagg"])
     reason[bad_mode & (reason == "")] = "mode must be agg or disagg"
@@ -192,24 +241,44 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     dbs = _num(df, "decode_batch_size")
     out["d_batch"] = (dbs * out["d_dp"]).fillna(out["n_conc"] / out["d_workers"])
 
-    is_agg = out["n_mode"] == "agg"
+    out["a_red"] = 0.0
+    out["p_red"] = 0.0
+    out["d_red"] = 0.0
+    out["n_gpus_out"] = np.where(
+        out["n_mode"] == "agg", out["a_tp"] * out["a_dp"] * out["a_pp"], out["d_tp"] * out["d_dp"] * out["d_pp"] * out["d_workers"]
+    )
+    out["n_framework"] = df["backend"].astype(str)
+    for col, src in (("m_ttft", "silicon_ttft_ms"), ("m_tpot", "silicon_tpot_ms")):
+        out[col] = pd.to_numeric(df[src], errors="coerce") if src in df.columns else np.nan
+    out["m_otpg"] = np.nan
+    names = {role: {k: pre + c for k, c in {**LAYOUT_COLUMNS, "redundant": "redundant_experts"}.items()}
+             for role, pre in (("a", ""), ("p", "prefill_"), ("d", "decode_"))}
+    return finish(out, reason, catalog, names=names)
+
+
+def finish(out: pd.DataFrame, reason: pd.Series, catalog: Catalog, *, names: dict[str, dict[str, str]]) -> pd.DataFrame:
+    """Checks shared by every format: a batch, positive lengths, and a layout the model can be sharded
+    into (as ``planner roofline`` checks it; ``names[role]`` maps layout fields to the file's columns)."""
+    reason = reason.copy()
+    is_agg = (out["n_mode"] == "agg").to_numpy()
     batch = np.where(is_agg, out["a_batch"], out["d_batch"])
-    no_batch = ~np.isfinite(batch) | (batch <= 0)
+    no_batch = ~np.isfinite(batch.astype(float)) | (batch <= 0)
     reason[no_batch & (reason == "")] = "no batch size or concurrency"
     bad_len = ~(out["n_isl"] > 0) | ~(out["n_osl"] > 0)
     reason[bad_len & (reason == "")] = "isl and osl must be positive"
     # A layout the model cannot be sharded into (TP not dividing the attention heads, EP not dividing the
-    # experts) is not one an engine runs as written, whatever was measured under that label: no number
-    # for it, and the message ``planner roofline`` gives for the same layout, naming the row's column.
+    # experts and redundant slots) is not one an engine runs as written, whatever was measured under that
+    # label: no number for it, and the message ``planner roofline`` gives for the same layout, naming the
+    # file's column.
     for i in out.index[(reason == "") & (out["n_model"] != "")]:
         m = catalog.models[out.at[i, "n_model"]]
-        for role in (("a",) if is_agg[i] else ("p", "d")):
-            pre = "" if role == "a" else ("prefill_" if role == "p" else "decode_")
+        for role in (("a",) if out.at[i, "n_mode"] == "agg" else ("p", "d")):
             degrees = {k: int(out.at[i, f"{role}_{k}"]) for k in ("tp", "ep", "pp", "dp")}
+            degrees["redundant"] = int(out.at[i, f"{role}_red"])
             if m.architecture.moe is None:
-                degrees["ep"] = 1  # dense rows may carry an MoE field; it shards nothing
+                degrees["ep"], degrees["redundant"] = 1, 0  # dense rows may carry an MoE field; it shards nothing
             try:
-                check_layout(m, Layout(**degrees), names={k: pre + c for k, c in LAYOUT_COLUMNS.items()})
+                check_layout(m, Layout(**degrees), names=names[role])
             except InputError as exc:
                 reason[i] = str(exc)
                 break

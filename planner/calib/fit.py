@@ -67,11 +67,15 @@ FAMILY = {
     "h800-sxm": "h100-sxm",
     "b300-sxm": "b200-sxm",
     "gb300-nvl72": "gb200-nvl72",
+    "mi325x": "mi300x",
 }
 
 
 @dataclass
 class FitResult:
+    """Fitted factors: per (hardware, engine) where a pair has ``MIN_ROWS`` rows, per hardware (its
+    default), per engine (the prior of every pair) and over all rows."""
+
     by_group: dict[tuple[str, str], EngineEfficiency]
     by_hw: dict[str, EngineEfficiency]
     by_engine: dict[str, EngineEfficiency]
@@ -143,24 +147,38 @@ def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | 
     return _fit_stage(norm, catalog, eff, TTFT_PARAMS, "ttft", prior)
 
 
-def prepare(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, int]:
-    from planner.calib.data import normalise
+def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
+    """The fittable rows of ``data`` (a silicon DataFrame, or a list of :class:`planner.calib.data.Measured`
+    files of either format) as one normalised frame with a ``src`` column, and how many rows were left out."""
+    from pathlib import Path
 
-    norm = normalise(df, catalog)
-    norm["m_ttft"] = pd.to_numeric(df["silicon_ttft_ms"], errors="coerce")
-    norm["m_tpot"] = pd.to_numeric(df["silicon_tpot_ms"], errors="coerce")
+    from planner.calib.data import Measured, normalise
+
+    sets = data if isinstance(data, list) else [Measured(Path("rows"), "silicon", data, normalise(data, catalog))]
+    frames = []
+    for m in sets:
+        n = m.norm.copy()
+        n["src"] = m.path.name
+        frames.append(n)
+    norm = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     # Disaggregated rows that do not record their worker counts are predicted (and reported) but not
     # fitted on: their per-worker batch and prefill capacity are guesses.
-    ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"]
+    ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
     return norm[ok].copy(), int((~ok).sum())
 
 
-def fit(df: pd.DataFrame, catalog: Catalog) -> FitResult:
-    norm, dropped = prepare(df, catalog)
+def fit(data, catalog: Catalog) -> FitResult:
+    """Fit on ``data`` (see :func:`prepare`)."""
+    norm, dropped = prepare(data, catalog)
+    return fit_norm(norm, catalog, dropped, total=len(norm) + dropped)
+
+
+def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int | None = None) -> FitResult:
+    """Fit per engine, per hardware and engine, and per hardware on prepared rows (:func:`prepare`)."""
     if len(norm) < MIN_ROWS:
         raise InputError(
-            f"only {len(norm)} of {len(df)} rows can be fitted (known model and system, positive measured TTFT and "
-            f"TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
+            f"only {len(norm)} of {total if total is not None else len(norm)} rows can be fitted (known model and system, "
+            f"positive measured TTFT and TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
         )
     overall = fit_group(norm, catalog, START)
     log.info("overall fit over %d rows", len(norm))
@@ -182,12 +200,19 @@ def fit(df: pd.DataFrame, catalog: Catalog) -> FitResult:
 
 
 def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of: dt.date | None = None) -> dict[str, Efficiency]:
-    """One ``Efficiency`` per catalog hardware entry from a fit."""
+    """One ``Efficiency`` per catalog hardware entry from a fit. Hardware without measured rows takes the
+    factors of its measured relative (``FAMILY``) or of the all-hardware fit, and says so
+    (``transferred_from``, ``fitted_rows: 0``); per-engine blocks only for engines that run on it."""
     as_of = as_of or dt.date.today()
     out: dict[str, Efficiency] = {}
-    for hid in catalog.hardware:
+    for hid, hw in catalog.hardware.items():
+        runs = {e.id for e in catalog.engines_for(hw)} if catalog.engines else None
+
+        def keep(eng: str, runs=runs) -> bool:
+            return runs is None or eng in runs
+
         if hid in result.by_hw:
-            engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == hid}
+            engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == hid and keep(eng)}
             n = result.rows_hw[hid]
             out[hid] = Efficiency(
                 source=f"fitted by `planner calibrate fit` on {n} measured rows of {data_name} "
@@ -196,25 +221,28 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 default=result.by_hw[hid],
                 by_engine=engines,
                 fitted_rows=n,
+                engine_rows={eng: k for (h, eng), k in result.rows.items() if h == hid and keep(eng)},
+            )
+            continue
+        rel = FAMILY.get(hid)
+        if rel in result.by_hw:
+            engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel and keep(eng)}
+            out[hid] = Efficiency(
+                source=f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
+                as_of=as_of,
+                default=result.by_hw[rel],
+                by_engine=engines,
+                fitted_rows=0,
+                transferred_from=rel,
             )
         else:
-            rel = FAMILY.get(hid)
-            if rel in result.by_hw:
-                engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel}
-                out[hid] = Efficiency(
-                    source=f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
-                    as_of=as_of,
-                    default=result.by_hw[rel],
-                    by_engine=engines,
-                    fitted_rows=0,
-                )
-            else:
-                out[hid] = Efficiency(
-                    source=f"transferred from the all-hardware fit of {data_name} (no measured rows for {hid}); "
-                    "treat its predictions as unvalidated",
-                    as_of=as_of,
-                    default=result.overall,
-                    by_engine=dict(result.by_engine),
-                    fitted_rows=0,
-                )
+            out[hid] = Efficiency(
+                source=f"transferred from the all-hardware fit of {data_name} (no measured rows for {hid}); "
+                "treat its predictions as unvalidated",
+                as_of=as_of,
+                default=result.overall,
+                by_engine={eng: eff for eng, eff in result.by_engine.items() if keep(eng)},
+                fitted_rows=0,
+                transferred_from="all-hardware",
+            )
     return out

@@ -7,6 +7,7 @@ formats, a layout and a load, and evaluated with ``perf/``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -49,21 +50,27 @@ def catalog_efficiency(catalog: Catalog) -> EffFor:
 
 
 def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
-    """Return ``predicted_ttft_ms`` and ``predicted_tpot_ms`` (NaN where ``reason`` is set).
+    """Return ``predicted_ttft_ms``, ``predicted_tpot_ms`` and ``predicted_output_tput_per_gpu`` (NaN where
+    ``reason`` is set).
 
     Rows that record their whole deployment are evaluated as recorded. Disaggregated rows without
     worker counts (``n_workers_assumed``) leave the deployment open, so they are evaluated as the
     tuned deployment the recorded chips allow: each of :data:`ASSUMED_VARIANTS` (attention layout as
     recorded or data-parallel; speculative decoding off or on) is predicted and the one with the
     lowest TPOT for the row's load is reported, which is what a sweep tuned per load point runs.
+
+    Output throughput per GPU is what a closed loop of ``conc`` clients sustains: each client's request
+    takes ``TTFT + (O - 1) TPOT``, so ``conc * O / (TTFT + (O - 1) TPOT)`` output tokens/s over the GPUs
+    the benchmark divides by (``n_gpus_out``).
     """
     eff_for = eff_for or catalog_efficiency(catalog)
     ttft_ms = pd.Series(np.nan, index=norm.index)
     tpot_ms = pd.Series(np.nan, index=norm.index)
     unheld = pd.Series(False, index=norm.index)
     ok = norm[norm["reason"] == ""]
-    if "n_spec" not in ok.columns:
-        ok = ok.assign(n_spec=np.nan)
+    for col in ("n_spec", "a_red", "p_red", "d_red"):
+        if col not in ok.columns:
+            ok = ok.assign(**{col: np.nan if col == "n_spec" else 0.0})
     keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode"]
     for key, g in ok.groupby(keys, sort=False):
         mid, hid, eng, dd, ed, kd, mode = key
@@ -86,7 +93,27 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     # at the largest TP the heads allow) did not run: no number for it.
     ttft_ms[unheld] = np.nan
     tpot_ms[unheld] = np.nan
-    return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms, "layout_cannot_hold": unheld})
+    O = norm["n_osl"].astype(float)
+    batch = pd.Series(np.where(norm["n_mode"] == "agg", norm["a_batch"], norm["d_batch"] * norm["d_workers"]), index=norm.index)
+    conc = norm["n_conc"].astype(float).fillna(batch.astype(float))
+    e2el = ttft_ms / 1e3 + (O - 1.0).clip(lower=0.0) * tpot_ms / 1e3
+    gpus = norm["n_gpus_out"].astype(float) if "n_gpus_out" in norm.columns else pd.Series(np.nan, index=norm.index)
+    otpg = conc * O / e2el / gpus
+    return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms,
+                         "predicted_output_tput_per_gpu": otpg, "layout_cannot_hold": unheld})
+
+
+def _role_setup(setup: Setup, g: pd.DataFrame, role: str) -> Setup:
+    """``setup`` with the redundant expert slots of ``role``'s layout in ``g`` (expert weights held and
+    streamed per chip grow by ``(E + R) / E``)."""
+    moe = setup.model.architecture.moe
+    col = f"{role}_red"
+    if moe is None or col not in g.columns:
+        return setup
+    red = g[col].fillna(0.0).to_numpy(float)
+    if not red.any():
+        return setup
+    return replace(setup, expert_copies=1.0 + red / moe.experts)
 
 
 def _capacity(setup: Setup, g: pd.DataFrame, role: str, eng: str, tp=None) -> np.ndarray:
@@ -95,6 +122,7 @@ def _capacity(setup: Setup, g: pd.DataFrame, role: str, eng: str, tp=None) -> np
     I = g["n_isl"].to_numpy(float)
     context = I if role == "p" else _held(eng, I, g["n_osl"].to_numpy(float))
     tp = g[f"{role}_tp"].to_numpy(float) if tp is None else tp
+    setup = _role_setup(setup, g, role)
     return kv_capacity_sequences(setup, tp, *(g[f"{role}_{k}"].to_numpy(float) for k in ("ep", "pp", "dp")), context)
 
 
@@ -138,6 +166,7 @@ def _held(eng: str, I, O):
 
 def _agg(setup: Setup, g: pd.DataFrame, eng: str):
     """(TTFT, TPOT) in seconds of aggregated rows."""
+    setup = _role_setup(setup, g, "a")
     I = g["n_isl"].to_numpy(float)
     O = g["n_osl"].to_numpy(float)
     L = [g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
@@ -154,6 +183,7 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str):
 
 def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     """(TTFT, TPOT) in seconds of disaggregated rows."""
+    pre, setup = _role_setup(setup, g, "p"), _role_setup(setup, g, "d")
     I = g["n_isl"].to_numpy(float)
     O = g["n_osl"].to_numpy(float)
     Ld = [g[f"d_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")]
@@ -169,7 +199,7 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     st = disagg_decode(setup, *Ld, B, I, O)
     d_workers = np.where(assumed, need, g["d_workers"].to_numpy(float))
     conc = g["n_conc"].fillna(pd.Series(Bd * d_workers, index=g.index)).to_numpy(float)
-    cap1 = prefill_capacity_rps(setup, *Lp, I, 1.0)
+    cap1 = prefill_capacity_rps(pre, *Lp, I, 1.0)
     # Without recorded worker counts, also assume the prefill pool matches the decode pool's
     # request rate (a balanced deployment, as the planner itself would size it).
     rate = d_workers * B / (O * st.step_s)
@@ -177,22 +207,56 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     cap = cap1 * p_workers
     per_rank = conc / (p_workers * Lp[3])
     same = setup.hw.scale_up_domain_chips >= 72
-    t1 = ttft(setup, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
+    t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
     t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
     return t1, st.step_s
 
 
 def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
-    """The input rows with ``predicted_ttft_ms``, ``predicted_tpot_ms`` and ``prediction_note`` added."""
+    """The input rows (silicon_calibration.csv columns) with ``predicted_ttft_ms``, ``predicted_tpot_ms``,
+    ``predicted_output_tput_per_gpu`` and ``prediction_note`` added."""
     from planner.calib.data import normalise
 
     norm = normalise(df, catalog)
     pred = predict_normalised(norm, catalog, eff_for)
     out = df.copy()
-    out["predicted_ttft_ms"] = pred["predicted_ttft_ms"]
-    out["predicted_tpot_ms"] = pred["predicted_tpot_ms"]
+    for col in ("predicted_ttft_ms", "predicted_tpot_ms", "predicted_output_tput_per_gpu"):
+        out[col] = pred[col]
+    out["prediction_note"] = notes(norm, pred, catalog, "silicon")
+    return out
+
+
+def predict_measured(meas, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
+    """Predictions for a :class:`planner.calib.data.Measured` file, as ``planner predict`` writes them:
+    the silicon format keeps its columns and adds the predicted ones; an InferenceX file gives one row per
+    run in file order (``run_index``, the three predictions and ``note``)."""
+    pred = predict_normalised(meas.norm, catalog, eff_for)
+    note = notes(meas.norm, pred, catalog, meas.fmt)
+    if meas.fmt == "silicon":
+        out = meas.raw.copy()
+        for col in ("predicted_ttft_ms", "predicted_tpot_ms", "predicted_output_tput_per_gpu"):
+            out[col] = pred[col]
+        out["prediction_note"] = note
+        return out
+    return pd.DataFrame({
+        "run_index": meas.raw["run_index"].to_numpy(),
+        "predicted_ttft_ms": pred["predicted_ttft_ms"].to_numpy(),
+        "predicted_tpot_ms": pred["predicted_tpot_ms"].to_numpy(),
+        "predicted_output_tput_per_gpu": pred["predicted_output_tput_per_gpu"].to_numpy(),
+        "note": note.to_numpy(),
+    })
+
+
+UNHELD_COLUMNS = {
+    "silicon": "tp_size / attention_dp_size / moe_ep_size / pp_size",
+    "inferencex": "*_tp / *_ep / *_dp_attention / num_*_gpu",
+}
+
+
+def notes(norm: pd.DataFrame, pred: pd.DataFrame, catalog: Catalog, fmt: str) -> pd.Series:
+    """Why a row has no prediction, or what was assumed for it ("" when predicted as recorded)."""
     note = norm["reason"].copy()
-    assumed = (note == "") & norm["n_workers_assumed"]
+    assumed = (note == "") & norm["n_workers_assumed"].astype(bool)
     note[assumed] = (
         "worker counts not recorded: assumed decode workers to hold the concurrency, rate-matched prefill, and the "
         "faster of TP/DP attention with and without speculative decoding"
@@ -200,12 +264,11 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
     unheld = pred["layout_cannot_hold"]
     note[unheld] = (
         "the recorded layout cannot hold " + norm.loc[unheld, "n_model"] + "'s weights and one sequence in "
-        + norm.loc[unheld, "n_hw"] + " HBM: check tp_size / attention_dp_size / moe_ep_size / pp_size"
+        + norm.loc[unheld, "n_hw"] + f" HBM: check {UNHELD_COLUMNS[fmt]}"
     )
-    known = norm["n_engine"].isin(ENGINES)
+    known = norm["n_engine"].isin(list(catalog.engines) or ENGINES)
     other = (norm["reason"] == "") & ~known
     note[other] = note[other].where(note[other] == "", note[other] + "; ") + (
         "engine '" + norm.loc[other, "n_engine"].astype(str) + "' has no fitted factors: the hardware's default used"
     )
-    out["prediction_note"] = note
-    return out
+    return note

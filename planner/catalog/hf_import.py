@@ -131,6 +131,11 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
             "shared_intermediate": shared_inter if shared_inter else shared * expert_inter,
             "layers": len(moe_layer_ids),
         }
+        groups = int(cfg.get("n_group") or 1)
+        if groups > 1 and experts % groups == 0:
+            # Group-limited routing: each token's experts come from ``topk_group`` of ``n_group`` groups.
+            moe["groups"] = groups
+            moe["groups_per_token"] = min(int(cfg.get("topk_group") or groups), groups)
         if len(moe_layer_ids) == layers:
             dense_inter = 0
     mtp = int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)

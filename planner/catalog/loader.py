@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from planner.catalog.schemas import HardwareSpec, ModelSpec
+from planner.catalog.schemas import EngineSpec, HardwareSpec, ModelSpec
 from planner.errors import InputError
 
 T = TypeVar("T", bound=BaseModel)
@@ -88,6 +88,7 @@ class Catalog:
     hardware: dict[str, HardwareSpec]
     models: dict[str, ModelSpec]
     files: dict[str, Path] = field(default_factory=dict)
+    engines: dict[str, EngineSpec] = field(default_factory=dict)
 
     def get_hardware(self, ident: str) -> HardwareSpec:
         key = self.hardware_id(ident)
@@ -100,6 +101,26 @@ class Catalog:
         if key is None:
             raise InputError(unknown_id_message("model", ident, self.models))
         return self.models[key]
+
+    def get_engine(self, ident: str) -> EngineSpec:
+        key = self.engine_id(ident)
+        if key is None:
+            raise InputError(unknown_id_message("engine", ident, self.engines))
+        return self.engines[key]
+
+    def engine_id(self, name: str) -> str | None:
+        """Catalog id for an engine id or alias (case-insensitive), or None."""
+        n = name.strip().lower()
+        if n in self.engines:
+            return n
+        for e in self.engines.values():
+            if n in (a.lower() for a in e.aliases):
+                return e.id
+        return None
+
+    def engines_for(self, hw: HardwareSpec) -> list[EngineSpec]:
+        """Engines that run on ``hw``, in catalog order."""
+        return [e for e in self.engines.values() if e.runs_on(hw)]
 
     def hardware_id(self, name: str) -> str | None:
         """Catalog id for an id or an alias (case-insensitive), or None."""
@@ -117,15 +138,17 @@ class Catalog:
         if n in self.models:
             return n
         for m in self.models.values():
-            if n in (h.lower() for h in m.hf_ids):
+            if n in (h.lower() for h in [*m.hf_ids, *m.aliases]):
                 return m.id
         return None
 
 
-def _load_dir(root: Path, sub: str, cls: type[T]) -> tuple[dict[str, T], dict[str, Path]]:
+def _load_dir(root: Path, sub: str, cls: type[T], *, fallback: Path | None = None) -> tuple[dict[str, T], dict[str, Path]]:
     out: dict[str, T] = {}
     files: dict[str, Path] = {}
     d = root / sub
+    if not d.is_dir() and fallback is not None and (fallback / sub).is_dir():
+        d = fallback / sub
     if not d.is_dir():
         raise InputError(f"{d}: catalog folder not found (set PLANNER_CATALOG_DIR or pass --catalog)")
     for path in sorted(d.glob("*.yaml")):
@@ -135,9 +158,30 @@ def _load_dir(root: Path, sub: str, cls: type[T]) -> tuple[dict[str, T], dict[st
     return out, files
 
 
-def cross_check(hardware: dict[str, HardwareSpec], models: dict[str, ModelSpec], files: dict[str, Path]) -> None:
-    """Aliases and Hugging Face ids must each name one entry."""
+def cross_check(
+    hardware: dict[str, HardwareSpec],
+    models: dict[str, ModelSpec],
+    files: dict[str, Path],
+    engines: dict[str, EngineSpec] | None = None,
+) -> None:
+    """Aliases and Hugging Face ids must each name one entry; fitted engines must be catalog engines."""
+    engines = engines or {}
     seen: dict[str, str] = {}
+    for e in engines.values():
+        for name in [e.id, *e.aliases]:
+            k = name.lower()
+            if k in seen and seen[k] != e.id:
+                raise InputError(f"{files[e.id]}: field 'aliases': '{name}' also names engine '{seen[k]}'")
+            seen[k] = e.id
+    if engines:
+        for hw in hardware.values():
+            for eng in hw.efficiency.by_engine:
+                if eng not in engines:
+                    raise InputError(
+                        f"{files[hw.id]}: field 'efficiency.by_engine.{eng}': "
+                        f"{unknown_id_message('engine', eng, engines)}"
+                    )
+    seen = {}
     for hw in hardware.values():
         for name in [hw.id, *hw.aliases]:
             k = name.lower()
@@ -146,7 +190,7 @@ def cross_check(hardware: dict[str, HardwareSpec], models: dict[str, ModelSpec],
             seen[k] = hw.id
     seen = {}
     for m in models.values():
-        for name in m.hf_ids:
+        for name in [m.id, *m.hf_ids, *m.aliases]:
             k = name.lower()
             if k in seen and seen[k] != m.id:
                 raise InputError(f"{files[m.id]}: field 'hf_ids': '{name}' also listed by '{seen[k]}'")
@@ -163,9 +207,15 @@ def _load_cached(root_s: str) -> Catalog:
     root = Path(root_s)
     hardware, hfiles = _load_dir(root, "hardware", HardwareSpec)
     models, mfiles = _load_dir(root, "models", ModelSpec)
-    files = {**hfiles, **mfiles}
-    cross_check(hardware, models, files)
-    return Catalog(root=root, hardware=hardware, models=models, files=files)
+    # A catalog folder without engines/ uses the bundled engine entries.
+    engines, efiles = _load_dir(root, "engines", EngineSpec, fallback=_bundled_dir())
+    files = {**hfiles, **mfiles, **efiles}
+    cross_check(hardware, models, files, engines)
+    return Catalog(root=root, hardware=hardware, models=models, files=files, engines=engines)
+
+
+def _bundled_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "catalogs"
 
 
 def clear_cache() -> None:

@@ -20,7 +20,10 @@ PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
-ENGINES = ("trtllm", "sglang", "vllm")
+Vendor = Literal["nvidia", "amd", "google", "aws"]
+EngineId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9\-]*$")]
+ENGINES = ("trtllm", "sglang", "vllm", "atom")
+"""Engine ids of the bundled catalog (``catalogs/engines/``); a catalog folder may define others."""
 
 
 class Strict(BaseModel):
@@ -106,9 +109,14 @@ class Efficiency(Strict):
     as_of: dt.date
     default: EngineEfficiency
     """Factors used when no engine is named (and for engines without their own fit)."""
-    by_engine: dict[Literal["trtllm", "sglang", "vllm"], EngineEfficiency] = Field(default_factory=dict)
+    by_engine: dict[EngineId, EngineEfficiency] = Field(default_factory=dict)
     fitted_rows: NonNegInt = 0
     """Measured rows behind this fit (0: transferred from similar hardware)."""
+    engine_rows: dict[EngineId, NonNegInt] = Field(default_factory=dict)
+    """Measured rows of this hardware per engine (an engine absent here has no rows of its own)."""
+    transferred_from: str | None = None
+    """Where the factors come from when this hardware has no measured rows: another hardware id, or
+    ``all-hardware`` for the fit over every measured row. None: fitted on this hardware's own rows."""
 
     def for_engine(self, engine: str | None) -> EngineEfficiency:
         if engine and engine in self.by_engine:
@@ -123,7 +131,7 @@ IDEAL = EngineEfficiency()
 class HardwareSpec(Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     name: str
-    vendor: Literal["nvidia", "amd", "google", "aws"]
+    vendor: Vendor
     aliases: list[str] = Field(default_factory=list)
     """Names measured data uses for this system (``h100_sxm``, ``gb200``)."""
     source: str = Field(min_length=3)
@@ -220,6 +228,75 @@ class HardwareSpec(Strict):
 
 
 # --------------------------------------------------------------------------------------------------
+# Engines
+# --------------------------------------------------------------------------------------------------
+
+
+class EngineWeights(Strict):
+    """Weight formats an engine serves, and how it multiplies them."""
+
+    native: list[Dtype] = Field(min_length=1)
+    """Formats multiplied in their own format (W8A8 FP8, NVFP4 / MXFP4 W4A4), offered only on hardware
+    that has tensor units for that format (``dense_tflops`` lists it)."""
+    weight_only: dict[Vendor, list[Dtype]] = Field(default_factory=dict)
+    """Formats the engine dequantises into bf16 maths (W4A16, W8A16) on hardware of each vendor that has
+    no units for them: fewer bytes streamed per step, bf16 FLOP/s."""
+
+
+class EngineFeatures(Strict):
+    """Serving techniques the engine implements (each read from its launch flags)."""
+
+    attention_dp: bool
+    """Attention data parallelism with expert-parallel MoE (SGLang ``--enable-dp-attention``)."""
+    expert_parallel: bool
+    redundant_experts: bool
+    """Redundant expert slots beyond the model's experts (SGLang ``--ep-num-redundant-experts``)."""
+    scale_out_expert_parallel: bool
+    """Expert parallelism across nodes (DeepEP / MoRI / NIXL all-to-all over the scale-out network)."""
+    micro_batch_overlap: bool
+    """Two micro-batches per step, one's dispatch/combine under the other's compute."""
+    speculative: list[Literal["mtp", "eagle", "draft-model"]] = Field(default_factory=list)
+    disaggregation: bool
+    """Separate prefill and decode workers with KV transfer."""
+    kv_offload: list[Literal["host", "nvme"]] = Field(default_factory=list)
+    """Tiers below HBM the engine can keep KV or reusable prefixes in."""
+
+
+class EngineSpec(Strict):
+    """A serving engine: where it runs, which formats and techniques it offers."""
+
+    id: EngineId
+    name: str
+    aliases: list[str] = Field(default_factory=list)
+    """Other names measured data uses for it (``trt``, ``dynamo-trt``, ``tensorrt-llm``)."""
+    source: str = Field(min_length=3)
+    as_of: dt.date
+    notes: str = ""
+    vendors: list[Vendor] = Field(min_length=1)
+    """Hardware vendors the engine runs on."""
+    weights: EngineWeights
+    kv_cache: list[Dtype] = Field(min_length=1)
+    """KV-cache formats it offers."""
+    features: EngineFeatures
+
+    def runs_on(self, hw: HardwareSpec) -> bool:
+        return hw.vendor in self.vendors
+
+    def weight_mode(self, hw: HardwareSpec, dtype: str) -> Literal["native", "weight-only"] | None:
+        """How this engine serves ``dtype`` weights on ``hw``: multiplied in that format where the hardware
+        has units for it, dequantised into bf16 maths where the engine offers that, else not at all."""
+        if not self.runs_on(hw):
+            return None
+        if dtype in self.weights.native and dtype in hw.dense_tflops:
+            return "native"
+        if dtype in self.weights.weight_only.get(hw.vendor, []):
+            return "weight-only"
+        if dtype in ("bf16", "fp16") and dtype in self.weights.native:
+            return "native"
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------------
 
@@ -289,11 +366,21 @@ class Moe(Strict):
     """Intermediate width of the shared expert(s) in total (0: as expert_intermediate x shared_experts)."""
     layers: PosInt
     """Layers whose FFN is a MoE (the others use the dense FFN)."""
+    groups: PosInt = 1
+    """Expert groups of group-limited routing (Hugging Face ``n_group``; DeepSeek-V3: 8; 1: none)."""
+    groups_per_token: PosInt = 1
+    """Groups one token's experts may come from (``topk_group``; DeepSeek-V3: 4). Engines place experts
+    group by group, so this bounds the nodes a token is dispatched to when expert parallelism spans
+    nodes (node-limited routing)."""
 
     @model_validator(mode="after")
     def _check(self) -> Moe:
         if self.top_k > self.experts:
             raise ValueError("moe.top_k must not exceed moe.experts")
+        if self.experts % self.groups:
+            raise ValueError("moe.groups must divide moe.experts")
+        if self.groups_per_token > self.groups:
+            raise ValueError("moe.groups_per_token must not exceed moe.groups")
         return self
 
 
@@ -333,6 +420,23 @@ class Architecture(Strict):
         return self.layers - (self.moe.layers if self.moe else 0)
 
 
+class Speculative(Strict):
+    """Speculative decoding the model supports, with the acceptance its drafts reach (published)."""
+
+    method: Literal["mtp", "eagle", "draft-model"]
+    """``mtp``: the checkpoint's multi-token-prediction modules draft (DeepSeek-V3); ``eagle``: a
+    separate one-layer head; ``draft-model``: a small model of the same family."""
+    acceptance: list[Fraction] = Field(min_length=1)
+    """Probability that draft ``i`` is accepted given that draft ``i - 1`` was: the first entry is the
+    first draft's, the last entry holds for every later draft."""
+    max_drafts: PosInt = 4
+    """Most draft tokens per step a plan may choose."""
+    draft_layers: PosInt = 1
+    """Layers one draft pass runs (MTP modules or the EAGLE head); each ends in the LM head."""
+    source: str = Field(min_length=3)
+    as_of: dt.date
+
+
 class Published(Strict):
     total_params_b: Pos | None = None
     active_params_b: Pos | None = None
@@ -344,6 +448,8 @@ class ModelSpec(Strict):
     name: str
     hf_ids: list[str]
     """Hugging Face ids this entry covers, quantised variants included (empty: no public checkpoint)."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other names measured data uses for this model (InferenceX: ``dsr1``)."""
     source: str = Field(min_length=3)
     as_of: dt.date
     notes: str = ""
@@ -353,6 +459,8 @@ class ModelSpec(Strict):
     expert_weights_dtype: Dtype | None = None
     """Native format of routed-expert weights, where it differs (gpt-oss: MXFP4 experts)."""
     max_context_tokens: PosInt
+    speculative: Speculative | None = None
+    """Speculative decoding a plan may choose for this model (None: not offered)."""
     published: Published | None = None
 
     @property

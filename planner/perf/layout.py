@@ -27,6 +27,10 @@ class Layout:
     ep: int = 1
     pp: int = 1
     dp: int = 1
+    """Attention data-parallel ranks (``attn_dp``): attention replicated per rank, experts shared."""
+    redundant: int = 0
+    """Redundant expert slots beyond the model's experts (an expert-parallel degree must divide
+    experts + redundant, e.g. EP72 with 32 redundant for DeepSeek's 256 experts)."""
 
     @property
     def chips(self) -> int:
@@ -41,7 +45,23 @@ class Layout:
         return self.stage_chips // self.ep
 
     def describe(self) -> str:
-        return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp}"
+        return describe_layout(self.tp, self.ep, self.pp, self.dp, self.redundant)
+
+
+def describe_layout(tp, ep, pp, dp, redundant=0) -> str:
+    """Engine notation: ``TP8``, ``TP8 EP8``, ``attn-DP8 EP8`` (attention data-parallel over 8 GPUs with
+    experts split 8 ways, what SGLang calls DP attention and TRT-LLM ADP), ``+32 redundant``, ``PP2``."""
+    tp, ep, pp, dp, redundant = (int(x) for x in (tp, ep, pp, dp, redundant))
+    parts = []
+    if dp > 1:
+        parts.append(f"attn-DP{dp}" + (f" x TP{tp}" if tp > 1 else ""))
+    else:
+        parts.append(f"TP{tp}")
+    if ep > 1:
+        parts.append(f"EP{ep}" + (f" +{redundant} redundant" if redundant else ""))
+    if pp > 1:
+        parts.append(f"PP{pp}")
+    return " ".join(parts)
 
 
 def check_layout(model: ModelSpec, layout: Layout, *, names: dict[str, str] | None = None) -> None:
@@ -51,10 +71,13 @@ def check_layout(model: ModelSpec, layout: Layout, *, names: dict[str, str] | No
     """
     a = model.architecture
     att = a.attention
-    flag = {k: (names or {}).get(k, f"--{k}") for k in ("tp", "ep", "pp", "dp")}
+    default = {"dp": "--attn-dp", "redundant": "--redundant-experts"}
+    flag = {k: (names or {}).get(k, default.get(k, f"--{k}")) for k in ("tp", "ep", "pp", "dp", "redundant")}
     for name in ("tp", "ep", "pp", "dp"):
         if getattr(layout, name) < 1:
             raise InputError(f"{flag[name]} must be a positive integer")
+    if layout.redundant < 0:
+        raise InputError(f"{flag['redundant']} must be 0 or more")
     if layout.tp > att.heads:
         raise InputError(
             f"{flag['tp']} {layout.tp} exceeds the {att.heads} attention heads of {model.id}; use tp <= {att.heads}"
@@ -69,11 +92,22 @@ def check_layout(model: ModelSpec, layout: Layout, *, names: dict[str, str] | No
     if a.moe is None:
         if layout.ep != 1:
             raise InputError(f"{flag['ep']} {layout.ep} needs a Mixture-of-Experts model; {model.id} is dense (use {flag['ep']} 1)")
+        if layout.redundant:
+            raise InputError(f"{flag['redundant']} needs a Mixture-of-Experts model; {model.id} is dense")
         return
-    if a.moe.experts % layout.ep:
+    if layout.redundant and layout.ep == 1:
+        raise InputError(f"{flag['redundant']} {layout.redundant} needs expert parallelism ({flag['ep']} > 1)")
+    slots = a.moe.experts + layout.redundant
+    if slots % layout.ep:
+        if layout.redundant:
+            raise InputError(
+                f"{flag['ep']} {layout.ep} does not divide the {a.moe.experts} experts + {layout.redundant} redundant of "
+                f"{model.id}; use {flag['redundant']} {(-a.moe.experts) % layout.ep} (or that plus a multiple of {layout.ep})"
+            )
         raise InputError(
             f"{flag['ep']} {layout.ep} does not divide the {a.moe.experts} experts of {model.id}; "
-            f"use a divisor of {a.moe.experts}"
+            f"use a divisor of {a.moe.experts}, or redundant experts ({flag['redundant']} {(-a.moe.experts) % layout.ep}) "
+            f"so that experts + redundant is a multiple of {layout.ep}"
         )
     if layout.stage_chips % layout.ep:
         raise InputError(
