@@ -56,9 +56,11 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _check_engine(engine: str | None) -> None:
-    if engine is not None and engine not in ("trtllm", "sglang", "vllm"):
-        raise InputError(f"--engine: unknown engine '{engine}'; use trtllm, sglang or vllm")
+def _check_engine(engine: str | None) -> str | None:
+    """The catalog id of ``--engine`` (an id or alias), or None; exit 1 naming the flag when unknown."""
+    if engine is None:
+        return None
+    return _flag("--engine", _catalog().get_engine, engine).id
 
 
 def _flag(flag: str, lookup, ident: str):
@@ -98,7 +100,7 @@ def plan(
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit, seconds.")] = 60.0,
     mip_gap: Annotated[float, typer.Option("--mip-gap", min=0.0, max=1.0, help="Relative MIP gap to stop at.")] = 1e-4,
     engine: Annotated[
-        str | None, typer.Option("--engine", help="Use this engine's fitted efficiency (trtllm, sglang, vllm).")
+        str | None, typer.Option("--engine", help="Run every pool on this engine (sglang, vllm, trtllm, atom): only hardware it runs on, its fitted factors.")
     ] = None,
     analysis: Annotated[
         bool, typer.Option("--analysis/--no-analysis", help="Price binding constraints and find the runner-up.")
@@ -107,12 +109,12 @@ def plan(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing plan.")] = False,
 ) -> None:
     """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
-    from planner.catalog.scenario import load_scenario, resolve_scenario
+    from planner.catalog.scenario import load_scenario, resolve_scenario, with_engine
     from planner.export.plan import plan_json, write_plan
     from planner.planning import PlanOptions, input_hash, make_plan
 
-    _check_engine(engine)
-    rs = resolve_scenario(load_scenario(scenario), _catalog(), scenario)
+    engine = _check_engine(engine)
+    rs = with_engine(resolve_scenario(load_scenario(scenario), _catalog(), scenario), engine)
     target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
     if not force:
         for f in (target / "plan.md", target / "plan.json", *target.glob("experts-*.json")):
@@ -130,9 +132,6 @@ def plan(
         f"analysis {res.timings['analysis_s']:.2f} s)",
         err=True,
     )
-    if p.recheck is not None and not p.recheck.ok:
-        bad = "; ".join(f"{c.name}: {c.detail}" for c in p.recheck.checks if not c.ok)
-        typer.echo(f"warning: re-check failed: {bad}", err=True)
     if as_json:
         sys.stdout.write(plan_json(p))
 
@@ -180,7 +179,7 @@ def sweep(
     from planner.planning import PlanOptions
     from planner.sweep import parse_vary, run_sweep, tornado
 
-    _check_engine(engine)
+    engine = _check_engine(engine)
     base = read_yaml(scenario)
     if not isinstance(base, dict):
         raise InputError(f"{scenario}: expected a mapping of fields at top level")
@@ -246,9 +245,10 @@ def price_curve_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Cheapest $/M output tokens at each interactivity level, and what 1.5x-3x the speed costs."""
+    from planner.perf.layout import describe_layout
     from planner.pricing import price_curve
 
-    _check_engine(engine)
+    engine = _check_engine(engine)
     cat = _catalog()
     _flag("--model", cat.get_model, model)
     for h in hardware or []:
@@ -260,13 +260,15 @@ def price_curve_cmd(
         return
     typer.echo(f"{model}: {input_tokens} in / {output_tokens} out tokens, TTFT <= {ttft_ms:g} ms; "
                f"{len(pc.points)} frontier points from {pc.rows_evaluated:,} evaluated")
-    typer.echo(f"{'tok/s/user':>10}  {'$/M out':>9}  hardware        layout              batch")
+    typer.echo(f"{'tok/s/user':>10}  {'$/M out':>9}  hardware        engine  layout                          batch")
     step = max(1, len(pc.points) // 15)
     for i, r in enumerate(pc.points.itertuples(index=False)):
         if i % step and i != len(pc.points) - 1:
             continue
-        typer.echo(f"{r.tokens_per_s_per_user:10.1f}  {r.usd_per_mtok_output:9.4f}  {r.hardware:<15} "
-                   f"tp{r.tp} ep{r.ep} pp{r.pp} dp{r.dp:<6} {r.batch:>6}")
+        lay = describe_layout(r.tp, r.ep, r.pp, r.attn_dp, r.redundant) + (f" MTP{r.spec}" if r.spec else "") + (
+            " TBO" if r.tbo else "")
+        typer.echo(f"{r.tokens_per_s_per_user:10.1f}  {r.usd_per_mtok_output:9.4f}  {r.hardware:<15} {r.engine:<7} "
+                   f"{lay:<31} {r.batch:>6}")
     typer.echo("speed tiers (x the cost-optimal interactivity -> x its price):")
     for t in pc.tiers:
         pm = t["price_multiple"]
@@ -289,7 +291,7 @@ def insights(
 
     if len(model) != len(hardware):
         raise InputError("--model and --hardware: give them in pairs (one --hardware per --model)")
-    _check_engine(engine)
+    engine = _check_engine(engine)
     _refuse_overwrite(out / "insights.md", force)
     cat = _catalog()
     for m, h in zip(model, hardware, strict=True):
@@ -408,12 +410,16 @@ DTYPE_HELP = "bf16, fp16, fp8, int8, fp4 or int4"
 def roofline(
     model: Annotated[str, typer.Option("--model", help="Model id (or a Hugging Face id it lists).")],
     hardware: Annotated[str, typer.Option("--hardware", help="Hardware id (or an alias).")],
-    batch: Annotated[float, typer.Option("--batch", help="Sequences in flight per replica (all micro-batches).")],
-    context: Annotated[float, typer.Option("--context", help="Mean context length in tokens.")],
-    tp: Annotated[int, typer.Option("--tp")] = 1,
-    ep: Annotated[int, typer.Option("--ep")] = 1,
-    pp: Annotated[int, typer.Option("--pp")] = 1,
-    dp: Annotated[int, typer.Option("--dp", help="Attention data-parallel ranks.")] = 1,
+    batch: Annotated[float, typer.Option("--batch", help="Decode: sequences in flight per replica (all micro-batches). Prefill: prompts in one pass.")],
+    context: Annotated[float, typer.Option("--context", help="Decode: mean context in tokens. Prefill: new prompt tokens per prompt.")],
+    phase: Annotated[str, typer.Option("--phase", help="decode (one decode step) or prefill (one prefill pass).")] = "decode",
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (per attention rank).")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="Expert-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
+    attn_dp: Annotated[int, typer.Option("--attn-dp", "--dp", help="Attention data-parallel ranks (SGLang DP attention, TRT-LLM ADP): attention replicated per rank, experts shared by all.")] = 1,
+    redundant: Annotated[int, typer.Option("--redundant-experts", help="Redundant expert slots; EP must divide experts + redundant.")] = 0,
+    tbo: Annotated[bool, typer.Option("--tbo", help="Two micro-batch overlap (decode).")] = False,
+    prefix: Annotated[float, typer.Option("--prefix", help="Prefill: cached prefix tokens per prompt.")] = 0.0,
     weights: Annotated[str | None, typer.Option("--weights", help=f"Weight format ({DTYPE_HELP}); default native.")] = None,
     kv: Annotated[str, typer.Option("--kv", help=f"KV-cache format ({DTYPE_HELP}).")] = "bf16",
     ideal: Annotated[bool, typer.Option("--ideal", help="Efficiency 1 and no overheads.")] = False,
@@ -422,44 +428,68 @@ def roofline(
         int, typer.Option("--spec-tokens", help="Speculative decoding: draft tokens per step (MTP/EAGLE; 0: off).")
     ] = 0,
     spec_accept: Annotated[
-        float, typer.Option("--spec-accept", help="Probability each further draft token is accepted (0-1).")
-    ] = 0.7,
+        float | None, typer.Option("--spec-accept", help="Probability each draft is accepted (0-1); default the model's catalog acceptance.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Roofline of one decode step: compute, memory and communication time, cost and memory fit."""
-    from planner.catalog.schemas import ENGINES, IDEAL
+    """Roofline of one decode step or one prefill pass: compute, memory and communication time, cost and memory fit."""
+    import math
+
+    from planner.catalog.schemas import IDEAL
     from planner.perf.layout import Layout, check_layout
+    from planner.perf.report import prefill_roofline
     from planner.perf.report import roofline as run
     from planner.perf.roofline import MAX_SPEC_TOKENS, Setup
     from planner.units import DTYPES
 
     cat = _catalog()
-    m = cat.get_model(model)
-    hw = cat.get_hardware(hardware)
+    m = _flag("--model", cat.get_model, model)
+    hw = _flag("--hardware", cat.get_hardware, hardware)
+    if phase not in ("decode", "prefill"):
+        raise InputError(f"--phase '{phase}' is not known; use decode or prefill")
+    for flag, v in (("--batch", batch), ("--context", context), ("--prefix", prefix)):
+        if not math.isfinite(v):
+            raise InputError(f"{flag} must be a finite number")
     if batch <= 0:
-        raise InputError("--batch must be > 0 (sequences in flight per replica)")
-    if context < 0:
-        raise InputError("--context must be >= 0 tokens")
+        raise InputError("--batch must be > 0 (sequences in flight per replica, or prompts per prefill pass)")
+    if batch > 1e7 or context > 1e8 or prefix > 1e8:
+        raise InputError("--batch (at most 1e7), --context and --prefix (at most 1e8 tokens) are out of range")
+    if context < 0 or (phase == "prefill" and context < 1):
+        raise InputError("--context must be >= 0 tokens (>= 1 new token for --phase prefill)")
+    if prefix < 0:
+        raise InputError("--prefix must be >= 0 tokens")
     if weights is not None and weights != "native" and weights not in DTYPES:
         raise InputError(f"--weights '{weights}' is not a known format; use native or one of {', '.join(DTYPES)}")
     if kv not in DTYPES:
         raise InputError(f"--kv '{kv}' is not a known format; use one of {', '.join(DTYPES)}")
-    if engine is not None and engine not in ENGINES:
-        raise InputError(f"--engine '{engine}' is not known; use {', '.join(ENGINES)}")
+    eng = None
+    if engine is not None:
+        eng = _flag("--engine", cat.get_engine, engine)
+        if not eng.runs_on(hw):
+            raise InputError(f"--engine {eng.id} does not run on {hw.id} ({hw.vendor}); it runs on {', '.join(eng.vendors)} hardware")
     if not 0 <= spec_tokens <= MAX_SPEC_TOKENS:
         raise InputError(f"--spec-tokens {spec_tokens} is out of range; use 0 (off) to {MAX_SPEC_TOKENS} draft tokens per step")
-    if not 0.0 <= spec_accept <= 1.0:
+    if spec_accept is not None and not (math.isfinite(spec_accept) and 0.0 <= spec_accept <= 1.0):
         raise InputError(f"--spec-accept {spec_accept} is not a probability; use a value from 0 to 1")
-    layout = Layout(tp, ep, pp, dp)
+    layout = Layout(tp, ep, pp, attn_dp, redundant)
     check_layout(m, layout)
-    eff = IDEAL if ideal else hw.efficiency.for_engine(engine)
-    setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept)
-    res = run(setup, layout, batch, context, mode="ideal" if ideal else "calibrated", engine=engine)
+    eff = IDEAL if ideal else hw.efficiency.for_engine(eng.id if eng else None)
+    setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept,
+                       tbo=1.0 if tbo else 0.0)
+    mode = "ideal" if ideal else "calibrated"
+    from planner.export.text import prefill_text, roofline_text
+
+    if phase == "prefill":
+        pres = prefill_roofline(setup, layout, batch, context, prefix=prefix, mode=mode, engine=eng.id if eng else None)
+        if as_json:
+            _echo_json(pres.to_dict())
+        else:
+            typer.echo(prefill_text(pres))
+        return
+    res = run(setup, layout, batch, context, mode=mode, engine=eng.id if eng else None)
     if as_json:
         _echo_json(res.to_dict())
         return
-    from planner.export.text import roofline_text
-
     typer.echo(roofline_text(res))
 
 
@@ -643,14 +673,15 @@ def calibrate_fit(
 
 @calibrate_app.command("report")
 def calibrate_report(
-    data: Annotated[Path, typer.Option("--data", help="Measured rows.")],
+    data: Annotated[list[Path], typer.Option("--data", help="Measured rows (either format; repeatable).")],
     out: Annotated[Path, typer.Option("--out", help="Markdown report to write (plots beside it).")] = Path("docs/validation.md"),
-    cv: Annotated[bool, typer.Option("--cv/--no-cv", help="Also run leave-one-model-out cross-validation (slow).")] = True,
+    cv: Annotated[bool, typer.Option("--cv/--no-cv", help="Also run leave-one-hardware-out and leave-one-model-out cross-validation (slow).")] = True,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes for the cross-validation folds.")] = 2,
 ) -> None:
-    """Write the validation report: error tables, residual plots, cross-validation."""
+    """Write the validation report: error tables per file and group, residual plots, cross-validation, repeatability."""
     from planner.calib.report import write_report
 
-    write_report(_catalog(), data, out, cross_validate=cv)
+    write_report(_catalog(), data, out, cross_validate=cv, jobs=jobs)
     typer.echo(f"wrote {out}", err=True)
 
 

@@ -25,3 +25,9 @@ class SolverLimitError(PlannerError):
     """The solver stopped at its time or node limit before finding any plan (exit 3)."""
 
     exit_code = 3
+
+
+class PlanCheckError(PlannerError):
+    """The chosen plan failed its re-check by the performance model alone (exit 1): no plan is written."""
+
+    exit_code = 1

@@ -25,7 +25,13 @@ from planner.catalog.schemas import IDEAL, HardwareSpec, ModelSpec
 from planner.errors import InputError
 from planner.perf import params as P
 from planner.perf.candidates import layouts
-from planner.perf.layout import Layout, kv_bytes_per_chip, runtime_reserve_bytes, weight_bytes_per_chip
+from planner.perf.layout import (
+    Layout,
+    describe_layout,
+    kv_bytes_per_chip,
+    runtime_reserve_bytes,
+    weight_bytes_per_chip,
+)
 from planner.perf.report import balance_batch
 from planner.perf.roofline import Setup, decode_step, prefill_time
 from planner.units import HOUR_S, MTOK, dtype_bytes
@@ -98,14 +104,15 @@ def reference_layout(model: ModelSpec, hw: HardwareSpec, wb) -> Layout:
     """Smallest layout (pp = 1; expert parallel where the model is MoE) whose weights take at most
     60% of HBM, leaving room for the KV cache."""
     lay = layouts(model, hw)
-    lay = lay[lay["pp"] == 1]
+    lay = lay[(lay["pp"] == 1) & (lay["tp"] * lay["attn_dp"] <= hw.scale_up_domain_chips)]
     if model.is_moe:
-        lay = lay[(lay["ep"] == lay["tp"] * lay["dp"]) | (lay["tp"] * lay["dp"] == 1)]
+        stage = lay["tp"] * lay["attn_dp"]
+        lay = lay[((lay["ep"] == stage) & (model.architecture.moe.experts % stage == 0)) | (stage == 1)]
     rows = []
     for r in lay.itertuples(index=False):
-        w = float(weight_bytes_per_chip(wb, r.tp, r.ep, r.pp, r.dp))
+        w = float(weight_bytes_per_chip(wb, r.tp, r.ep, r.pp, r.attn_dp))
         if w <= WEIGHT_SHARE * hw.hbm_bytes:
-            rows.append((r.tp * r.dp, r.dp, Layout(int(r.tp), int(r.ep), 1, int(r.dp))))
+            rows.append((r.tp * r.attn_dp, r.attn_dp, Layout(int(r.tp), int(r.ep), 1, int(r.attn_dp))))
     if not rows:
         raise InputError(f"--model {model.id} does not fit on {hw.id} within one scale-up domain; pick larger hardware")
     return min(rows, key=lambda t: (t[0], t[1]))[2]
@@ -170,15 +177,15 @@ def _latency_section(catalog, model, hw, ideal, engine, context) -> dict:
     from planner.pricing import price_curve
 
     lay = layouts(model, hw)
-    lay = lay[lay["pp"] == 1]
-    floors = [float(weight_bytes_per_chip(ideal.wb, r.tp, r.ep, 1, r.dp)) / ideal.hbm_bw for r in lay.itertuples(index=False)]
+    lay = lay[(lay["pp"] == 1) & (lay["tp"] * lay["attn_dp"] <= max(hw.scale_up_domain_chips, 64))]
+    floors = [float(weight_bytes_per_chip(ideal.wb, r.tp, r.ep, 1, r.attn_dp)) / ideal.hbm_bw for r in lay.itertuples(index=False)]
     i = int(np.argmin(floors))
     r = lay.iloc[i]
     pc = price_curve(catalog, model.id, [hw.id], input_tokens=context, output_tokens=max(context // 4, 1), engine=engine)
     front = pc.points
     return {
         "latency_floor_s": floors[i],
-        "floor_layout": f"tp{int(r.tp)} ep{int(r.ep)} pp1 dp{int(r.dp)}",
+        "floor_layout": describe_layout(r.tp, r.ep, 1, r.attn_dp),
         "max_tokens_per_s_per_user": 1.0 / floors[i],
         "frontier": {"tokens_per_s_per_user": front["tokens_per_s_per_user"].tolist(),
                      "usd_per_mtok_output": front["usd_per_mtok_output"].tolist()},

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyomo.environ as pyo
 
-from planner.catalog.scenario import ResolvedScenario
-from planner.errors import InfeasibleError, SolverLimitError
+from planner.catalog.scenario import ResolvedScenario, with_engine
+from planner.errors import InfeasibleError, PlanCheckError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.build import fleet_kw
 from planner.model.data import drop_unpowered
@@ -27,6 +27,7 @@ from planner.perf.candidates import (
     scenario_slos,
     select_candidates,
 )
+from planner.perf.layout import describe_layout
 from planner.results import SCHEMA_VERSION, Binding, Plan, RunnerUp, extract, recheck, solution_values
 from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
 
@@ -77,6 +78,8 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
 def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     opts = opts or PlanOptions()
     t0 = time.perf_counter()
+    if opts.engine is not None:
+        rs = with_engine(rs, opts.engine)
     engine = opts.engine or rs.scenario.engine
     digest = input_hash(rs, engine)
     rs, notes = drop_unpowered(rs)
@@ -101,6 +104,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             "raise --time-limit or loosen --mip-gap"
         )
     x, u = solution_values(model)
+    x = fewest_replicas(model, x, u, opts.time_limit_s)
     plan = extract(rs, data, x, u, res)
     plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
@@ -115,12 +119,44 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
         plan.binding_constraints = binding_constraints(ctx)
         plan.runner_up = runner_up(ctx)
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
-    plan.assumptions += assumptions(rs, engine)
+    plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
     plan.recheck = recheck(plan, rs)
+    if not plan.recheck.ok:
+        bad = [c for c in plan.recheck.checks if not c.ok]
+        raise PlanCheckError(
+            f"the chosen plan fails {len(bad)} of {len(plan.recheck.checks)} re-checks by the performance model "
+            f"(first: {bad[0].name}: {bad[0].detail}); no plan written"
+        )
     t4 = time.perf_counter()
     timings = {"candidates_s": t1 - t0, "build_s": t2 - t1, "solve_s": res.wall_s, "analysis_s": t4 - t3, "total_s": t4 - t0}
     return Planned(plan, table, data, timings, files)
+
+
+def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: float) -> dict[int, int]:
+    """Among plans of the optimal fleet, the one whose replicas occupy the fewest chips: a second solve with
+    the purchase units fixed at the optimum (the cost's tie-break term is below the solver's gap tolerance,
+    so the first solve may leave idle replicas in units it has to buy anyway). Keeps ``x`` if that solve
+    finds nothing better."""
+    m = model
+    a = m._arr
+    used = sum(a["slots"][i] * n for i, n in x.items())
+    for h in m.H:
+        m.u[h].fix(u[h])
+    m.cost.deactivate()
+    m.chips_used = pyo.Objective(expr=sum(a["slots"][i] * m.x[i] for i in m.R), sense=pyo.minimize)
+    try:
+        r = Solver(time_limit_s=min(time_limit_s, SENSITIVITY_TIME_LIMIT_S), mip_gap=1e-6).solve(m)
+        if r.has_solution:
+            x2, _ = solution_values(m)
+            if sum(a["slots"][i] * n for i, n in x2.items()) < used - 1e-9:
+                return x2
+        return x
+    finally:
+        m.del_component(m.chips_used)
+        m.cost.activate()
+        for h in m.H:
+            m.u[h].unfix()
 
 
 def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float) -> dict[str, str]:
@@ -188,17 +224,18 @@ def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: Candid
         first = allr[allr["role"].isin([r for r in roles if r != "decode"])]
         first = first[(first["role"] == "prefill") | (first["tpot_s"] <= w.slo.tpot_ms / 1e3)]
         if len(first):
-            b = first.loc[first["ttft_s"].idxmin()]
+            b = first.loc[first["ttft_base_s"].idxmin()]
             raise InfeasibleError(
-                f"{where}: slo.ttft_ms {w.slo.ttft_ms:g} is below every layout's TTFT at this TPOT; the fastest is "
-                f"{b['ttft_s'] * 1e3:.0f} ms ({_describe(b)}); relax slo.ttft_ms to at least {np.ceil(b['ttft_s'] * 1e3):g}"
+                f"{where}: slo.ttft_ms {w.slo.ttft_ms:g} is below every layout's TTFT at this TPOT, even idle; the fastest "
+                f"is {b['ttft_base_s'] * 1e3:.0f} ms ({_describe(b)}); relax slo.ttft_ms to above "
+                f"{np.ceil(b['ttft_base_s'] * 1e3):g}"
             )
         raise InfeasibleError(f"{where}: no serving option meets both SLOs; relax slo.ttft_ms or slo.tpot_ms")
 
 
 def _describe(r) -> str:
     return (
-        f"{r['role']} on {r['hardware']}, tp{int(r['tp'])} ep{int(r['ep'])} pp{int(r['pp'])} dp{int(r['dp'])}, "
+        f"{r['role']} on {r['hardware']} with {r['engine']}, {describe_layout(r['tp'], r['ep'], r['pp'], r['attn_dp'], r['redundant'])}, "
         f"batch {int(r['batch'])}, {r['weights_dtype']} weights"
     )
 
@@ -267,16 +304,16 @@ class _Ctx:
     def admits_cheaper(self, workload: str, slo: tuple[float, float]) -> bool:
         """Whether a looser SLO admits a row cheaper per request/s than the dearest pool of that
         workload and role in the plan (if not, re-solving cannot pay off and is skipped)."""
-        r = self.pool.rows
-        r = r[r["workload"] == workload]
-        cur = scenario_slos(self.rs.scenario.workloads)[workload]
-        new = (r["ttft_s"] <= slo[0]) & (r["tpot_s"] <= slo[1]) & ~((r["ttft_s"] <= cur[0]) & (r["tpot_s"] <= cur[1]))
+        slos = dict(scenario_slos(self.rs.scenario.workloads))
+        slos[workload] = slo
+        r = select_candidates(CandidatePool(self.pool.rows[self.pool.rows["workload"] == workload], 0, 0,
+                                            self.pool.utilisation_cap), slos, prune=False).rows
         for p in self.plan.pools:
             if p.workload != workload:
                 continue
             per = p.usd_per_hour / max(p.predicted.requests_per_s, 1e-12)
-            cand = r[new & (r["role"] == p.role)]
-            if len(cand) and (cand["usd_per_rps"] < per).any():
+            cand = r[r["role"] == p.role]
+            if len(cand) and (cand["usd_per_rps"] < per * (1 - 1e-9)).any():
                 return True
         return False
 
@@ -391,8 +428,9 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
         tokens = sum(w.requests_per_s * (w.input_tokens + w.output_tokens) for w in ctx.rs.scenario.workloads)
         rows = ctx.data.rows
         desc = "; ".join(
-            f"{n} x {rows.loc[i, 'role']} {rows.loc[i, 'hardware']} tp{rows.loc[i, 'tp']} ep{rows.loc[i, 'ep']} "
-            f"pp{rows.loc[i, 'pp']} dp{rows.loc[i, 'dp']} batch {rows.loc[i, 'batch']} ({rows.loc[i, 'workload']})"
+            f"{n} x {rows.loc[i, 'role']} {rows.loc[i, 'hardware']} {rows.loc[i, 'engine']} "
+            f"{describe_layout(rows.loc[i, 'tp'], rows.loc[i, 'ep'], rows.loc[i, 'pp'], rows.loc[i, 'attn_dp'], rows.loc[i, 'redundant'])} "
+            f"batch {rows.loc[i, 'batch']} ({rows.loc[i, 'workload']})"
             for i, n in sorted(x.items())
         )
         units = ", ".join(f"{u[h]} x {h}" for h in hws)
@@ -411,14 +449,28 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
 def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
     sc = rs.scenario
     out = [
-        f"Utilisation cap {sc.utilisation_cap:g}: every pool is sized to run at most {sc.utilisation_cap:.0%} busy (queueing headroom).",
-        "Replicas of different workloads do not share a pool; prefixes are routed by family to the pools that cache them.",
+        f"Utilisation cap {sc.utilisation_cap:g}: no pool is sized to run more than {sc.utilisation_cap:.0%} busy; "
+        "within it, each pool carries at most the request rate at which its TTFT under open (Poisson) arrivals meets "
+        "the target (M/D/c queueing in front of its prefill ranks).",
+        "Replicas of different workloads do not share a pool; traffic is split over a workload's pools in proportion "
+        "to their capacity, and prefixes are routed by family to the pools that cache them.",
         "Prefix KV loaded from host DRAM or flash overlaps with the prefill of the new tokens layer by layer.",
         "KV spilled to host DRAM crosses the host link on every decode step, added to the step time.",
         "Disaggregated prefill ships each prompt's KV to its decode pool over scale-up inside a rack-scale domain, else scale-out.",
-        f"Efficiency factors: fitted per hardware{f' for engine {engine}' if engine else ' (default engine mix)'}; see docs/validation.md for their error.",
+        "Expert-parallel pools across nodes pay one scale-out send per remote node a token is routed to (node-limited "
+        "routing where the model has group-limited routing), forwarded to its experts over the scale-up fabric.",
+        "The KV cache is kept in the narrowest allowed format the engine offers (attention maths is bf16 whatever the "
+        "cache format, so a narrower cache is never slower).",
+        f"Engines: {'every pool runs ' + engine if engine else 'each pool runs the engine chosen for it among those with factors fitted on its hardware'}; "
+        "efficiency factors per hardware and engine, see docs/validation.md for their error.",
         "Costs are whole purchase units at the catalog (or scenario) price per chip-hour; $/M tokens split between input and output by the time each pool spends on them.",
     ]
+    spec = rs.model.speculative
+    if spec is not None:
+        out.append(
+            f"Speculative decoding ({spec.method}) accepts drafts at {', '.join(f'{a:g}' for a in spec.acceptance)} "
+            f"(per draft position, the last repeating; {spec.source.strip()}), scaled by each engine's fitted acceptance share."
+        )
     return out
 
 
@@ -435,5 +487,6 @@ def sources(rs: ResolvedScenario) -> list[dict]:
             "price_source": price.source if price and price.usd_per_chip_hour == rs.prices[h.id] else "scenario override",
             "efficiency_source": h.efficiency.source,
         })
+    for e in rs.engines:
+        out.append({"id": e.id, "kind": "engine", "source": e.source, "as_of": str(e.as_of)})
     return out
-

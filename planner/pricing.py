@@ -19,7 +19,8 @@ import pandas as pd
 from planner.catalog.loader import Catalog
 from planner.catalog.scenario import Scenario, resolve_scenario
 from planner.errors import InfeasibleError, InputError
-from planner.perf.candidates import evaluate_candidates
+from planner.perf.candidates import evaluate_candidates, select_candidates
+from planner.perf.layout import describe_layout
 
 SPEED_MULTIPLES = (1.0, 1.5, 2.0, 2.5, 3.0)
 
@@ -37,7 +38,12 @@ class PriceCurve:
                 "tokens_per_s_per_user": float(r.tokens_per_s_per_user),
                 "usd_per_mtok_output": float(r.usd_per_mtok_output),
                 "hardware": str(r.hardware),
-                "layout": {"tp": int(r.tp), "ep": int(r.ep), "pp": int(r.pp), "dp": int(r.dp)},
+                "layout": {"tp": int(r.tp), "ep": int(r.ep), "pp": int(r.pp), "attn_dp": int(r.attn_dp),
+                           "redundant_experts": int(r.redundant),
+                           "notation": describe_layout(r.tp, r.ep, r.pp, r.attn_dp, r.redundant)},
+                "engine": str(r.engine),
+                "spec_tokens": int(r.spec),
+                "two_batch_overlap": bool(int(r.tbo)),
                 "batch": int(r.batch),
                 "weights_dtype": str(r.weights_dtype),
                 "kv_dtype": str(r.kv_dtype),
@@ -95,10 +101,10 @@ def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None,
         doc["weights"] = list(weights)
     rs = resolve_scenario(Scenario.model_validate(doc), catalog, None)
     pool = evaluate_candidates(rs, engine)
-    df = pool.rows
-    if df.empty:
+    if pool.rows.empty:
         raise InfeasibleError(f"--model {model}: no layout fits in memory on the chosen hardware")
-    df = df[(df["ttft_s"] <= ttft_ms / 1e3) & (df["tpot_s"] > 0)].copy()
+    df = select_candidates(pool, {"api": (ttft_ms / 1e3, np.inf)}, prune=False).rows
+    df = df[df["tpot_s"] > 0].copy()
     if df.empty:
         raise InfeasibleError(f"--ttft-ms {ttft_ms:g}: no layout reaches it; raise it")
     out_tok_h = df["requests_per_s"] * output_tokens * 3600.0

@@ -10,17 +10,19 @@ import math
 from collections import defaultdict
 from typing import Literal
 
+import numpy as np
+import pandas as pd
 import pyomo.environ as pyo
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.scenario import ResolvedScenario
 from planner.model.data import PlanData, chip_power_kw
-from planner.perf.candidates import evaluate_point, packing_domain
-from planner.perf.layout import Layout, check_layout
+from planner.perf.candidates import evaluate_point, packing_domain, planned_load
+from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "2.0"
 REL_TOL = 1e-6
 
 
@@ -58,16 +60,34 @@ class UnitGroup(_M):
 
 
 class LayoutOut(_M):
+    """Parallel layout of one replica, in the notation engines use."""
+
     tp: int
+    """Tensor-parallel degree of attention (and of the dense layers) within one attention rank."""
     ep: int
+    """Expert-parallel degree (1: experts split by tensor parallelism over the stage)."""
     pp: int
-    dp: int
+    """Pipeline stages."""
+    attn_dp: int
+    """Attention data-parallel ranks (SGLang DP attention, TRT-LLM ADP): each rank holds attention for its own
+    sequences; the experts are shared by all ``tp * attn_dp`` GPUs of a stage. A replica is one engine
+    instance of ``tp * attn_dp * pp`` GPUs, not ``attn_dp`` replicas."""
+    redundant_experts: int = 0
+    """Redundant expert slots (EP divides experts + redundant)."""
+    notation: str = ""
+    """``attn-DP72 EP72 +32 redundant``, ``TP8``, ``TP4 EP4 PP2``."""
 
 
 class Predicted(_M):
     ttft_s: float
+    """Mean TTFT at the load the plan routes to the pool (open arrivals; 0 for decode pools)."""
     tpot_s: float
     requests_per_s: float
+    """Requests/s the pool is planned to carry at most (its capacity in the plan)."""
+    utilisation: float = 1.0
+    """Share of that capacity the plan's demand uses (traffic split over a workload's pools by capacity)."""
+    ttft_at_capacity_s: float = 0.0
+    """TTFT if the pool ran at its planned capacity (at most the TTFT target)."""
     input_tokens_per_s: float
     output_tokens_per_s: float
     requests_per_s_per_replica: float
@@ -104,13 +124,30 @@ class Pool(_M):
     role: Literal["aggregated", "prefill", "decode"]
     workload: str
     hardware: str
+    engine: str
+    """Serving engine the pool runs (its launch flags follow from it)."""
+    factors: str = "fitted"
+    """``fitted``: efficiency factors fitted on this hardware and engine's measured rows; ``hardware
+    default``: the hardware's fit over all its engines (no rows of this engine on it)."""
+    unvalidated: str | None = None
+    """Set when the hardware has no measured rows of its own: where its factors come from."""
     replicas: int
     chips_per_replica: int
     slots_per_replica: float
     layout: LayoutOut
     scale_out: bool
     batch: int
+    spec_tokens: int = 0
+    """Draft tokens per step of speculative decoding (0: off)."""
+    spec_method: str | None = None
+    tokens_per_step: float = 1.0
+    """Expected output tokens per sequence and decode step (speculative decoding accepts some drafts)."""
+    two_batch_overlap: bool = False
+    """Two micro-batches per step, one's expert exchange under the other's compute."""
     weights_dtype: str
+    weights_mode: str = "native"
+    """``native``: multiplied in the weight format; ``weight-only``: dequantised into bf16 maths (the
+    hardware has no units for the format)."""
     kv_dtype: str
     kv_tier: str
     prefix_tier: str
@@ -205,7 +242,7 @@ def _expert_out(rs: ResolvedScenario, r) -> ExpertPlacementOut | None:
     moe = rs.model.architecture.moe
     if moe is None or int(r["ep"]) <= 1:
         return None
-    gpus = int(r["tp"]) * int(r["dp"])
+    gpus = int(r["tp"]) * int(r["attn_dp"])
     red = int(r.get("redundant", 0))
     return ExpertPlacementOut(imbalance=float(r.get("moe_imbalance", 1.0)), redundant_experts=red, gpus=gpus,
                               slots_per_gpu=(moe.experts + red) // gpus)
@@ -217,6 +254,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
     rows = data.rows
     hw_by_id = {h.id: h for h in rs.hardware}
     pools: list[Pool] = []
+    queue: dict[str, tuple[float, float, float]] = {}
     for i, n in sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0])):
         r = rows.loc[i]
         w = next(w for w in sc.workloads if w.name == r["workload"])
@@ -224,19 +262,31 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         rate = float(r["requests_per_s"])
         I = w.input_tokens * (1.0 - (w.prefix_cache.hit_rate if str(r["prefix_tier"]) != "none" else 0.0))
         pid = f"{w.name}-{role}-{len([p for p in pools if p.workload == w.name and p.role == role]) + 1}"
+        hw = hw_by_id[str(r["hardware"])]
+        spec_n = int(r["spec"]) if role != "prefill" else 0
         pools.append(
             Pool(
                 id=pid,
                 role=role,
                 workload=w.name,
                 hardware=str(r["hardware"]),
+                engine=str(r["engine"]),
+                factors=str(r["factors"]),
+                unvalidated=unvalidated(hw),
                 replicas=n,
                 chips_per_replica=int(r["chips"]),
                 slots_per_replica=float(r["slots"]),
-                layout=LayoutOut(tp=int(r["tp"]), ep=int(r["ep"]), pp=int(r["pp"]), dp=int(r["dp"])),
+                layout=LayoutOut(tp=int(r["tp"]), ep=int(r["ep"]), pp=int(r["pp"]), attn_dp=int(r["attn_dp"]),
+                                 redundant_experts=int(r.get("redundant", 0)),
+                                 notation=describe_layout(r["tp"], r["ep"], r["pp"], r["attn_dp"], r.get("redundant", 0))),
                 scale_out=bool(r["scale_out"]),
                 batch=int(r["batch"]),
+                spec_tokens=spec_n,
+                spec_method=rs.model.speculative.method if spec_n and rs.model.speculative else None,
+                tokens_per_step=float(_tokens_per_step(rs, hw, str(r["engine"]), spec_n)),
+                two_batch_overlap=bool(int(r["tbo"])) if role != "prefill" else False,
                 weights_dtype=str(r["weights_dtype"]),
+                weights_mode=str(r["weights_mode"]),
                 kv_dtype=str(r["kv_dtype"]),
                 kv_tier=str(r["kv_tier"]),
                 prefix_tier=str(r["prefix_tier"]),
@@ -251,6 +301,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                     input_tokens_per_s=rate * n * I if role != "decode" else 0.0,
                     output_tokens_per_s=rate * n * w.output_tokens if role != "prefill" else 0.0,
                     requests_per_s_per_replica=rate,
+                    ttft_at_capacity_s=float(r["ttft_s"]),
                 ),
                 memory_per_chip_bytes=MemoryPerChip(
                     weights=float(r["weight_bytes_per_chip"]),
@@ -263,6 +314,8 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                 expert_placement=_expert_out(rs, r),
             )
         )
+        queue[pid] = (float(r["ttft_base_s"]), float(r["queue_work_s"]), float(r["queue_servers"]))
+    _apply_load(sc.workloads, pools, queue)
     placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
     assumptions = list(data.notes)
     for h, k in needed.items():
@@ -314,6 +367,59 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         placement=placement,
         assumptions=assumptions,
     )
+
+
+def unvalidated(hw) -> str | None:
+    """``unvalidated: factors transferred from X`` for hardware without measured rows of its own."""
+    eff = hw.efficiency
+    if eff.fitted_rows > 0:
+        return None
+    src = eff.transferred_from or "other hardware"
+    return f"unvalidated: factors transferred from {src} (no measured rows for {hw.id})"
+
+
+def _tokens_per_step(rs: ResolvedScenario, hw, engine: str, spec: int) -> float:
+    if spec <= 0:
+        return 1.0
+    from planner.perf.roofline import Setup
+
+    s = Setup.make(rs.model, hw, eff=hw.efficiency.for_engine(engine), spec_tokens=float(spec))
+    return float(np.asarray(s.tokens_per_step))
+
+
+def role_loads(workloads, pools: list[Pool]) -> dict[tuple[str, str], float]:
+    """Utilisation of each (workload, role) pool set under the plan's demand: traffic goes to aggregated
+    and disaggregated capacity in proportion to their size, and each pool of a role carries its share of
+    the role's traffic in proportion to its capacity."""
+    out: dict[tuple[str, str], float] = {}
+    for w in workloads:
+        agg, pre, dec = served_requests(pools, w.name)
+        dis = min(pre, dec)
+        total = agg + dis
+        if total <= 0:
+            continue
+        for role, cap, routed in (("aggregated", agg, w.requests_per_s * agg / total),
+                                  ("prefill", pre, w.requests_per_s * dis / total),
+                                  ("decode", dec, w.requests_per_s * dis / total)):
+            if cap > 0:
+                out[(w.name, role)] = min(routed / cap, 1.0)
+    return out
+
+
+def _apply_load(workloads, pools: list[Pool], queue: dict[str, tuple[float, float, float]]) -> None:
+    """Set each pool's utilisation and its TTFT at that load (the candidate row's TTFT is at capacity)."""
+    from planner.perf.candidates import queue_wait
+
+    loads = role_loads(workloads, pools)
+    for p in pools:
+        u = loads.get((p.workload, p.role), 1.0)
+        p.predicted.utilisation = u
+        if p.role == "decode":
+            continue
+        base, work, servers = queue[p.id]
+        lam = u * p.predicted.requests_per_s_per_replica
+        wait = float(queue_wait(lam * work / max(servers, 1.0), servers, work)) if work > 0 else 0.0
+        p.predicted.ttft_s = base + wait
 
 
 def _objective(workloads, pools: list[Pool], usd: float) -> Objective:
@@ -375,7 +481,7 @@ def pack(pools: list[Pool], hardware: dict) -> tuple[list[UnitPlacement], dict[s
         for p in pools:
             if p.hardware != h:
                 continue
-            g = p.layout.tp * p.layout.dp
+            g = p.layout.tp * p.layout.attn_dp
             for rep in range(1, p.replicas + 1):
                 for st in range(1, p.layout.pp + 1):
                     items.append((g, p.id, rep, st))
@@ -420,20 +526,25 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     def add(name: str, ok: bool, detail: str) -> None:
         checks.append(Check(name=name, ok=bool(ok), detail=detail))
 
+    loads = role_loads(sc.workloads, plan.pools)
     for p in plan.pools:
         hw = hw_by_id[p.hardware]
         w = wl[p.workload]
-        lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.dp)
+        lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.attn_dp, p.layout.redundant_experts)
         try:
             check_layout(rs.model, lay)
-            add(f"{p.id}: layout", True, f"tp{lay.tp} ep{lay.ep} pp{lay.pp} dp{lay.dp} valid for {rs.model.id}")
+            add(f"{p.id}: layout", True, f"{lay.describe()} valid for {rs.model.id}")
         except Exception as err:  # noqa: BLE001 - reported as a failed check
             add(f"{p.id}: layout", False, str(err))
             continue
+        eng = next((e for e in rs.engines if e.id == p.engine), None)
+        add(f"{p.id}: engine", eng is not None and eng.runs_on(hw) and eng.weight_mode(hw, p.weights_dtype) is not None,
+            f"{p.engine} runs on {hw.id} and serves {p.weights_dtype} weights ({p.weights_mode})")
+        # The plan is re-evaluated with exactly the factors it was solved with: the pool's engine on its hardware.
         ev = evaluate_point(
             rs.model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
-            kv_tier=p.kv_tier, prefix_tier=p.prefix_tier, utilisation_cap=sc.utilisation_cap, engine=sc.engine,
-            redundant_experts=p.expert_placement.redundant_experts if p.expert_placement else 0,
+            eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
+            spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
             moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
         )
         if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
@@ -446,15 +557,22 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         used = ev["weight_bytes_per_chip"] + ev["kv_bytes_per_chip"] + ev["other_bytes_per_chip"]
         add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
             f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
+        lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_ms / 1e3, sc.utilisation_cap)
+        rate = float(lam[0]) if np.isfinite(lam[0]) else 0.0
         if p.role != "prefill":
             add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_ms / 1e3 * (1 + REL_TOL),
                 f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
         if p.role != "decode":
-            add(f"{p.id}: ttft", ev["ttft_s"] <= w.slo.ttft_ms / 1e3 * (1 + REL_TOL),
-                f"{ev['ttft_s'] * 1e3:.0f} ms <= {w.slo.ttft_ms:g} ms")
-        capacity[(p.workload, p.role)] += ev["requests_per_s"] * p.replicas
-        same = math.isclose(ev["requests_per_s"] * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
-        add(f"{p.id}: rate", same, f"{ev['requests_per_s'] * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
+            from planner.perf.candidates import queue_wait
+
+            u = loads.get((p.workload, p.role), 1.0)
+            work, servers = ev["queue_work_s"], ev["queue_servers"]
+            at_load = ev["ttft_base_s"] + (float(queue_wait(u * rate * work / servers, servers, work)) if work > 0 else 0.0)
+            add(f"{p.id}: ttft", rate > 0 and at_load <= w.slo.ttft_ms / 1e3 * (1 + REL_TOL),
+                f"{at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms (open arrivals)")
+        capacity[(p.workload, p.role)] += rate * p.replicas
+        same = math.isclose(rate * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
+        add(f"{p.id}: rate", same, f"{rate * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
     for w in sc.workloads:
         agg, pre, dec = (capacity[(w.name, r)] for r in ("aggregated", "prefill", "decode"))
         served = agg + min(pre, dec)
@@ -476,7 +594,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
                 add(f"{up.hardware} unit {up.unit}: domain", False, f"{sum(g.chips for g in dom)} chips in a {D}-chip domain")
             for g in dom:
                 placed[(g.pool, g.replica, g.stage)] += g.chips
-    expected = {(p.id, r, s): p.layout.tp * p.layout.dp for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)}
+    expected = {(p.id, r, s): p.layout.tp * p.layout.attn_dp for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)}
     missing = [f"{k[0]}#{k[1]}" for k in expected.keys() | placed.keys() if placed.get(k, 0) != expected.get(k, 0)]
     add("placement", not missing, "every stage group placed whole" if not missing else f"misplaced: {', '.join(missing[:5])}")
     for g in plan.units:

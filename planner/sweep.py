@@ -193,7 +193,7 @@ def _workload_columns(plan, sc) -> dict:
         wo = next(x for x in plan.workloads if x.name == w.name)
         out[f"{w.name}.hardware"] = "+".join(sorted({p.hardware for p in pools}))
         out[f"{w.name}.layout"] = "+".join(
-            f"{p.role[0]}:tp{p.layout.tp}ep{p.layout.ep}pp{p.layout.pp}dp{p.layout.dp}x{p.replicas}" for p in pools
+            f"{p.role[0]}:{p.engine}:{p.layout.notation.replace(' ', '')}x{p.replicas}" for p in pools
         )
         out[f"{w.name}.batch"] = "+".join(str(p.batch) for p in pools)
         out[f"{w.name}.kv_tier"] = "+".join(sorted({p.kv_tier for p in pools}))

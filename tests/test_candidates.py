@@ -42,8 +42,53 @@ def test_pruning_keeps_a_row_at_least_as_good_as_every_feasible_row(llama):
 
 def test_layouts_respect_the_model(catalog):
     lay = layouts(catalog.models["deepseek-v3"], catalog.hardware["gb200-nvl72"])
-    stage = lay["tp"] * lay["dp"]
+    stage = lay["tp"] * lay["attn_dp"]
     assert ((lay["ep"] == 1) | (lay["ep"] == stage)).all()
-    assert (256 % lay["ep"] == 0).all() and (128 % lay["tp"] == 0).all()
+    assert (128 % lay["tp"] == 0).all()
+    # EP degrees that do not divide the 256 experts are the wide ones, run with redundant slots (see below).
+    assert ((256 % lay["ep"] == 0) | (lay["ep"] > 64)).all()
     dense = layouts(catalog.models["llama-3.1-70b"], catalog.hardware["h100-sxm"])
-    assert (dense["ep"] == 1).all() and (dense["dp"] == 1).all()
+    assert (dense["ep"] == 1).all() and (dense["attn_dp"] == 1).all()
+
+
+@pytest.fixture(scope="module")
+def deepseek(catalog):
+    p = ROOT / "catalogs" / "scenarios" / "deepseek-chat.yaml"
+    return resolve_scenario(load_scenario(p), catalog, p)
+
+
+def test_engines_run_only_where_they_can(catalog, deepseek):
+    """Every row names an engine that runs on its hardware and serves its weights there: no TensorRT-LLM on AMD,
+    no ATOM on NVIDIA, FP4 only where the hardware has FP4 units or as a named weight-only option."""
+    from planner.perf.candidates import evaluate_candidates
+
+    rows = evaluate_candidates(deepseek).rows
+    pairs = rows.groupby(["hardware", "engine", "weights_dtype", "weights_mode"], observed=True).size().reset_index()
+    for r in pairs.itertuples(index=False):
+        hw, eng = catalog.hardware[r.hardware], catalog.engines[r.engine]
+        assert eng.runs_on(hw)
+        assert eng.weight_mode(hw, r.weights_dtype) == r.weights_mode
+        if r.weights_dtype == "fp4" and r.weights_mode == "native":
+            assert "fp4" in hw.dense_tflops
+    amd = pairs[pairs["hardware"].isin(["mi300x", "mi355x", "mi325x"])]
+    assert "trtllm" not in set(amd["engine"])
+    assert not ((pairs["hardware"] == "mi300x") & (pairs["weights_dtype"] == "fp4")).any()
+    assert "atom" not in set(pairs.loc[pairs["hardware"].str.startswith(("h", "b", "gb")), "engine"])
+
+
+def test_wide_expert_parallelism_with_redundant_experts(catalog):
+    """DeepSeek on 8-GPU H200 nodes offers attention-DP EP72 and EP144 with 32 redundant experts (one packing
+    domain per 8 GPUs), priced with redundant weights; micro-batch overlap only where the exchange exists."""
+    from planner.perf.candidates import _grid
+
+    g = _grid(catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"], catalog.engines["sglang"])
+    wide = g[(g["ep"] == 72) | (g["ep"] == 144)]
+    assert set(wide["redundant"]) == {32} and (wide["attn_dp"] == wide["ep"]).all()
+    assert wide["expert_copies"].to_numpy() == pytest.approx(np.full(len(wide), (256 + 32) / 256))
+    tbo = g[g["tbo"] == 1]
+    assert len(tbo) and ((tbo["attn_dp"] > 1) & (tbo["ep"] > 1)).all()
+    assert set(g["spec"]) == {0, 1, 2, 3}
+    trt = _grid(catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"], catalog.engines["trtllm"])
+    assert (trt["tbo"] == 0).all()  # no micro-batch overlap option among TensorRT-LLM's keys
+    dense = _grid(catalog.models["llama-3.1-70b"], catalog.hardware["h200-sxm"], catalog.engines["sglang"])
+    assert set(dense["spec"]) == {0} and (dense["tbo"] == 0).all()  # no published draft acceptance for it

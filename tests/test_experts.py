@@ -213,13 +213,14 @@ def _setup(model_id="deepseek-v3", hw_id="gb200-nvl72", **kw):
 
 
 def test_exchange_bytes_ep_vs_expert_tp():
-    """EP moves tokens/G x top_k x hidden x (dispatch + combine bytes) per chip; expert TP across
-    attention-DP ranks moves every token x hidden x 2 bytes: equal at G = top_k x (1 + 2) / 2 (FP8 dispatch)."""
+    """Per MoE layer, EP moves tokens/G x top_k x hidden x (dispatch + combine bytes) per chip; expert TP across
+    attention-DP ranks all-gathers every token and reduce-scatters every output, tokens x hidden x 2 bytes each
+    way: equal at G = top_k x (1 + 2) / 4 (FP8 dispatch)."""
     from planner.perf.roofline import moe_exchange_time
 
     s = _setup()
     k = s.stats.top_k
-    g_eq = k * 3 / 2  # dispatch 1 byte (fp8) + combine 2 bytes, over 2 bytes a token
+    g_eq = k * 3 / 4  # dispatch 1 byte (fp8) + combine 2 bytes, over 2 x 2 bytes a token
     a2a = moe_exchange_time(s, g_eq, g_eq, g_eq, 4096.0, 1.0, 0.0)
     etp = moe_exchange_time(s, 1, g_eq, g_eq, 4096.0, 1.0, 0.0)
     assert float(a2a) == pytest.approx(float(etp), rel=1e-9)
@@ -254,6 +255,6 @@ def test_skewed_plan_buys_redundancy_and_rechecks(tmp_path):
         xp = p.expert_placement
         assert xp.placement_imbalance <= xp.imbalance + 1e-9
         doc = json.loads(res.files[xp.map_file])
-        assert doc["ep_size"] == p.layout.tp * p.layout.dp
+        assert doc["ep_size"] == p.layout.tp * p.layout.attn_dp
         assert doc["num_redundant_experts"] == xp.redundant_experts
     assert res.plan.recheck.ok

@@ -195,3 +195,53 @@ def test_force_removes_placement_maps_of_the_replaced_plan(tmp_path):
     (out / "notes.txt").write_text("mine")
     write_plan(plan, out, force=True, files={"experts-ep8-r0.json": "{}\n"})
     assert sorted(p.name for p in out.iterdir()) == ["experts-ep8-r0.json", "notes.txt", "plan.json", "plan.md"]
+
+
+def test_pools_name_their_engine_and_layout(base_plan, catalog):
+    for p in base_plan.plan.pools:
+        eng = catalog.engines[p.engine]
+        assert eng.runs_on(catalog.hardware[p.hardware])
+        assert p.layout.notation and p.chips_per_replica == p.layout.tp * p.layout.attn_dp * p.layout.pp
+        assert 0 < p.predicted.utilisation <= 1.0
+        if p.role != "decode":
+            assert p.predicted.ttft_s <= p.predicted.ttft_at_capacity_s * (1 + 1e-9)
+
+
+def test_engine_restriction_never_buys_hardware_it_cannot_run(catalog):
+    rs = _scenario(catalog, hardware=["h100-sxm", "mi300x"], engine="trtllm")
+    assert [h.id for h in rs.hardware] == ["h100-sxm"]
+    plan = make_plan(rs, QUICK).plan
+    assert {p.engine for p in plan.pools} == {"trtllm"} and {g.hardware for g in plan.units} == {"h100-sxm"}
+    from planner.errors import InputError
+
+    assert "left out, trtllm does not run on it: mi300x" in plan.assumptions
+    with pytest.raises(InputError, match="field 'engine': atom runs on amd hardware and none of the candidate"):
+        _scenario(catalog, hardware=["h100-sxm", "h200-sxm"], engine="atom")
+    with pytest.raises(InputError, match="unknown engine id 'tensorflow'"):
+        _scenario(catalog, engine="tensorflow")
+
+
+def test_unvalidated_hardware_is_flagged_and_can_be_required_away(catalog):
+    rs = _scenario(catalog, hardware=["h800-sxm"], prices={"h800-sxm": 2.0})
+    plan = make_plan(rs, QUICK).plan
+    assert all(p.unvalidated and "transferred from h100-sxm" in p.unvalidated for p in plan.pools)
+    md = __import__("planner.export.plan", fromlist=["plan_markdown"]).plan_markdown(plan)
+    assert "Unvalidated hardware" in md and "unvalidated: factors transferred from h100-sxm" in md
+    kept = _scenario(catalog, hardware=["h100-sxm", "h800-sxm"], prices={"h800-sxm": 2.0}, require_validated=True)
+    assert [h.id for h in kept.hardware] == ["h100-sxm"]
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="require_validated"):
+        _scenario(catalog, hardware=["h800-sxm"], prices={"h800-sxm": 2.0}, require_validated=True)
+
+
+def test_a_plan_that_fails_its_recheck_is_an_error(catalog, monkeypatch):
+    """Never a written plan whose headline says every target is met when the performance model disagrees."""
+    from planner import planning
+    from planner.errors import PlanCheckError
+    from planner.results import Check, Recheck
+
+    monkeypatch.setattr(planning, "recheck", lambda plan, rs: Recheck(ok=False, checks=[
+        Check(name="chat-aggregated-1: tpot", ok=False, detail="61.0 ms <= 30 ms")]))
+    with pytest.raises(PlanCheckError, match="fails 1 of 1 re-checks .*chat-aggregated-1: tpot: 61.0 ms <= 30 ms"):
+        make_plan(_scenario(catalog), QUICK)

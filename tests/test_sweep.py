@@ -107,7 +107,7 @@ def test_price_curve_is_monotone_and_bounded_by_the_latency_floor():
     cat = load_catalog(None)
     fast = pc.points.iloc[-1]
     s = Setup.make(cat.get_model("llama-3.1-70b"), cat.get_hardware("h100-sxm"), weights=str(fast.weights_dtype))
-    floor = float(weight_bytes_per_chip(s.wb, fast.tp, fast.ep, fast.pp, fast.dp)) / s.hw.hbm_bw
+    floor = float(weight_bytes_per_chip(s.wb, fast.tp, fast.ep, fast.pp, fast.attn_dp)) / s.hw.hbm_bw
     assert fast.tpot_s >= floor
 
 

@@ -76,8 +76,7 @@ def looks_like_runs(data) -> bool:
     return (
         isinstance(data, list)
         and len(data) > 0
-        and all(isinstance(r, dict) for r in data[:50])
-        and any({"hardware", "framework", "metrics"} <= set(r) for r in data[:50])
+        and any(isinstance(r, dict) and {"hardware", "framework", "metrics"} <= set(r) for r in data[:50])
     )
 
 
@@ -134,6 +133,13 @@ def _int(v) -> float:
     except (TypeError, ValueError):
         return np.nan
     return x if np.isfinite(x) and x == int(x) and x >= 0 else np.nan
+
+
+def _show(v) -> str:
+    """A field's value as the file wrote it (whole numbers without the float ``.0`` pandas adds)."""
+    if isinstance(v, float) and np.isfinite(v) and v == int(v):
+        return str(int(v))
+    return str(v)
 
 
 def _bool(v) -> bool | None:
@@ -222,9 +228,9 @@ def _run(r: pd.Series, catalog: Catalog) -> dict:
         if disagg:
             workers, gpus = _int(r[pre + "num_workers"]), _int(r[f"num_{pre}gpu"])
             if not workers >= 1:
-                return {"reason": f"field {pre}num_workers is {r[pre + 'num_workers']}: a disaggregated run needs at least one"}
+                return {"reason": f"field {pre}num_workers is {_show(r[pre + 'num_workers'])}: a disaggregated run needs at least one"}
             if not gpus >= workers or gpus % workers:
-                return {"reason": f"field num_{pre}gpu {r[f'num_{pre}gpu']} is not a multiple of {pre}num_workers {int(workers)}"}
+                return {"reason": f"field num_{pre}gpu {_show(r[f'num_{pre}gpu'])} is not a multiple of {pre}num_workers {int(workers)}"}
             g = gpus / workers
         else:
             workers, g = 1.0, tp

@@ -103,6 +103,8 @@ def frame_summary(frame: pd.DataFrame) -> dict:
                        ("by_mode", ["mode"]), ("by_spec", ["spec"]), ("by_concurrency", ["conc_band"]),
                        ("by_model", ["model"])):
         out[name] = summary_rows(frame, cols)
+    # ``by_backend``: the framework as the file names it, under the key earlier versions used.
+    out["by_backend"] = [{("backend" if k == "framework" else k): v for k, v in r.items()} for r in out["by_framework"]]
     return out
 
 

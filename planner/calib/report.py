@@ -1,312 +1,332 @@
-"""The validation report (docs/validation.md): error tables, residual plots and cross-validation.
+"""The validation report (docs/validation.md): error tables, residual plots and cross-validation, for the
+measured files of either format together.
 
-Regenerate with ``planner calibrate report --data ../shared/calibration/silicon_calibration.csv``.
+Regenerate with ``planner calibrate report --data ../shared/calibration/silicon_calibration.csv --data
+../shared/calibration/inferencex/dsr1_runs.json``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from planner.calib.data import read_rows
-from planner.calib.fit import MIN_ROWS, fit, prepare
-from planner.calib.metrics import format_table, summary_rows, with_errors
-from planner.calib.predict import SPEC_TOKENS_ASSUMED, predict_frame, predict_normalised
+from planner.calib.data import Measured, load_measured
+from planner.calib.fit import MIN_ROWS, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
+from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, summary_rows
+from planner.calib.predict import SPEC_TOKENS_ASSUMED, notes, predict_normalised
 from planner.catalog import Catalog
 from planner.catalog.writer import atomic_write_text
 
-
-def _held_out(df: pd.DataFrame, catalog: Catalog, key: str) -> pd.DataFrame:
-    """Predict each group of ``key`` with factors fitted on the other groups only."""
-    norm_all, _ = prepare(df, catalog)
-    preds = []
-    for val in sorted(norm_all[key].unique()):
-        train_idx = norm_all.index[norm_all[key] != val]
-        test = norm_all[norm_all[key] == val]
-        res = fit(df.loc[train_idx], catalog)
-
-        def eff_for(h, e, res=res):
-            return res.by_group.get((h, e)) or res.by_hw.get(h) or res.by_engine.get(e) or res.overall
-
-        p = predict_normalised(test, catalog, eff_for)
-        p[key] = val
-        preds.append(p)
-    p = pd.concat(preds)
-    out = df.loc[p.index].copy()
-    out["predicted_ttft_ms"] = p["predicted_ttft_ms"]
-    out["predicted_tpot_ms"] = p["predicted_tpot_ms"]
-    return with_errors(out)
+TARGETS = {
+    "inferencex": "targets: TPOT median <= 12%, p90 <= 35%; output tok/s/GPU median <= 15%; TTFT median <= 30%; "
+                  ">= 95% predicted; leave-one-hardware-out TPOT median <= 18%",
+    "silicon": "reference before this model: TPOT 15.4% / 47.6%, TTFT 24.7% / 90.8% (median / p90)",
+}
 
 
-def _plot(frame: pd.DataFrame, path: Path) -> None:
+def _predict_with(blocks, catalog: Catalog, norm: pd.DataFrame) -> pd.DataFrame:
+    def eff_for(h, e):
+        b = blocks[h]
+        return b.by_engine.get(e, b.default)
+
+    return predict_normalised(norm, catalog, eff_for)
+
+
+def _fold(args):
+    """One cross-validation fold (run in a worker process): fit without the held-out rows, predict them with
+    the factors the catalog would then give (transferred, for held-out hardware)."""
+    norm, catalog, key, val = args
+    train = norm[norm[key] != val]
+    res = fit_norm(train, catalog)
+    blocks = efficiency_blocks(res, catalog, "cross-validation")
+    test = norm[norm[key] == val]
+    p = _predict_with(blocks, catalog, test)
+    return test.index, p
+
+
+def held_out(sets: list[Measured], catalog: Catalog, key: str, *, values=None, jobs: int = 2) -> dict[str, pd.DataFrame]:
+    """Predict every fittable row of each value of ``key`` (``n_hw``, ``n_model``) with factors fitted on the
+    rows of the other values only (both files together); returns one evaluation frame per file."""
+    norm, _ = prepare(sets, catalog)
+    vals = sorted(norm[key].unique()) if values is None else values
+    args = [(norm, catalog, key, v) for v in vals]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            results = list(ex.map(_fold, args))
+    else:
+        results = [_fold(a) for a in args]
+    pred = pd.concat([p.set_axis(idx) for idx, p in results])
+    out = {}
+    for m in sets:
+        mine = norm.loc[pred.index][norm.loc[pred.index, "src"] == m.path.name]
+        if mine.empty:
+            continue
+        rows = mine["row_in_file"].to_numpy()
+        sub = Measured(m.path, m.fmt, m.raw.loc[rows], m.norm.loc[rows])
+        out[m.path.name] = evaluation_frame(sub, pred.loc[mine.index].set_axis(rows))
+    return out
+
+
+def _plot(frames: dict[str, pd.DataFrame], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
-    for j, (metric, label) in enumerate((("tpot", "TPOT"), ("ttft", "TTFT"))):
-        meas = frame[f"silicon_{metric}_ms"]
-        pred = frame[f"predicted_{metric}_ms"]
-        ax = axes[0, j]
-        for sysname, g in frame.groupby("system"):
-            ax.scatter(g[f"silicon_{metric}_ms"], g[f"predicted_{metric}_ms"], s=6, alpha=0.5, label=sysname)
-        lo = np.nanmin([meas.min(), pred.min()])
-        hi = np.nanmax([meas.max(), pred.max()])
-        ax.plot([lo, hi], [lo, hi], "k-", lw=1)
-        ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.8)
-        ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"measured {label} (ms)")
-        ax.set_ylabel(f"predicted {label} (ms)")
-        ax.set_title(f"{label}: predicted vs measured (dotted: +-25%)")
-        ax.legend(fontsize=8)
-        ax = axes[1, j]
-        ratio = np.log2(pred / meas)
-        for be, g in frame.assign(_r=ratio).groupby("backend"):
-            ax.scatter(g["_conc"], g["_r"], s=6, alpha=0.5, label=be)
-        ax.axhline(0, color="k", lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(f"log2(predicted / measured) {label}")
-        ax.set_title(f"{label} residuals against concurrency")
-        ax.legend(fontsize=8)
+    fig, axes = plt.subplots(len(frames), 3, figsize=(16, 5 * len(frames)), squeeze=False)
+    for i, (name, f) in enumerate(frames.items()):
+        for j, (metric, label) in enumerate((("tpot", "TPOT ms"), ("ttft", "TTFT ms"), ("otpg", "output tok/s/GPU"))):
+            ax = axes[i, j]
+            g = f[f[f"predicted_{metric}"].notna() & f[f"measured_{metric}"].notna()]
+            if g.empty:
+                ax.set_visible(False)
+                continue
+            for sysname, h in g.groupby("system"):
+                ax.scatter(h[f"measured_{metric}"], h[f"predicted_{metric}"], s=6, alpha=0.5, label=sysname)
+            lo = float(np.nanmin([g[f"measured_{metric}"].min(), g[f"predicted_{metric}"].min()]))
+            hi = float(np.nanmax([g[f"measured_{metric}"].max(), g[f"predicted_{metric}"].max()]))
+            ax.plot([lo, hi], [lo, hi], "k-", lw=1)
+            ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.8)
+            ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.8)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel(f"measured {label}")
+            ax.set_ylabel(f"predicted {label}")
+            ax.set_title(f"{name}: {label} (dotted: +-25%)")
+            ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def _unpredicted(frame: pd.DataFrame) -> list[str]:
     """One line per kind of reason rows got no prediction (numbers in the reason read as N)."""
-    miss = frame["predicted_tpot_ms"].isna()
+    miss = frame["predicted_tpot"].isna()
     if not miss.any():
         return []
-    kinds = frame.loc[miss, "prediction_note"].astype(str).str.replace(r"\b\d+\b", "N", regex=True).value_counts()
+    kinds = frame.loc[miss, "note"].astype(str).str.replace(r"\b\d+(\.\d+)?\b", "N", regex=True).value_counts()
     return [f"  - {n} rows: {k}" for k, n in kinds.items()]
 
 
-def write_report(catalog: Catalog, data: Path | str, out: Path | str, *, cross_validate: bool = True) -> None:
-    data = Path(data)
-    out = Path(out)
-    df = read_rows(data, measured=True)
-    from planner.calib.data import normalise
-
-    frame = with_errors(predict_frame(df, catalog))
-    frame["config"] = np.where(
-        normalise(df, catalog)["n_workers_assumed"], "disagg, worker counts not recorded", "complete"
-    )
-    conc = frame["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0]
-    frame["_conc"] = pd.to_numeric(conc, errors="coerce")
-    plot_path = out.with_name(out.stem + "-residuals.png")
-    _plot(frame[frame["predicted_tpot_ms"].notna()], plot_path)
-    overall = summary_rows(frame, None)[0]
-    # The same rows with speculative decoding forced on every agg row (what the open-row rule declines).
-    agg_spec = df.assign(spec_tokens=np.where(frame["mode"].astype(str).str.lower() == "agg", SPEC_TOKENS_ASSUMED, np.nan))
-    spec_overall = summary_rows(with_errors(predict_frame(agg_spec, catalog)), None)[0]
-
-    parts = [
-        "# Validation of the performance model",
+def _headline(name: str, fmt: str, frame: pd.DataFrame) -> list[str]:
+    o = summary_rows(frame, None)[0]
+    lines = [
+        f"### {name}",
         "",
-        f"Generated by `planner calibrate report --data {data}` on {dt.date.today()} "
-        "from the catalog's current efficiency factors. Predictions come from physics (`planner/perf/`) and the fitted "
-        "factors in each hardware file's `efficiency` block only; no measured row is looked up. The metric is the "
-        "absolute percentage error `|predicted / measured - 1|` per row.",
-        "",
-        "## Headline",
-        "",
-        f"- Rows: {overall['rows']}, predicted: {overall['predicted']} ({100 * overall['coverage']:.1f}%).",
+        f"- Rows: {o['rows']}, predicted: {o['predicted']} ({100 * o['coverage']:.1f}%).",
         *_unpredicted(frame),
-        f"- TPOT: median {100 * overall['tpot_median_ape']:.1f}%, p90 {100 * overall['tpot_p90_ape']:.1f}% "
-        "(target: median <= 15%, p90 <= 50%).",
-        f"- TTFT: median {100 * overall['ttft_median_ape']:.1f}%, p90 {100 * overall['ttft_p90_ape']:.1f}% "
-        "(target: median <= 25%, p90 <= 60%).",
-        "",
-        "These are in-sample figures: the factors were fitted on the same rows. The cross-validation below is the "
-        "honest estimate for data the project has not seen.",
-        "",
-        "## Rows with a complete configuration vs rows that miss their worker counts",
-        "",
-        f"{int((frame['config'] != 'complete').sum())} disaggregated rows do not record how many prefill and decode workers served the concurrency. They are "
-        "predicted with as many decode workers as it takes to hold the concurrency in KV memory and a prefill pool "
-        "sized to match their request rate (as a planned deployment would be). They also leave open what else sets "
-        "their speed: every one of them says attention data parallelism 1, prefill included, and none says whether "
-        "speculative decoding ran. Each is therefore predicted as the fastest (lowest TPOT for its load) of four "
-        "deployments the recorded chips allow: attention tensor- or data-parallel, with or without speculative "
-        "decoding (3 draft tokens, acceptance 0.7 each; MTP layers where the model has them), which is what a "
-        "sweep tuned per load point runs. Rows that record a configuration, and agg rows, are predicted as "
-        "recorded with plain decoding: with speculation forced on every agg row (a `spec_tokens` column of "
-        f"{SPEC_TOKENS_ASSUMED:g} on them, then `planner validate`) TPOT over all rows would read median "
-        f"{100 * spec_overall['tpot_median_ape']:.1f}%, p90 {100 * spec_overall['tpot_p90_ape']:.1f}%. "
-        "These rows are left out of the fit and still counted in every figure above.",
-        "",
-        format_table(summary_rows(frame, ["config"]), ["config"]),
-        "",
-        "## Errors per system",
-        "",
-        format_table(summary_rows(frame, ["system"]), ["system"]),
-        "",
-        "## Errors per backend",
-        "",
-        format_table(summary_rows(frame, ["backend"]), ["backend"]),
-        "",
-        "## Errors per system and backend",
-        "",
-        format_table(summary_rows(frame, ["system", "backend"]), ["system", "backend"]),
-        "",
-        "## Errors per model and mode",
-        "",
-        format_table(summary_rows(frame, ["model_path", "mode"]), ["model_path", "mode"]),
-        "",
-        f"![residuals]({plot_path.name})",
-        "",
+        f"- TPOT: median {100 * o['tpot_median_ape']:.1f}%, p90 {100 * o['tpot_p90_ape']:.1f}%.",
+        f"- TTFT: median {100 * o['ttft_median_ape']:.1f}%, p90 {100 * o['ttft_p90_ape']:.1f}%.",
     ]
-    if cross_validate:
-        cv_model = _held_out(df, catalog, "n_model")
-        cv_hw = _held_out(df, catalog, "n_hw")
-        parts += [
-            "## Cross-validation: data the fit has not seen",
-            "",
-            "Leave one model out: the factors are refitted without any row of that model, then its rows are "
-            "predicted. This is the estimate that matters for new models.",
-            "",
-            format_table(summary_rows(cv_model, None), []),
-            "",
-            format_table(summary_rows(cv_model, ["model_path"]), ["model_path"]),
-            "",
-            "Leave one hardware out: the factors of the held-out system come from the all-hardware and per-engine "
-            "fits of the others (as for catalog hardware without measured rows).",
-            "",
-            format_table(summary_rows(cv_hw, None), []),
-            "",
-            format_table(summary_rows(cv_hw, ["system"]), ["system"]),
-            "",
-        ]
-    parts += ["## How repeatable the measured rows are", "", _repeatability(df), ""]
-    worst = frame.assign(_lt=np.log2(frame["predicted_ttft_ms"] / frame["silicon_ttft_ms"]).abs()).nlargest(8, "_lt")
-    parts += [
-        "## What drives the error",
-        "",
-        _drivers(frame),
-        "",
-        "How much of the remaining error any function of the recorded columns could remove is measured by "
-        "`python bench/residual_ceiling.py` (needs the `diagnostics` extra): it fits a gradient-boosted correction of "
-        "the log error on every recorded column and scores it out of fold, by row (lenient: a row's own sweep is in "
-        "training) and by sweep. Where even the lenient score misses a target, what is left depends on things the rows "
-        "do not record (how the client released requests, worker counts, scheduler settings).",
-        "",
-        "Largest TTFT misses (outliers are kept in every metric above):",
-        "",
-        "| row | system | backend | mode | isl x osl | concurrency | measured TTFT ms | predicted |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for _, r in worst.iterrows():
-        parts.append(
-            f"| {r['id']} | {r['system']} | {r['backend']} | {r['mode']} | {r['isl']}x{r['osl']} | "
-            f"{r['_conc']:.0f} | {r['silicon_ttft_ms']:.0f} | {r['predicted_ttft_ms']:.0f} |"
-        )
-    parts += ["", "## Fitted factors", "", _factors_table(catalog), ""]
-    atomic_write_text(out, "\n".join(parts) + "\n")
+    if np.isfinite(o["otpg_median_ape"]):
+        lines.append(f"- Output throughput per GPU: median {100 * o['otpg_median_ape']:.1f}%, p90 {100 * o['otpg_p90_ape']:.1f}%.")
+    lines += [f"- {TARGETS[fmt]}.", ""]
+    return lines
+
+
+def _tables(frame: pd.DataFrame, fmt: str) -> list[str]:
+    parts = []
+    groups = [("system", ["system"]), ("engine", ["engine"]), ("serving mode", ["mode"]),
+              ("speculative decoding", ["spec"]), ("concurrency band", ["conc_band"]),
+              ("system and engine", ["system", "engine"])]
+    if fmt == "inferencex":
+        groups.insert(2, ("framework (as the benchmark names it)", ["framework"]))
+        groups.append(("request lengths", ["lengths"]))
+    else:
+        groups.append(("model and mode", ["model", "mode"]))
+        groups.insert(0, ("configuration recorded", ["complete"]))
+    for title, cols in groups:
+        parts += [f"Per {title}:", "", format_table(summary_rows(frame, cols), cols), ""]
+    return parts
 
 
 def _drivers(frame: pd.DataFrame) -> str:
-    f = frame[frame["predicted_tpot_ms"].notna()].copy()
-    f["lt"] = np.log(f["predicted_tpot_ms"] / f["silicon_tpot_ms"])
-    f["lf"] = np.log(f["predicted_ttft_ms"] / f["silicon_ttft_ms"])
-    f["conc_band"] = pd.cut(f["_conc"], [0, 8, 64, 512, 1e9], labels=["<=8", "9-64", "65-512", ">512"])
+    f = frame[frame["predicted_tpot"].notna()].copy()
     lines = [
-        "Median signed log error (positive: predicted too slow) by concurrency band and mode:",
+        "Median signed error (positive: predicted too slow, or throughput too high) by concurrency band and mode:",
         "",
-        "| mode | concurrency | rows | TPOT bias | TTFT bias |",
-        "|---|---|---|---|---|",
+        "| mode | concurrency | rows | TPOT bias | TTFT bias | tok/s/GPU bias |",
+        "|---|---|---|---|---|---|",
     ]
     for (mode, band), g in f.groupby(["mode", "conc_band"], observed=True):
-        lines.append(
-            f"| {mode} | {band} | {len(g)} | {100 * (np.exp(g['lt'].median()) - 1):+.0f}% | "
-            f"{100 * (np.exp(g['lf'].median()) - 1):+.0f}% |"
-        )
-    lines += [
-        "",
-        "Known limits of the model: benchmark TTFT depends on how the client releases requests (bursts at the start "
-        "of a closed loop) and on scheduler settings the rows do not record (chunk size, max batch tokens); "
-        "disaggregated rows without worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, rate-matched prefill, the faster attention layout and speculative decoding setting, and, where the recorded group cannot hold the weights, e.g. DeepSeek-R1 recorded as TP1 on one GB200, the smallest power-of-two TP that can); "
-        "a layout recorded as moe_tp = moe_ep = k with a k x k-GPU attention field larger than the scale-up domain (TP64 on 8-GPU nodes) is read as the k-GPU layout "
-        "(the file holds each such row a second time, with identical measurements, under the k-GPU spelling); a layout the model "
-        "cannot be sharded into (TP not dividing the attention heads, EP not dividing the experts) is not predicted, as "
-        "`planner roofline` rejects it (the GB200 DeepSeek rows recording TP 12 to 72 most likely carry a GPU count in the TP "
-        "field; what ran is not recorded); the KV-cache format "
-        "is not recorded and is assumed (FP8 for TensorRT-LLM with quantised weights, BF16 otherwise); expert routing "
-        "is assumed uniform (imbalance 1) in these predictions.",
-    ]
+        lines.append(f"| {mode} | {band} | {len(g)} | {_bias(g, 'tpot')} | {_bias(g, 'ttft')} | {_bias(g, 'otpg')} |")
     return "\n".join(lines)
 
 
+def _bias(g: pd.DataFrame, m: str) -> str:
+    """Median signed error of metric ``m`` over the rows of ``g``."""
+    r = np.log(g[f"predicted_{m}"] / g[f"measured_{m}"]).dropna()
+    return f"{100 * (np.exp(r.median()) - 1):+.0f}%" if len(r) else "n/a"
+
+
 def repeatability(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose recorded inputs are identical but whose measurements differ: one row per such group
-    with the max / min ratio of measured TPOT and TTFT. No predictor that sees only the recorded
+    """Rows of a silicon file whose recorded inputs are identical but whose measurements differ: one row per
+    such group with the max / min ratio of measured TPOT and TTFT. No predictor that sees only the recorded
     columns can do better on these rows than splitting each ratio."""
     conc = df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0] \
         if "silicon_data_source" in df.columns else pd.Series("", index=df.index)
     skip = {"id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "backend_version"}
     keys = [c for c in df.columns if c not in skip]
     k = df[keys].apply(lambda c: c.map(str)).agg("|".join, axis=1) + "|" + conc.map(str)
+    return _ratios(df, k, "silicon_tpot_ms", "silicon_ttft_ms", None)
+
+
+def repeatability_runs(raw: pd.DataFrame) -> pd.DataFrame:
+    """Repeated InferenceX runs of one configuration (same hardware, framework, precision, speculative
+    decoding, layouts, worker and GPU counts, lengths and concurrency) on different dates."""
+    keys = ["hardware", "framework", "precision", "spec_method", "disagg", "prefill_tp", "prefill_ep",
+            "prefill_dp_attention", "prefill_num_workers", "decode_tp", "decode_ep", "decode_dp_attention",
+            "decode_num_workers", "num_prefill_gpu", "num_decode_gpu", "isl", "osl", "conc"]
+    k = raw[keys].apply(lambda c: c.map(str)).agg("|".join, axis=1)
+    df = raw.assign(mode=np.where(raw["disagg"].astype(str) == "True", "disagg", "agg"))
+    return _ratios(df, k, "metrics.median_tpot", "metrics.median_ttft", "metrics.output_tput_per_gpu")
+
+
+def _ratios(df, key, tpot, ttft, tput) -> pd.DataFrame:
     rows = []
-    for _, g in df.groupby(k, sort=False):
-        t = pd.to_numeric(g["silicon_tpot_ms"], errors="coerce")
-        f = pd.to_numeric(g["silicon_ttft_ms"], errors="coerce")
+    for _, g in df.groupby(key, sort=False):
+        t = pd.to_numeric(g[tpot], errors="coerce")
+        f = pd.to_numeric(g[ttft], errors="coerce")
         if len(g) < 2 or (t.nunique() < 2 and f.nunique() < 2) or not (t > 0).all() or not (f > 0).all():
             continue
-        rows.append({"mode": str(g["mode"].iloc[0]), "rows": len(g), "tpot_ratio": t.max() / t.min(),
-                     "ttft_ratio": f.max() / f.min()})
-    return pd.DataFrame(rows, columns=["mode", "rows", "tpot_ratio", "ttft_ratio"])
+        row = {"mode": str(g["mode"].iloc[0]), "rows": len(g), "tpot_ratio": t.max() / t.min(), "ttft_ratio": f.max() / f.min()}
+        if tput is not None:
+            x = pd.to_numeric(g[tput], errors="coerce")
+            row["tput_ratio"] = x.max() / x.min() if (x > 0).all() else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["mode", "rows", "tpot_ratio", "ttft_ratio"] + (["tput_ratio"] if tput else []))
 
 
-def _repeatability(df: pd.DataFrame) -> str:
-    rep = repeatability(df)
+def _repeatability_table(rep: pd.DataFrame, label: str) -> str:
     if rep.empty:
-        return "No configuration is recorded twice with different measurements."
-    lines = [
-        "Some configurations are recorded more than once (same model, system, engine, precision, layout, lengths "
-        "and concurrency) with different measurements. The spread between such repeats is a floor no predictor of "
-        "the recorded columns can beat:",
-        "",
-        "| mode | groups | rows | TPOT max/min median | TPOT max/min p90 | TTFT max/min median | TTFT max/min p90 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        return f"No configuration of {label} is recorded twice with different measurements."
+    tput = "tput_ratio" in rep.columns
+    head = "| mode | groups | rows | TPOT max/min median | TPOT p90 | TTFT max/min median | TTFT p90 |" + (
+        " tok/s/GPU max/min median | tok/s/GPU p90 |" if tput else "")
+    lines = [head, "|" + "---|" * (7 + (2 if tput else 0))]
     for mode, g in rep.groupby("mode"):
-        lines.append(
-            f"| {mode} | {len(g)} | {int(g['rows'].sum())} | {g['tpot_ratio'].median():.2f} | "
-            f"{g['tpot_ratio'].quantile(0.9):.2f} | {g['ttft_ratio'].median():.2f} | {g['ttft_ratio'].quantile(0.9):.2f} |"
-        )
-    dis = rep[rep["mode"] == "disagg"]
-    lines += [
-        "",
-        f"Disaggregated repeats differ by up to {dis['tpot_ratio'].quantile(0.9):.1f}x in TPOT and "
-        f"{dis['ttft_ratio'].quantile(0.9):.1f}x in TTFT (p90): those rows miss what set their speed (worker "
-        "counts, attention data parallelism, speculative decoding such as DeepSeek's multi-token prediction). "
-        "Within one such series the same concurrency often appears twice, one about 2x faster than the other, "
-        "which is what speculative decoding on and off looks like. Rows that leave the deployment open are predicted "
-        "as the faster of plain and speculative decoding, so one twin of such a pair stays far off.",
-    ]
+        cells = [mode, str(len(g)), str(int(g["rows"].sum())), f"{g['tpot_ratio'].median():.2f}",
+                 f"{g['tpot_ratio'].quantile(0.9):.2f}", f"{g['ttft_ratio'].median():.2f}", f"{g['ttft_ratio'].quantile(0.9):.2f}"]
+        if tput:
+            cells += [f"{g['tput_ratio'].median():.2f}", f"{g['tput_ratio'].quantile(0.9):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+FACTOR_COLUMNS = (
+    ("compute", "bf16", ".2f"), ("compute_fp8", "fp8", ".2f"), ("compute_fp4", "fp4", ".2f"),
+    ("gemm_half_tokens", "half-eff. rows", ".0f"), ("attention_compute", "attn", ".2f"),
+    ("prefill_compute", "prefill", ".2f"), ("memory", "memory", ".2f"), ("layer_overhead_us", "layer us", ".0f"),
+    ("moe_layer_overhead_us", "MoE layer us", ".0f"), ("seq_overhead_us", "seq us", ".0f"),
+    ("collective_latency_us", "coll. us", ".0f"), ("scale_out_latency_us", "scale-out us", ".0f"),
+    ("prefill_comm_bandwidth", "prefill comm", ".2f"), ("comm_overlap", "overlap", ".2f"),
+    ("spec_accept_scale", "accept", ".2f"), ("draft_overhead_us", "draft us", ".0f"), ("interference", "interf.", ".2f"),
+    ("attn_dp_wait_steps", "ADP wait", ".0f"), ("queueing", "queue", ".3f"), ("ttft_overhead_ms", "TTFT ms", ".0f"),
+    ("prefill_expert_overhead_us", "prefill us/expert-layer", ".1f"),
+)
 
 
 def _factors_table(catalog: Catalog) -> str:
-    head = ["hardware", "engine", "rows", "compute", "prefill", "memory", "step us", "layer us", "MoE layer us", "seq us",
-            "coll. us", "prefill comm bw", "interf.", "queue", "q. prompt exp.", "TTFT ms", "prefill us/expert-layer"]
+    head = ["hardware", "engine", "rows"] + [label for _, label, _ in FACTOR_COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for h in catalog.hardware.values():
-        effs = [("default", h.efficiency.default)] + sorted(h.efficiency.by_engine.items())
-        for eng, e in effs:
-            lines.append(
-                f"| {h.id} | {eng} | {h.efficiency.fitted_rows} | {e.compute:.2f} | {e.prefill_compute:.2f} | "
-                f"{e.memory:.2f} | {e.step_overhead_us:.0f} | {e.layer_overhead_us:.1f} | {e.moe_layer_overhead_us:.1f} | "
-                f"{e.seq_overhead_us:.1f} | {e.collective_latency_us:.1f} | {e.prefill_comm_bandwidth:.2f} | {e.interference:.2f} | {e.queueing:.3f} | {e.queue_prompt_exponent:.2f} | "
-                f"{e.ttft_overhead_ms:.0f} | {e.prefill_expert_overhead_us:.1f} |"
-            )
-    lines.append("")
-    lines.append(f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine.")
+        effs = [("default", h.efficiency.default, h.efficiency.fitted_rows)] + [
+            (eng, e, h.efficiency.engine_rows.get(eng, 0)) for eng, e in sorted(h.efficiency.by_engine.items())]
+        for eng, e, n in effs:
+            cells = [h.id, eng, str(n)] + [format(getattr(e, k), f) for k, _, f in FACTOR_COLUMNS]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine. Physical "
+              "expectations the fit is pulled toward: " + ", ".join(f"{k} {v:g}" for k, v in PHYSICS_PRIOR.items()) + "."]
+    transferred = [f"{h.id} from {h.efficiency.transferred_from}" for h in catalog.hardware.values()
+                   if h.efficiency.transferred_from]
+    if transferred:
+        lines += ["", "Transferred (no measured rows of their own; plans flag them unvalidated): " + "; ".join(transferred) + "."]
     return "\n".join(lines)
+
+
+def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: bool = True, jobs: int = 2) -> None:
+    paths = [Path(p) for p in (data if isinstance(data, (list, tuple)) else [data])]
+    out = Path(out)
+    sets = [load_measured(p, catalog, measured=True) for p in paths]
+    frames: dict[str, pd.DataFrame] = {}
+    for m in sets:
+        pred = predict_normalised(m.norm, catalog)
+        frames[m.path.name] = evaluation_frame(m, pred, notes(m.norm, pred, catalog, m.fmt))
+    plot_path = out.with_name(out.stem + "-residuals.png")
+    _plot(frames, plot_path)
+    cmd = "planner calibrate report " + " ".join(f"--data {p}" for p in paths)
+    parts = [
+        "# Validation of the performance model",
+        "",
+        f"Generated by `{cmd}` on {dt.date.today()} from the catalog's current efficiency factors (fitted by "
+        f"`planner calibrate fit` on the same files). Predictions come from physics (`planner/perf/`) and the "
+        "fitted factors in each hardware file's `efficiency` block only; no measured row is looked up. The metric is "
+        "the absolute percentage error `|predicted / measured - 1|` per row, of TPOT, TTFT and, where the file "
+        "records it, output throughput per GPU (what a deployment buys). Concurrency bands: "
+        + ", ".join(CONC_BANDS[1]) + " requests in flight.",
+        "",
+        "## Headline (in-sample: the factors were fitted on these rows)",
+        "",
+    ]
+    for m in sets:
+        parts += _headline(m.path.name, m.fmt, frames[m.path.name])
+    parts += ["The cross-validation below is the honest estimate for data the project has not seen.", ""]
+    if cross_validate:
+        hw_cv = held_out(sets, catalog, "n_hw", jobs=jobs)
+        parts += [
+            "## Cross-validation: hardware the fit has not seen",
+            "",
+            "Leave one hardware out: every row of that hardware (both files) is left out of the fit, and its rows are "
+            "predicted with the factors the catalog gives hardware without measured rows (its measured relative's, "
+            "else the all-hardware fit), as for H800, B300 or MI325X in plans.",
+            "",
+        ]
+        for name, f in hw_cv.items():
+            parts += [f"{name}:", "", format_table(summary_rows(f, None), []), "",
+                      format_table(summary_rows(f, ["system"]), ["system"]), ""]
+        sil = [m for m in sets if m.fmt == "silicon"]
+        if sil:
+            model_cv = held_out(sets, catalog, "n_model", values=sorted(prepare(sil, catalog)[0]["n_model"].unique()),
+                                jobs=jobs)
+            parts += [
+                "## Cross-validation: models the fit has not seen",
+                "",
+                "Leave one model out: the factors are refitted without any row of that model, then its rows are "
+                "predicted. This is the estimate that matters for new models (the InferenceX file holds DeepSeek-R1 "
+                "only, so its rows are held out with DeepSeek's).",
+                "",
+            ]
+            for name, f in model_cv.items():
+                parts += [f"{name}:", "", format_table(summary_rows(f, None), []), "",
+                          format_table(summary_rows(f, ["model"]), ["model"]), ""]
+    for m in sets:
+        parts += [f"## {m.path.name}: errors by group", ""] + _tables(frames[m.path.name], m.fmt)
+    parts += [f"![residuals]({plot_path.name})", "", "## How repeatable the measured rows are", ""]
+    for m in sets:
+        rep = repeatability(m.raw) if m.fmt == "silicon" else repeatability_runs(m.raw)
+        parts += [f"{m.path.name}: configurations recorded more than once (repeat runs, other dates) and the spread "
+                  "of their measurements, a floor no predictor of the recorded fields can beat:", "",
+                  _repeatability_table(rep, m.path.name), ""]
+    parts += ["## What drives the error", ""]
+    for m in sets:
+        parts += [f"{m.path.name}:", "", _drivers(frames[m.path.name]), ""]
+    parts += [
+        "Known limits: benchmark TTFT depends on how the client releases requests and on scheduler settings the "
+        "rows do not record (chunk size, max batch tokens, TensorRT-LLM's attention-DP balancing, SGLang's max "
+        "running requests); InferenceX does not record its MTP draft count, KV format or redundant experts, which "
+        "are read from its launch scripts (`planner/calib/inferencex.py`); silicon disaggregated rows without "
+        "worker counts are read as a balanced, tuned deployment (decode workers to hold the concurrency, "
+        "rate-matched prefill, the fastest of TP/DP attention with and without speculative decoding of "
+        f"{SPEC_TOKENS_ASSUMED:g} drafts); expert routing is assumed uniform in these predictions (imbalance from "
+        "random routing only).",
+        "",
+        "## Fitted factors",
+        "",
+        _factors_table(catalog),
+        "",
+    ]
+    atomic_write_text(out, "\n".join(parts) + "\n")

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
-from planner.catalog.schemas import Dtype, HardwareSpec, ModelSpec, Strict
+from planner.catalog.schemas import Dtype, EngineSpec, HardwareSpec, ModelSpec, Strict
 from planner.errors import InputError
 
 PosF = Annotated[float, Field(gt=0)]
@@ -75,8 +75,12 @@ class Scenario(Strict):
     """Candidate hardware ids (default: every entry with a price)."""
     prices: dict[str, PosF] = Field(default_factory=dict)
     """USD per chip-hour overrides."""
-    engine: Literal["trtllm", "sglang", "vllm"] | None = None
-    """Serving engine whose fitted efficiency factors to use (default: each hardware's default)."""
+    engine: str | None = None
+    """Serving engine every pool must run (a catalog engine id: sglang, vllm, trtllm, atom); default: the
+    planner chooses per pool among the engines that run on each hardware."""
+    require_validated: bool = False
+    """Leave out hardware whose efficiency factors were transferred from other hardware (no measured rows of
+    its own)."""
     serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"], min_length=1)
     utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
     limits: Limits = Limits()
@@ -107,6 +111,10 @@ class ResolvedScenario:
     weights: tuple[str, ...]
     expert_load: np.ndarray | None = None
     """Share of routed tokens per expert (sums to 1), or None for uniform routing."""
+    engines: tuple[EngineSpec, ...] = ()
+    """Engines a pool may run (the scenario's engine alone, or every catalog engine)."""
+    notes: tuple[str, ...] = ()
+    """What resolution left out and why (reported in the plan's assumptions)."""
 
 
 def load_scenario(path: Path | str) -> Scenario:
@@ -141,6 +149,26 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
         for name in table:
             if catalog.hardware_id(name) is None:
                 raise InputError(f"{where}: field '{key}.{name}': {unknown_id_message('hardware', name, catalog.hardware)}")
+    weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
+    load = _expert_load(sc, model, where, Path(path).parent if path else Path("."))
+    notes: list[str] = []
+    engines = tuple(catalog.engines.values())
+    if sc.engine is not None:
+        eid = catalog.engine_id(sc.engine)
+        if eid is None:
+            raise InputError(f"{where}: field 'engine': {unknown_id_message('engine', sc.engine, catalog.engines)}")
+        engines = (catalog.engines[eid],)
+        ids, notes = _runnable(ids, engines[0], catalog, where, "field 'engine'")
+    if sc.require_validated:
+        kept = [h for h in ids if catalog.hardware[h].efficiency.fitted_rows > 0]
+        if not kept:
+            raise InputError(
+                f"{where}: field 'require_validated': none of the candidate hardware has measured rows of its own "
+                f"({', '.join(ids)}); drop require_validated or add measured hardware"
+            )
+        ids = kept
+    if not ids:
+        raise InputError(f"{where}: field 'hardware': no candidate hardware")
     overrides = {catalog.hardware_id(k): v for k, v in sc.prices.items()}
     prices: dict[str, float] = {}
     for hid in ids:
@@ -153,12 +181,41 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
         prices[hid] = float(price)
     if not ids:
         raise InputError(f"{where}: field 'hardware': no candidate hardware")
-    weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
-    load = _expert_load(sc, model, where, Path(path).parent if path else Path("."))
     return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
-                            weights, load)
+                            weights, load, engines, tuple(notes))
 
 
+def _runnable(ids: list[str], engine: EngineSpec, catalog, where: str, what: str) -> tuple[list[str], list[str]]:
+    """The hardware of ``ids`` (looked up in ``catalog``, a mapping of hardware id to entry or a Catalog) the
+    engine runs on, and a note naming what it leaves out (an error naming ``what`` when nothing is left)."""
+    table = catalog.hardware if hasattr(catalog, "hardware") else catalog
+    keep = [h for h in ids if engine.runs_on(table[h])]
+    if not keep:
+        raise InputError(
+            f"{where}: {what}: {engine.id} runs on {', '.join(engine.vendors)} hardware and none of the candidate "
+            f"hardware is ({', '.join(ids)})"
+        )
+    gone = [h for h in ids if h not in keep]
+    notes = [f"left out, {engine.id} does not run on it: {', '.join(gone)}"] if gone else []
+    return keep, notes
+
+
+def with_engine(rs: ResolvedScenario, engine: str | None) -> ResolvedScenario:
+    """``rs`` with every pool on ``engine`` (``planner plan --engine``, an id or alias of one of ``rs.engines``):
+    only the hardware it runs on."""
+    if engine is None:
+        return rs
+    from dataclasses import replace
+
+    where = str(rs.path) if rs.path is not None else f"scenario {rs.scenario.name}"
+    n = engine.strip().lower()
+    eng = next((e for e in rs.engines if n == e.id or n in (a.lower() for a in e.aliases)), None)
+    if eng is None:
+        raise InputError(f"--engine: unknown engine id '{engine}' (known: {', '.join(e.id for e in rs.engines)})")
+    hw = {h.id: h for h in rs.hardware}
+    ids, notes = _runnable(list(hw), eng, hw, where, f"--engine {eng.id}")
+    return replace(rs, hardware=tuple(hw[h] for h in ids), prices={h: rs.prices[h] for h in ids},
+                   engines=(eng,), notes=rs.notes + tuple(notes))
 def _expert_load(sc: Scenario, model: ModelSpec, where: str, base: Path) -> np.ndarray | None:
     el = sc.expert_load
     if el is None:

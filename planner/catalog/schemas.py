@@ -57,7 +57,20 @@ class EngineEfficiency(Strict):
     """
 
     compute: Fraction = 1.0
-    """Achievable fraction of dense peak FLOP/s in decode GEMMs."""
+    """Achievable fraction of dense peak FLOP/s in decode GEMMs and attention of large shape (bf16 maths, and
+    every format without its own factor below)."""
+    compute_fp8: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """The same for FP8 (and INT8) GEMMs; 0: as ``compute``."""
+    compute_fp4: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """The same for FP4 GEMMs (NVFP4, MXFP4); 0: as ``compute``."""
+    gemm_half_tokens: NonNeg = 0.0
+    """GEMM rows (tokens per expert, or per attention-DP rank for dense layers) at which a matrix
+    multiplication reaches half its large-shape efficiency: efficiency ``compute * M / (M + this)``. Small
+    GEMMs run their tensor units part-empty, which is why one flat factor fitted on small benchmark batches
+    under-predicts large production batches. 0: flat."""
+    attention_compute: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Achievable fraction of bf16 peak FLOP/s in decode attention (the absorbed MLA kernels of DeepSeek-style
+    models do most of their work here at long context); 0: as ``compute``."""
     prefill_compute: Fraction = 1.0
     """Achievable fraction of dense peak FLOP/s in prefill."""
     memory: Fraction = 1.0
@@ -87,14 +100,23 @@ class EngineEfficiency(Strict):
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Share of communication hidden behind compute (two-batch overlap, async all-to-all); it can
     hide at most the compute time of the step."""
+    spec_accept_scale: Fraction = 1.0
+    """Share of the model's published draft acceptance this engine's speculative decoding realises (each
+    draft's acceptance is multiplied by it; implementations differ in sampling and verification)."""
+    draft_overhead_us: NonNeg = 0.0
+    """Fixed cost of one draft pass beyond its layers' work (draft scheduling, sampling, the extra launches
+    of a separate draft worker)."""
     interference: NonNeg = 1.0
-    """Weight of the prefill work interleaved with decode in aggregated serving (physics: 1)."""
+    """Weight of the prompt tokens interleaved with decode in aggregated serving (physics: 1, what their
+    FLOPs and bytes cost; fitted, since benchmark TPOT does not always carry every prefill stall)."""
+    attn_dp_wait_steps: NonNeg = 0.0
+    """Decode iterations a new request waits before its prefill is scheduled under attention data
+    parallelism in aggregated serving (engines hold requests to balance them over the ranks, e.g.
+    TensorRT-LLM's ``attention_dp_config.timeout_iters``)."""
     queueing: NonNeg = 0.5
-    """Share of the other in-flight requests a new request waits behind (0.5: synchronised burst)."""
-    queue_prompt_exponent: Annotated[float, Field(ge=0, le=2)] = 1.0
-    """Aggregated serving interleaves queued prompts with decode iterations in chunks, so the wait per
-    request ahead is ``t_step * (I / 1000 tokens) ** x``; x = 1 when every prompt token ahead costs its
-    share of an iteration, lower when requests desynchronise."""
+    """Share of the other in-flight requests a new request waits behind in a closed-loop benchmark (0.5:
+    every client released at once and kept in step by equal request lengths); each request ahead costs its
+    prefill and, in aggregated serving, the decode iteration it rides on."""
     ttft_overhead_ms: NonNeg = 0.0
     """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
     prefill_expert_overhead_us: NonNeg = 0.0

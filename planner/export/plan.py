@@ -41,12 +41,19 @@ def summary(plan: Plan) -> str:
     )
     gap = plan.solver.mip_gap
     proof = "proven optimal" if plan.status == "optimal" else f"feasible, within {gap:.2%} of optimal" if gap is not None else "feasible"
+    checked = plan.recheck is not None and plan.recheck.ok
+    claim = (
+        "Every pool meets its workload's TTFT and TPOT targets (re-checked by the performance model alone)"
+        if checked else "The plan was not re-checked"
+    )
+    unval = sorted({p.hardware for p in plan.pools if p.unvalidated})
+    caveat = f" Unvalidated hardware (factors transferred, no measured rows): {', '.join(unval)}." if unval else ""
     return (
         f"Serve {sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
         f"{_usd_tok(o.usd_per_mtok)} per million tokens ({_usd_tok(o.usd_per_mtok_input)} input, {_usd_tok(o.usd_per_mtok_output)} output); "
         f"{proof} (HiGHS, gap {gap if gap is not None else float('nan'):.1e}, {plan.solver.wall_s:.2f} s). "
-        f"Every pool meets its workload's TTFT and TPOT targets at {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
-        f"out of {plan.solver.candidates.get('evaluated', 0):,} evaluated."
+        f"{claim}; {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
+        f"out of {plan.solver.candidates.get('evaluated', 0):,} evaluated.{caveat}"
     )
 
 
@@ -67,12 +74,26 @@ def plan_markdown(plan: Plan) -> str:
         lay = p.layout
         mem = p.memory_per_chip_bytes
         pr = p.predicted
-        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''} on {p.hardware}", ""]
+        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''} on {p.hardware} with {p.engine}", ""]
         L.append(
-            f"- layout: tp {lay.tp}, ep {lay.ep}, pp {lay.pp} pipeline stage{'s' if lay.pp != 1 else ''}, dp {lay.dp} "
-            f"= {p.chips_per_replica} chip{'s' if p.chips_per_replica != 1 else ''} per replica{' (TP x EP group over scale-out)' if p.scale_out else ''}"
+            f"- layout: {lay.notation} = {p.chips_per_replica} GPU{'s' if p.chips_per_replica != 1 else ''} per replica "
+            f"(one engine instance; tp {lay.tp}, ep {lay.ep}, pp {lay.pp}, attn_dp {lay.attn_dp}"
+            f"{f', {lay.redundant_experts} redundant experts' if lay.redundant_experts else ''})"
+            f"{' spanning scale-out' if p.scale_out else ''}"
         )
-        L.append(f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}, KV cache {p.kv_dtype} in {p.kv_tier}; prefix cache: {p.prefix_tier}")
+        tech = []
+        if p.spec_tokens:
+            tech.append(f"speculative decoding ({p.spec_method or 'draft'}, {p.spec_tokens} draft token{'s' if p.spec_tokens != 1 else ''}, "
+                        f"{p.tokens_per_step:.2f} tokens per step)")
+        if p.two_batch_overlap:
+            tech.append("two micro-batch overlap")
+        wmode = " weight-only (bf16 maths)" if p.weights_mode == "weight-only" else ""
+        L.append(
+            f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}{wmode}, KV cache {p.kv_dtype} in {p.kv_tier}; "
+            f"prefix cache: {p.prefix_tier}" + (f"; {', '.join(tech)}" if tech else "")
+        )
+        factors = f"factors: {p.factors} for {p.engine} on {p.hardware}"
+        L.append(f"- {factors}" + (f"; **{p.unvalidated}**" if p.unvalidated else ""))
         host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
         L.append(
             f"- memory per chip (GB): weights {_gb(mem.weights)}, KV {_gb(mem.kv)}, other {_gb(mem.other)}, "
@@ -92,13 +113,14 @@ def plan_markdown(plan: Plan) -> str:
             L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
         lat = []
         if p.role != "decode":
-            lat.append(f"TTFT {_ms(pr.ttft_s)} (target {_ms(w.slo_ttft_s)})")
+            lat.append(f"TTFT {_ms(pr.ttft_s)} at the planned load, {_ms(pr.ttft_at_capacity_s)} at capacity (target {_ms(w.slo_ttft_s)})")
         if p.role != "prefill":
             lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
         L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
         L.append(
             f"- capacity {pr.requests_per_s:,.2f} req/s ({pr.requests_per_s_per_replica:,.3f} per replica), "
-            f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s; cost {_usd(p.usd_per_hour)}/h"
+            f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s, "
+            f"{pr.utilisation:.0%} used by the demand; cost {_usd(p.usd_per_hour)}/h"
         )
         L.append("")
     L += ["## Workloads", "", "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | serving |", "|---|---:|---:|---|---|---|"]
@@ -139,6 +161,9 @@ def plan_markdown(plan: Plan) -> str:
     for s in plan.sources:
         if s["kind"] == "model":
             L.append(f"- model {s['id']}: {s['source']} (as of {s['as_of']})")
+        elif s["kind"] == "engine":
+            if any(p.engine == s["id"] for p in plan.pools):
+                L.append(f"- engine {s['id']}: {s['source'].strip()} (as of {s['as_of']})")
         else:
             L.append(
                 f"- {s['id']}: ${s['usd_per_chip_hour']:.2f}/chip-hour ({s['price_source']}); datasheet: {s['source']} "

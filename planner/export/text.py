@@ -26,8 +26,9 @@ def _balance(b: float | None) -> str:
 
 def roofline_text(r: RooflineResult) -> str:
     eng = f", engine {r.engine}" if r.engine else ""
+    tbo = ", two micro-batch overlap" if r.tbo else ""
     lines = [
-        f"{r.model} on {r.hardware}: tp{r.tp} ep{r.ep} pp{r.pp} dp{r.dp} = {r.chips} chips, "
+        f"{r.model} on {r.hardware}: {r.layout} = {r.chips} chips{tbo}, "
         f"batch {r.batch:g} at context {r.context:g} ({r.mode}{eng})",
         f"  weights {r.weights_dtype} (experts {r.expert_weights_dtype}), KV {r.kv_dtype}",
         "",
@@ -59,6 +60,34 @@ def roofline_text(r: RooflineResult) -> str:
         f"  memory per chip    weights {_b(r.weight_bytes_per_chip)}, KV {_b(r.kv_bytes_per_chip)}, "
         f"runtime {_b(r.other_bytes_per_chip)} of {_b(r.hbm_bytes_per_chip)}: "
         + ("fits" if r.fits else f"DOES NOT FIT (short by {_b(-free)})"),
+    ]
+    return "\n".join(lines)
+
+
+def prefill_text(r) -> str:
+    eng = f", engine {r.engine}" if r.engine else ""
+    pre = f" after {r.prefix_tokens:g} cached" if r.prefix_tokens else ""
+    lines = [
+        f"{r.model} on {r.hardware}: {r.layout} = {r.chips} chips, prefill of {r.prompts:g} prompt"
+        f"{'s' if r.prompts != 1 else ''} of {r.prompt_tokens:g} tokens{pre} ({r.mode}{eng})",
+        f"  weights {r.weights_dtype} (experts {r.expert_weights_dtype}), KV {r.kv_dtype}",
+        "",
+        f"  pass time          {_t(r.pass_time_s):>12}   bound: {r.bound}",
+        f"    compute          {_t(r.compute_time_s):>12}   (model FLOPs utilisation {r.model_flops_utilisation:.1%})",
+        f"    memory           {_t(r.memory_time_s):>12}",
+        f"    communication    {_t(r.comm_time_s):>12}",
+        f"    fixed overheads  {_t(r.overhead_time_s):>12}",
+        "",
+        f"  prompt tokens/s    {r.tokens_per_s:12.0f}   per GPU {r.tokens_per_s_per_gpu:.0f}",
+    ]
+    if r.usd_per_hour is not None:
+        lines.append(f"  cost               {r.usd_per_hour:12.2f} $/h   {r.usd_per_mtok_input:.4f} $/M input tokens")
+    else:
+        lines.append("  cost               n/a (no price in the catalog)")
+    lines += [
+        "",
+        f"  memory per chip    weights {_b(r.weight_bytes_per_chip)}, KV written {_b(r.kv_bytes_written_per_chip)}: "
+        + ("fits" if r.fits else "DOES NOT FIT"),
     ]
     return "\n".join(lines)
 

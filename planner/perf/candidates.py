@@ -1,9 +1,12 @@
-"""Candidate table for the planner: every (workload, role, hardware, layout, batch, dtype, memory tier)
-evaluated by the performance model, filtered by memory and SLOs, and pruned of dominated rows
-(pandas/NumPy, no Pyomo).
+"""Candidate table for the planner: every (workload, role, hardware, engine, layout, batch, dtype, memory tier,
+speculative decoding, micro-batch overlap) evaluated by the performance model, filtered by memory and SLOs,
+and pruned of dominated rows (pandas/NumPy, no Pyomo).
 
 Roles: ``aggregated`` replicas serve whole requests; disaggregated serving pairs ``prefill`` and
-``decode`` replicas. Memory tiers:
+``decode`` replicas. Each row names its serving engine: only engines that run on the hardware, only the
+weight formats the engine serves there (natively, or weight-only where the hardware lacks the format's
+units), only the layouts and techniques the engine implements (attention data parallelism, expert
+parallelism across nodes, redundant experts, two micro-batch overlap, speculative decoding). Memory tiers:
 
 - ``kv_tier``: ``hbm`` (the running sequences' KV cache lives in HBM) or ``hbm+host`` (what does not
   fit spills to host DRAM and crosses the host link on every decode step);
@@ -12,8 +15,13 @@ Roles: ``aggregated`` replicas serve whole requests; disaggregated serving pairs
   A prefix hit skips the prefill of the cached tokens but loads their KV from the tier, overlapped
   layer by layer with the prefill of the new tokens.
 
-Evaluation (:func:`evaluate_candidates`) does not depend on the SLOs; :func:`select_candidates`
-applies them and prunes, so a different SLO costs a filter, not a re-evaluation.
+Load and TTFT: a production pool sees open (Poisson) arrivals, not a benchmark's closed loop. A row
+records its TTFT without queueing (``ttft_base_s``), the prefill work one request puts on its pool
+(``queue_work_s``, on ``queue_servers`` parallel prefill ranks) and its capacity at full batch; the
+request rate it is planned for is the highest that keeps ``ttft_base + Wq`` within the workload's TTFT
+target (``Wq``: the M/D/c waiting time, Sakasegawa's approximation) and its utilisation within the
+scenario's cap. Evaluation (:func:`evaluate_candidates`) does not depend on the SLOs;
+:func:`select_candidates` applies them and prunes, so a different SLO costs a filter, not a re-evaluation.
 """
 
 from __future__ import annotations
@@ -26,16 +34,28 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog.scenario import ResolvedScenario, Workload
-from planner.catalog.schemas import HardwareSpec, ModelSpec
+from planner.catalog.schemas import EngineEfficiency, EngineSpec, HardwareSpec, ModelSpec
 from planner.perf import params as P
 from planner.perf.experts import heuristic_placement
-from planner.perf.layout import kv_bytes_per_chip, kv_shard, runtime_reserve_bytes, weight_bytes_per_chip
+from planner.perf.layout import (
+    draft_bytes_per_chip,
+    kv_bytes_per_chip,
+    kv_shard,
+    runtime_reserve_bytes,
+    weight_bytes_per_chip,
+)
 from planner.perf.roofline import Setup, prefill_bound, prefill_time
-from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft
+from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
+from planner.units import MS, US
 
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PIPELINE = (1, 2, 4, 8)
 MAX_CHIPS_PER_REPLICA = 576
+WIDE_EP = (72, 96, 128, 144, 192, 256, 288, 320)
+"""Expert-parallel group sizes beyond one scale-up domain (and beyond 64 GPUs), as production
+deployments run them (DeepSeek: EP144 decode on 18 H800 nodes; LMSYS: EP72 on 9 H100 nodes; EP320, one
+expert per GPU, in the DeepSeek-V3 report). Kept where they are whole packing domains and no larger than
+experts x 1.25."""
 PREFIX_TIERS = ("hbm", "host", "nvme")
 ROLES = ("aggregated", "prefill", "decode")
 
@@ -47,6 +67,7 @@ class CandidatePool:
     rows: pd.DataFrame
     evaluated: int
     dropped_memory: int
+    utilisation_cap: float = 0.8
 
 
 @dataclass
@@ -55,6 +76,29 @@ class CandidateTable:
     dropped: dict[str, int] = field(default_factory=dict)
     """Why rows were dropped: ``memory``, ``tpot_slo``, ``ttft_slo``, ``dominated``."""
     evaluated: int = 0
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """An engine offered on a hardware with the efficiency factors its rows are priced with."""
+
+    engine: EngineSpec
+    eff: EngineEfficiency
+    fitted: bool
+    """Whether this (hardware, engine) pair has factors fitted on its own measured rows."""
+
+
+def engine_choices(rs: ResolvedScenario, hw: HardwareSpec, engine: str | None = None) -> list[EngineChoice]:
+    """Engines a pool on ``hw`` may run. With ``engine`` (``--engine`` or the scenario's) only that one, with
+    its fitted factors or the hardware's default. Otherwise every engine with factors fitted on this
+    hardware, or, where none has, the first engine that runs on it (catalog order) with the default."""
+    engines = [e for e in rs.engines if e.runs_on(hw) and (engine is None or e.id == engine)]
+    fitted = [e for e in engines if e.id in hw.efficiency.by_engine]
+    if engine is None and fitted:
+        engines = fitted
+    elif engine is None:
+        engines = engines[:1]
+    return [EngineChoice(e, hw.efficiency.for_engine(e.id), e.id in hw.efficiency.by_engine) for e in engines]
 
 
 def _divisors(n: int, cap: int) -> list[int]:
@@ -70,7 +114,7 @@ def packing_domain(hw: HardwareSpec) -> int:
 def slots_per_replica(hw: HardwareSpec, group_chips, pp) -> np.ndarray:
     """Chips of purchase-unit capacity one replica occupies.
 
-    A replica is ``pp`` stages of one TP x EP group (``group_chips = tp * dp`` chips) each. A group
+    A replica is ``pp`` stages of one TP x EP group (``group_chips = tp * attn_dp`` chips) each. A group
     must sit inside one packing bin of ``D`` chips, so at most ``floor(D / g)`` groups share a bin
     and each takes ``D / floor(D / g)`` chips of it (exact for groups of one size, conservative when
     sizes mix). A group larger than a bin (a scale-out group, or a multi-slice TPU group) takes whole
@@ -82,43 +126,64 @@ def slots_per_replica(hw: HardwareSpec, group_chips, pp) -> np.ndarray:
     return per * np.asarray(pp, dtype=float)
 
 
-def layouts(model: ModelSpec, hw: HardwareSpec) -> pd.DataFrame:
-    """Valid (tp, ep, pp, dp) for ``model`` on ``hw``: tp divides the heads; MoE experts spread over a
-    stage either by expert (ep = stage) or by tensor (ep = 1); attention DP only for MoE models."""
+def layouts(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None = None) -> pd.DataFrame:
+    """Valid (tp, ep, pp, attn_dp) for ``model`` on ``hw`` run by ``engine`` (every technique when None):
+    tp divides the heads; MoE experts spread over a stage either by expert (ep = stage) or by tensor (ep = 1);
+    attention data parallelism only for MoE models and engines that implement it; expert-parallel groups
+    beyond a scale-up domain only where the engine runs expert parallelism across nodes, with the wide
+    sizes of :data:`WIDE_EP` (attention data-parallel, one pipeline stage)."""
     att = model.architecture.attention
     moe = model.architecture.moe
+    f = engine.features if engine is not None else None
+    attn_dp_ok = moe is not None and (f is None or f.attention_dp)
+    ep_ok = moe is not None and (f is None or f.expert_parallel)
+    wide_ok = f is None or f.scale_out_expert_parallel
     dom = hw.scale_up_domain_chips
     tps = [t for t in _divisors(att.heads, 64) if t & (t - 1) == 0 or t <= dom]
     out = []
     for tp, pp in itertools.product(tps, PIPELINE):
         if pp > model.architecture.layers:
             continue
-        dps = (1, 2, 4, 8, 16, 32, 64) if moe else (1,)
+        # Pipelining serves models whose weights do not fit a tensor-parallel group; with attention data
+        # parallelism the expert-parallel stage already spreads them, so stages are not combined with it.
+        dps = (1, 2, 4, 8, 16, 32, 64) if attn_dp_ok and pp == 1 else (1,)
         for dp in dps:
             stage = tp * dp
             if stage * pp > MAX_CHIPS_PER_REPLICA or stage > max(dom, 64):
                 continue
             eps = {1}
-            if moe and stage <= moe.experts:  # expert parallel; redundant slots fill the GPUs equally
+            if ep_ok and (stage <= dom or wide_ok):
                 eps.add(stage)
             for ep in eps:
                 out.append((tp, ep, pp, dp))
-    return pd.DataFrame(out, columns=["tp", "ep", "pp", "dp"]).drop_duplicates()
+    if attn_dp_ok and ep_ok and moe is not None:
+        pack = packing_domain(hw)
+        for g in WIDE_EP:
+            if g <= max(dom, 64) or g % pack or g > 1.25 * moe.experts or (g > dom and not wide_ok):
+                continue
+            out.append((1, g, 1, g))
+    return pd.DataFrame(out, columns=["tp", "ep", "pp", "attn_dp"]).drop_duplicates()
 
 
-def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None) -> pd.DataFrame:
+def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None, engine: EngineSpec | None = None) -> pd.DataFrame:
     """Redundant expert slots per expert-parallel layout, with the copies factor and the imbalance of
     a placement of the scenario's expert load (uniform when it gives none). ``R = -E mod G`` fills the
-    ``G`` GPUs of a stage equally; with a skewed load also ``R + G`` (one more slot per GPU)."""
+    ``G`` GPUs of a stage equally; with a skewed load also ``R + G`` (one more slot per GPU). An engine
+    without redundant experts gets only the layouts whose EP divides the experts."""
     moe = model.architecture.moe
+    red_ok = engine is None or engine.features.redundant_experts
     out = []
     for row in lay.itertuples(index=False):
-        stage = row.tp * row.dp
+        stage = row.tp * row.attn_dp
         if not moe or row.ep == 1 or stage == 1:
             out.append((*row, 0, 1.0, 1.0))
             continue
         r0 = (-moe.experts) % stage
-        rs = [r0] + ([r0 + stage] if load is not None and (moe.experts + r0) // stage < moe.experts else [])
+        if r0 and not red_ok:
+            continue
+        rs = [r0]
+        if load is not None and red_ok and (moe.experts + r0) // stage < moe.experts:
+            rs.append(r0 + stage)
         vec = np.ones(moe.experts) if load is None else load
         for r in rs:
             _, imb = heuristic_placement(vec, stage, r)
@@ -126,16 +191,33 @@ def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None)
     return pd.DataFrame(out, columns=[*lay.columns, "redundant", "expert_copies", "moe_imbalance"])
 
 
-def _grid(model: ModelSpec, hw: HardwareSpec, load: np.ndarray | None = None) -> pd.DataFrame:
-    lay = expert_options(model, layouts(model, hw), load)
-    b = pd.DataFrame({"b_rank": BATCH_PER_RANK})
-    g = lay.merge(b, how="cross")
-    g["batch"] = g["b_rank"] * g["dp"]
-    g["chips"] = g["tp"] * g["dp"] * g["pp"]
-    g["group_chips"] = g["tp"] * g["dp"]
+def decode_options(model: ModelSpec, engine: EngineSpec | None) -> tuple[tuple[int, ...], bool]:
+    """(draft-token counts, micro-batch overlap offered) for the decode and aggregated rows of ``engine``:
+    speculative decoding with 1 to ``max_drafts`` drafts where the model has a published draft method the
+    engine implements; two micro-batch overlap where the engine implements it (expert-parallel layouts with
+    attention data parallelism only)."""
+    spec = model.speculative
+    drafts: tuple[int, ...] = (0,)
+    if spec is not None and (engine is None or spec.method in engine.features.speculative):
+        drafts = tuple(range(0, spec.max_drafts + 1))
+    tbo = model.is_moe and (engine is None or engine.features.micro_batch_overlap)
+    return drafts, tbo
+
+
+def _grid(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None, load: np.ndarray | None = None) -> pd.DataFrame:
+    lay = expert_options(model, layouts(model, hw, engine), load, engine)
+    drafts, tbo_ok = decode_options(model, engine)
+    var = pd.DataFrame(list(itertools.product(drafts, (0, 1) if tbo_ok else (0,))), columns=["spec", "tbo"])
+    g = lay.merge(var, how="cross")
+    # Micro-batch overlap splits the expert exchange of attention-data-parallel expert-parallel layouts.
+    g = g[(g["tbo"] == 0) | ((g["attn_dp"] > 1) & (g["ep"] > 1))]
+    g = g.merge(pd.DataFrame({"b_rank": BATCH_PER_RANK}), how="cross")
+    g["batch"] = g["b_rank"] * g["attn_dp"]
+    g["chips"] = g["tp"] * g["attn_dp"] * g["pp"]
+    g["group_chips"] = g["tp"] * g["attn_dp"]
     g["slots"] = slots_per_replica(hw, g["group_chips"], g["pp"])
     g["scale_out"] = g["group_chips"] > hw.scale_up_domain_chips
-    return g
+    return g.reset_index(drop=True)
 
 
 def roles_for(serving) -> list[str]:
@@ -147,9 +229,33 @@ def roles_for(serving) -> list[str]:
     return roles
 
 
+def weight_options(rs: ResolvedScenario, hw: HardwareSpec, engine: EngineSpec) -> list[tuple[str, str]]:
+    """(weight format, mode) pairs of the scenario that ``engine`` serves on ``hw``: ``native`` where the
+    hardware has units for the format, ``weight-only`` where the engine dequantises it into bf16 maths."""
+    out = []
+    for w in rs.weights:
+        dense, expert = P.resolve_dtypes(rs.model, w)
+        modes = {engine.weight_mode(hw, d) for d in {dense, expert}}
+        if None in modes:
+            continue
+        out.append((w, "weight-only" if "weight-only" in modes else "native"))
+    return out
+
+
+def kv_options(allowed, engine: EngineSpec) -> list[str]:
+    """The KV-cache format to evaluate among the scenario's ``allowed`` ones that ``engine`` offers: the
+    narrowest. Attention runs in bf16 maths whatever the cache format, so a narrower cache is never slower and
+    never holds fewer sequences: a row with it dominates the same row with a wider one for every SLO (list
+    only the formats whose quality is acceptable)."""
+    from planner.units import dtype_bytes
+
+    ok = [k for k in allowed if k in engine.kv_cache]
+    return [min(ok, key=dtype_bytes)] if ok else []
+
+
 def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> CandidatePool:
-    """Evaluate every role x hardware x layout x batch x dtype x tier row of a scenario; keep those
-    that fit in memory."""
+    """Evaluate every role x hardware x engine x layout x batch x dtype x tier x decoding row of a
+    scenario; keep those that fit in memory."""
     sc = rs.scenario
     engine = engine or sc.engine
     cols: dict[str, list] = {}
@@ -157,54 +263,91 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
     categories: dict[str, list] = {"bound": list(BOUNDS)}
     evaluated = dropped = 0
     for hw in rs.hardware:
-        grid = _grid(rs.model, hw, rs.expert_load)
-        gcols = {k: grid[k].to_numpy() for k in grid.columns}
-        prefill_rows = gcols["b_rank"] == 1
-        eff = hw.efficiency.for_engine(engine)
-        for wdt, kdt in itertools.product(rs.weights, sc.kv_cache):
-            setup = Setup.make(rs.model, hw, weights=wdt, kv=kdt, eff=eff)
-            for w in sc.workloads:
-                for role in roles_for(sc.serving):
-                    for tags, var in _variants(setup, gcols, w, role, sc.utilisation_cap):
-                        ok = np.broadcast_to(var.pop("ok_memory"), prefill_rows.shape)
-                        evaluated += int(prefill_rows.sum()) if role == "prefill" else len(ok)
-                        if role == "prefill":
-                            dropped += int((prefill_rows & ~ok).sum())
-                            ok = ok & prefill_rows
-                        else:
-                            dropped += int((~ok).sum())
-                        n = int(ok.sum())
-                        if n == 0:
-                            continue
-                        for k, v in {**gcols, **var}.items():
-                            cols.setdefault(k, []).append(np.broadcast_to(v, ok.shape)[ok])
-                        tags = {**tags, "workload": w.name, "role": role, "hardware": hw.id,
-                                "weights_dtype": wdt, "kv_dtype": kdt}
-                        for k in LABELS:
-                            if k == "bound":
-                                b = np.broadcast_to(tags[k], ok.shape)[ok]
-                                labels[k].append((b == "memory") * 1 + (b == "communication") * 2)
+        for choice in engine_choices(rs, hw, engine):
+            grid = _grid(rs.model, hw, choice.engine, rs.expert_load)
+            gcols = {k: grid[k].to_numpy() for k in grid.columns}
+            prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0) & (gcols["tbo"] == 0)
+            kvs = kv_options(sc.kv_cache, choice.engine)
+            for (wdt, mode), kdt in itertools.product(weight_options(rs, hw, choice.engine), kvs):
+                setup = Setup.make(rs.model, hw, weights=wdt, kv=kdt, eff=choice.eff)
+                for w in sc.workloads:
+                    for role in roles_for(sc.serving):
+                        for tags, var in _variants(setup, gcols, w, role):
+                            ok = np.broadcast_to(var.pop("ok_memory"), prefill_rows.shape)
+                            evaluated += int(prefill_rows.sum()) if role == "prefill" else len(ok)
+                            if role == "prefill":
+                                dropped += int((prefill_rows & ~ok).sum())
+                                ok = ok & prefill_rows
                             else:
-                                cats = categories.setdefault(k, [])
-                                if tags[k] not in cats:
-                                    cats.append(tags[k])
-                                labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
-                        cols.setdefault("usd_per_hour", []).append(gcols["chips"][ok] * rs.prices[hw.id])
+                                dropped += int((~ok).sum())
+                            n = int(ok.sum())
+                            if n == 0:
+                                continue
+                            for k, v in {**gcols, **var}.items():
+                                cols.setdefault(k, []).append(np.broadcast_to(v, ok.shape)[ok])
+                            tags = {**tags, "workload": w.name, "role": role, "hardware": hw.id, "engine": choice.engine.id,
+                                    "weights_dtype": wdt, "weights_mode": mode, "kv_dtype": kdt,
+                                    "factors": "fitted" if choice.fitted else "hardware default"}
+                            for k in LABELS:
+                                if k == "bound":
+                                    b = np.broadcast_to(tags[k], ok.shape)[ok]
+                                    labels[k].append((b == "memory") * 1 + (b == "communication") * 2)
+                                else:
+                                    cats = categories.setdefault(k, [])
+                                    if tags[k] not in cats:
+                                        cats.append(tags[k])
+                                    labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
+                            cols.setdefault("usd_per_hour", []).append(gcols["chips"][ok] * rs.prices[hw.id])
     if not cols:
-        return CandidatePool(pd.DataFrame(), evaluated, dropped)
+        return CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap)
     data = {k: np.concatenate(v) for k, v in cols.items()}
     data.update({k: pd.Categorical.from_codes(np.concatenate(v), categories[k]) for k, v in labels.items()})
     rows = pd.DataFrame(data)
-    rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
-    return CandidatePool(rows, evaluated, dropped)
+    return CandidatePool(rows, evaluated, dropped, sc.utilisation_cap)
 
 
 BOUNDS = ("compute", "memory", "communication")
-LABELS = ("workload", "role", "hardware", "weights_dtype", "kv_dtype", "kv_tier", "prefix_tier", "bound")
+LABELS = ("workload", "role", "hardware", "engine", "weights_dtype", "weights_mode", "kv_dtype", "kv_tier",
+          "prefix_tier", "bound", "factors")
+
+
+def queue_wait(rho, servers, work_s):
+    """Mean wait in queue of an M/D/c system (Poisson arrivals, deterministic service of ``work_s`` on
+    ``servers`` parallel servers) at utilisation ``rho`` (Sakasegawa's approximation:
+    ``rho^(sqrt(2 (c + 1)) - 1) / (c (1 - rho)) * work / 2``; exact M/D/1 for one server)."""
+    rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
+    c = np.maximum(np.asarray(servers, dtype=float), 1.0)
+    return np.power(rho, np.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho)) * np.asarray(work_s, dtype=float) / 2.0
+
+
+def planned_load(rows: pd.DataFrame, ttft_limit_s, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """(requests/s per replica, TTFT at that load) of each row: the highest request rate whose TTFT under
+    open arrivals stays within ``ttft_limit_s`` and whose utilisation stays within ``cap`` (NaN rate where
+    even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap."""
+    full = rows["capacity_rps"].to_numpy(float)
+    base = rows["ttft_base_s"].to_numpy(float)
+    work = rows["queue_work_s"].to_numpy(float)
+    c = rows["queue_servers"].to_numpy(float)
+    lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
+    queued = work > 0
+    slack = lim - base
+    # Highest queue utilisation whose wait fits the slack (the wait grows with utilisation): bisection.
+    lo, hi = np.zeros_like(base), np.ones_like(base)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        fits = queue_wait(mid, c, work) <= slack
+        lo = np.where(fits, mid, lo)
+        hi = np.where(fits, hi, mid)
+    lam_slo = np.where(queued, lo * c / np.maximum(work, 1e-30), np.inf)
+    lam = np.minimum(cap * full, lam_slo)
+    lam = np.where(slack >= 0, lam, np.nan)
+    t = np.where(queued, base + queue_wait(lam * work / np.maximum(c, 1.0), c, work), base)
+    return lam, t
 
 
 def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]], *, prune: bool = True) -> CandidateTable:
-    """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO, pruned of dominated rows."""
+    """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO at the load they are planned for (see
+    :func:`planned_load`), pruned of dominated rows."""
     r = pool.rows
     dropped = {"memory": pool.dropped_memory, "tpot_slo": 0, "ttft_slo": 0, "dominated": 0}
     if r.empty:
@@ -214,10 +357,15 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     ttft_lim = np.array([slos[k][0] for k in wl.categories], dtype=float)[codes]
     tpot_lim = np.array([slos[k][1] for k in wl.categories], dtype=float)[codes]
     bad_tpot = r["tpot_s"].to_numpy() > tpot_lim
-    bad_ttft = ~bad_tpot & (r["ttft_s"].to_numpy() > ttft_lim)
+    lam, t = planned_load(r, ttft_lim, pool.utilisation_cap)
+    bad_ttft = ~bad_tpot & ~(lam > 0)
     dropped["tpot_slo"] = int(bad_tpot.sum())
     dropped["ttft_slo"] = int(bad_ttft.sum())
-    rows = r[~(bad_tpot | bad_ttft)]
+    keep = ~(bad_tpot | bad_ttft)
+    rows = r[keep].copy()
+    rows["requests_per_s"] = lam[keep]
+    rows["ttft_s"] = t[keep]
+    rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
         rows, dropped["dominated"] = prune_dominated(rows)
     return CandidateTable(rows.reset_index(drop=True), dropped, pool.evaluated)
@@ -280,16 +428,19 @@ def prune_dominated(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return out, len(df) - len(out)
 
 
-def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, cap: float):
+def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str):
     """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier)."""
-    L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "dp")]
+    L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
     B = grid["batch"].astype(float)
-    if "moe_imbalance" in grid:
-        setup = dataclasses.replace(setup, moe_imbalance=grid["moe_imbalance"], expert_copies=grid["expert_copies"])
+    spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
+    tbo = grid["tbo"].astype(float) if role != "prefill" else np.zeros_like(B)
+    setup = dataclasses.replace(setup, moe_imbalance=grid["moe_imbalance"], expert_copies=grid["expert_copies"],
+                                spec_tokens=spec, tbo=tbo)
     chips = grid["chips"].astype(float)
     I, O = float(w.input_tokens), float(w.output_tokens)
     hw, model = setup.hw, setup.model
-    wchip = weight_bytes_per_chip(setup.wb, *L, setup.expert_copies)
+    wchip = weight_bytes_per_chip(setup.wb, *L, setup.expert_copies) + draft_bytes_per_chip(
+        setup.model, setup.wb, *L, setup.expert_copies, spec)
     reserve = runtime_reserve_bytes(hw)
     hit = w.prefix_cache.hit_rate
     tiers: list[tuple[str, float]] = [("none", 0.0)]
@@ -306,6 +457,8 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
     free = hw.hbm_bytes - wchip - kv - reserve
     decode_only = disagg_decode(setup, *L, B, I, O) if role != "prefill" else None
     by_hit: dict[float, tuple] = {}
+    e = setup.eff
+    fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * setup.stats.moe_layers * setup.stats.experts
     for tier, h in tiers:
         I_new = I * (1.0 - h)
         t_load = np.zeros_like(B) if tier in ("none", "hbm") else prefix_bytes_chip / max(tier_bw[tier], 1.0)
@@ -325,14 +478,15 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
             t_pf = prefill_time(setup, *L, I_new, 1.0, prefix=I * h)
             rate_pf = prefill_capacity_rps(setup, *L, I_new)
             load_rps = np.where(t_load > 0, L[3] * L[2] / np.maximum(t_load, 1e-30), np.inf)
-            rho = cap
             t_req = np.maximum(t_pf, t_load)
             transfer = kv_transfer_time(setup, I, hw.scale_up_domain_chips >= 72)
             var = {
                 **base,
-                "ttft_s": t_req * (1.0 + rho / (2.0 * (1.0 - rho))) + transfer,
+                "ttft_base_s": fixed + t_req + transfer,
+                "queue_work_s": t_req,
+                "queue_servers": L[3] * L[2],
+                "capacity_rps": np.minimum(rate_pf, load_rps),
                 "tpot_s": 0.0,
-                "requests_per_s": cap * np.minimum(rate_pf, load_rps),
                 "input_share": 1.0,
                 "ok_memory": free >= 0,
             }
@@ -352,18 +506,22 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
                 variants.append(("hbm+host", step + spill / max(hw.host_link_bw, 1.0), fits, spill))
         for kv_tier, tpot, ok, spill in variants:
             if role == "aggregated":
-                tt = ttft(setup, *L, I_new, B / L[3] * cap, step_s=tpot) + t_load
+                tb, work = ttft_base(setup, *L, I_new, tpot)
+                tb = tb + t_load
                 share = np.clip(1.0 - decode_only.step_s / tpot, 0.0, 1.0)
+                servers = L[3]
             else:
-                tt = np.zeros_like(B)
+                tb, work, servers = np.zeros_like(B), np.zeros_like(B), np.ones_like(B)
                 share = 0.0
             var = {
                 **base,
                 "host_kv_bytes_per_chip": spill,
                 "kv_bytes_per_chip": kv - spill,
                 "tpot_s": tpot,
-                "ttft_s": tt,
-                "requests_per_s": B / (tt + O * tpot) * cap,
+                "ttft_base_s": tb,
+                "queue_work_s": work,
+                "queue_servers": servers,
+                "capacity_rps": B / (tb + O * tpot),
                 "input_share": share,
                 "ok_memory": ok,
             }
@@ -380,24 +538,26 @@ def evaluate_point(
     *,
     weights: str,
     kv: str,
+    eff: EngineEfficiency,
     kv_tier: str = "hbm",
     prefix_tier: str = "none",
-    utilisation_cap: float = 0.8,
-    engine: str | None = None,
-    redundant_experts: int = 0,
+    spec_tokens: int = 0,
+    tbo: bool = False,
     moe_imbalance: float = 1.0,
 ) -> dict[str, float] | None:
-    """One deployment evaluated by the performance model (the scalar twin of a candidate row), or
-    ``None`` when it does not fit in memory with these tiers."""
+    """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
+    SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
+    moe = model.architecture.moe
     g = {
         "tp": np.array([layout.tp]), "ep": np.array([layout.ep]), "pp": np.array([layout.pp]),
-        "dp": np.array([layout.dp]), "batch": np.array([batch]),
+        "attn_dp": np.array([layout.dp]), "batch": np.array([batch]),
         "chips": np.array([layout.tp * layout.dp * layout.pp]),
         "moe_imbalance": np.array([moe_imbalance]),
-        "expert_copies": np.array([1.0 + redundant_experts / model.architecture.moe.experts if model.is_moe else 1.0]),
+        "expert_copies": np.array([1.0 + layout.redundant / moe.experts if moe else 1.0]),
+        "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
-    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=hw.efficiency.for_engine(engine))
-    for tags, var in _variants(setup, g, workload, role, utilisation_cap):
+    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff)
+    for tags, var in _variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):
                 return None

@@ -137,6 +137,22 @@ def weight_bytes_per_chip(wb: WeightBytes, tp, ep, pp, dp, expert_copies=1.0):
     return nonexpert + expert
 
 
+def draft_bytes_per_chip(model: ModelSpec, wb: WeightBytes, tp, ep, pp, dp, expert_copies=1.0, spec_tokens=0.0):
+    """Weights of the draft layers speculative decoding keeps resident (the model's multi-token-prediction
+    module, one layer of the model's own shape per draft layer) on the chip that holds them, where
+    ``spec_tokens > 0``: a layer's share of the non-expert weights over ``tp`` and of the expert weights
+    over the stage."""
+    spec = model.speculative
+    layers_n = float(model.architecture.layers)
+    moe = model.architecture.moe
+    tp, dp = (np.asarray(x, dtype=float) for x in (tp, dp))
+    per_layer = wb.nonexpert / layers_n / tp
+    if moe is not None:
+        per_layer = per_layer + wb.expert / moe.layers * np.asarray(expert_copies, dtype=float) / (tp * dp)
+    n = float(spec.draft_layers) if spec else 1.0
+    return np.where(np.asarray(spec_tokens, dtype=float) > 0, n * per_layer, 0.0)
+
+
 def kv_bytes_per_chip(model: ModelSpec, batch, context, kv_dtype: str, tp, pp, dp):
     """KV bytes on one chip for ``batch`` sequences in flight per replica at mean ``context``."""
     tp, pp, dp = (np.asarray(x, dtype=float) for x in (tp, pp, dp))

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from planner.perf import params as P
 from planner.perf.layout import (
     Layout,
+    describe_layout,
     kv_bytes_per_chip,
+    kv_shard,
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import Setup, decode_step, latency_floor
+from planner.perf.roofline import Setup, decode_step, latency_floor, prefill_parts
 from planner.perf.serving import usd_per_mtok
 
 
@@ -22,10 +25,16 @@ class RooflineResult:
     hardware: str
     mode: str
     engine: str | None
+    layout: str
+    """Engine notation of the layout (``attn-DP8 EP8 +32 redundant``)."""
     tp: int
     ep: int
     pp: int
-    dp: int
+    attn_dp: int
+    """Attention data-parallel ranks: attention replicated per rank, experts shared by all."""
+    redundant_experts: int
+    tbo: bool
+    """Two micro-batch overlap."""
     chips: int
     batch: float
     context: float
@@ -69,6 +78,8 @@ def balance_batch(setup: Setup, layout: Layout, context: float) -> float | None:
     KV cache keeps the step memory-bound at every batch).
     """
     L = (layout.tp, layout.ep, layout.pp, layout.dp)
+    copies = _copies(setup, layout)
+    setup = replace(setup, expert_copies=copies)
 
     def gap(b: float) -> float:
         st = decode_step(setup, *L, b, context)
@@ -92,11 +103,17 @@ def balance_batch(setup: Setup, layout: Layout, context: float) -> float | None:
     return 0.5 * (lo + hi)
 
 
+def _copies(setup: Setup, layout: Layout) -> float:
+    moe = setup.model.architecture.moe
+    return 1.0 + layout.redundant / moe.experts if moe else 1.0
+
+
 def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode: str, engine: str | None) -> RooflineResult:
     L = (layout.tp, layout.ep, layout.pp, layout.dp)
+    setup = replace(setup, expert_copies=_copies(setup, layout))
     st = decode_step(setup, *L, batch, context)
     hw = setup.hw
-    w = float(weight_bytes_per_chip(setup.wb, *L))
+    w = float(weight_bytes_per_chip(setup.wb, *L, setup.expert_copies))
     kv = float(kv_bytes_per_chip(setup.model, batch, context, setup.kv_dtype, layout.tp, layout.pp, layout.dp))
     other = runtime_reserve_bytes(hw)
     step = float(st.step_s)
@@ -108,10 +125,13 @@ def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode
         hardware=hw.id,
         mode=mode,
         engine=engine,
+        layout=describe_layout(*L, layout.redundant),
         tp=layout.tp,
         ep=layout.ep,
         pp=layout.pp,
-        dp=layout.dp,
+        attn_dp=layout.dp,
+        redundant_experts=layout.redundant,
+        tbo=bool(float(np.max(setup.tbo)) > 0),
         chips=layout.chips,
         batch=float(batch),
         context=float(context),
@@ -138,7 +158,89 @@ def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode
         weight_read_bytes_per_chip=float(st.weight_read_bytes),
         kv_read_bytes_per_chip=float(st.kv_read_bytes),
         spec_tokens=float(setup.spec_tokens),
-        spec_accept=float(setup.spec_accept) if setup.spec_tokens else 0.0,
+        spec_accept=float(np.atleast_1d(np.asarray(setup.spec_accept, dtype=float))[0]) if setup.spec_tokens else 0.0,
         tokens_per_step=float(st.tokens_per_step),
         draft_time_s=float(st.draft_s),
+    )
+
+
+@dataclass
+class PrefillResult:
+    """One prefill pass of a replica (what ``planner roofline --phase prefill`` prints)."""
+
+    model: str
+    hardware: str
+    mode: str
+    engine: str | None
+    layout: str
+    tp: int
+    ep: int
+    pp: int
+    attn_dp: int
+    redundant_experts: int
+    chips: int
+    prompts: float
+    """Prompts in one pass (spread over the attention-DP ranks)."""
+    prompt_tokens: float
+    """New tokens per prompt (after ``prefix_tokens`` served from a cache)."""
+    prefix_tokens: float
+    weights_dtype: str
+    expert_weights_dtype: str
+    kv_dtype: str
+    pass_time_s: float
+    """Latency of the pass, per-layer fixed overheads included (a TTFT adds the per-request overhead and
+    queueing)."""
+    compute_time_s: float
+    memory_time_s: float
+    comm_time_s: float
+    overhead_time_s: float
+    bound: str
+    tokens_per_s: float
+    """Prompt tokens per second of the replica in steady state (``pp`` passes in flight)."""
+    tokens_per_s_per_gpu: float
+    model_flops_utilisation: float
+    """Matmul and attention FLOPs of the pass over the replica's peak FLOP/s in the pass time."""
+    kv_bytes_written_per_chip: float
+    weight_bytes_per_chip: float
+    fits: bool
+    usd_per_hour: float | None
+    usd_per_mtok_input: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prefill_roofline(
+    setup: Setup, layout: Layout, prompts: float, prompt_tokens: float, *, prefix: float = 0.0, mode: str,
+    engine: str | None,
+) -> PrefillResult:
+    """Prefill throughput of ``prompts`` prompts of ``prompt_tokens`` new tokens in one pass of a replica."""
+    L = (layout.tp, layout.ep, layout.pp, layout.dp)
+    setup = replace(setup, expert_copies=_copies(setup, layout))
+    comp, mem, comm, over = (float(np.asarray(x)) for x in prefill_parts(setup, *L, prompt_tokens, prompts, prefix))
+    t = max(comp, mem) + comm + over
+    bound = "communication" if comm > max(comp, mem) else ("compute" if comp >= mem else "memory")
+    hw = setup.hw
+    tokens = prompts * prompt_tokens
+    tps = tokens * layout.pp / t
+    chips = layout.chips
+    flops = tokens * 2.0 * setup.stats.matmul_active_params + prompts * float(
+        np.asarray(P.prefill_attention_flops(setup.model, prompt_tokens, prefix)))
+    mfu = flops / (t * chips * setup.f_dense) * layout.pp
+    w = float(weight_bytes_per_chip(setup.wb, *L, setup.expert_copies))
+    dp_used = min(prompts, layout.dp)
+    kv = float(np.asarray(P.kv_bytes_per_sequence(setup.model, prompt_tokens + prefix, setup.kv_dtype))) * prompts / dp_used
+    kv = kv / float(np.asarray(kv_shard(setup.model, layout.tp))) / layout.pp
+    price = hw.price_usd_per_chip_hour
+    usd_h = price * chips if price is not None else None
+    return PrefillResult(
+        model=setup.model.id, hardware=hw.id, mode=mode, engine=engine, layout=describe_layout(*L, layout.redundant),
+        tp=layout.tp, ep=layout.ep, pp=layout.pp, attn_dp=layout.dp, redundant_experts=layout.redundant, chips=chips,
+        prompts=float(prompts), prompt_tokens=float(prompt_tokens), prefix_tokens=float(prefix),
+        weights_dtype=setup.dense_dtype, expert_weights_dtype=setup.expert_dtype, kv_dtype=setup.kv_dtype,
+        pass_time_s=t, compute_time_s=comp, memory_time_s=mem, comm_time_s=comm, overhead_time_s=over, bound=bound,
+        tokens_per_s=tps, tokens_per_s_per_gpu=tps / chips, model_flops_utilisation=mfu,
+        kv_bytes_written_per_chip=kv, weight_bytes_per_chip=w,
+        fits=bool(w + kv + runtime_reserve_bytes(hw) <= hw.hbm_bytes),
+        usd_per_hour=usd_h, usd_per_mtok_input=float(usd_per_mtok(usd_h, tps)) if usd_h is not None else None,
     )

@@ -32,6 +32,8 @@ from planner.units import US
 
 MAX_SPEC_TOKENS = 16
 """Most draft tokens per step accepted as input (speculative decoding)."""
+DEFAULT_ACCEPT = 0.7
+"""Acceptance of every draft for a model whose catalog entry gives none (an assumption)."""
 
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
@@ -58,16 +60,27 @@ class Setup:
     runs the model's multi-token-prediction layers (one layer where the model has none, an EAGLE-style
     head); the step then verifies ``1 + spec_tokens`` tokens per sequence. May be an array aligned with
     the evaluated rows."""
-    spec_accept: float = 0.7
-    """Probability that each further draft token is accepted, given the ones before it were. The default
-    is an assumption for a chain of drafts: DeepSeek-V3's report gives 85-90% for its first MTP draft,
-    and later drafts in a chain accept less; pass the measured rate where it is known."""
+    spec_accept: float | tuple[float, ...] | None = None
+    """Probability that draft ``i`` is accepted given that draft ``i - 1`` was: one value for every draft,
+    or one per draft position (the last repeats), as realised. None: the model's catalog acceptance
+    (``speculative.acceptance``, with its source; else 0.7 for every draft, an assumption) times the
+    engine's fitted ``spec_accept_scale``."""
+    tbo: float = 0.0
+    """Two micro-batch overlap (1: on): each step runs two half micro-batches so that one's expert
+    dispatch/combine (and collectives) run under the other's compute. It costs smaller GEMMs, weights
+    streamed once per micro-batch and per-layer overheads paid twice. May be an array aligned with the
+    evaluated rows."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stats", P.model_stats(self.model))
         object.__setattr__(self, "wb", P.weight_bytes(self.model, self.dense_dtype, self.expert_dtype))
+        if self.spec_accept is None:
+            # The model's published acceptance as this engine's implementation realises it.
+            spec = self.model.speculative
+            acc = tuple(spec.acceptance) if spec else (DEFAULT_ACCEPT,)
+            object.__setattr__(self, "spec_accept", tuple(a * self.eff.spec_accept_scale for a in acc))
 
     @classmethod
     def make(
@@ -80,11 +93,14 @@ class Setup:
         eff: EngineEfficiency = IDEAL,
         moe_imbalance: float = 1.0,
         spec_tokens: float = 0.0,
-        spec_accept: float = 0.7,
+        spec_accept: float | tuple[float, ...] | None = None,
+        tbo: float = 0.0,
+        expert_copies: float = 1.0,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
-            model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, spec_tokens=spec_tokens, spec_accept=spec_accept
+            model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
+            spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo,
         )
 
     # peaks ----------------------------------------------------------------------------------
@@ -106,9 +122,8 @@ class Setup:
 
     @property
     def tokens_per_step(self):
-        """Output tokens per sequence and decode step: ``1 + a + a^2 + ... + a^k`` for ``k`` draft tokens
-        accepted with probability ``a`` each (the first mismatch ends the run; the verifying pass always
-        yields one token of its own)."""
+        """Output tokens per sequence and decode step: ``1 + a1 + a1 a2 + ... + a1...ak`` for ``k`` drafts
+        (the first mismatch ends the run; the verifying pass always yields one token of its own)."""
         return accepted_tokens(self.spec_tokens, self.spec_accept)
 
     @property
@@ -163,13 +178,60 @@ class StepTimes:
 
 
 def accepted_tokens(spec_tokens, accept):
-    """Expected output tokens per step of speculative decoding with ``spec_tokens`` drafts, each
-    accepted with probability ``accept`` given its predecessors: ``sum_{i=0..k} a^i``."""
+    """Expected output tokens per step of speculative decoding with ``spec_tokens`` drafts: the verifying
+    pass yields one token, and draft ``i`` adds one more when it and every draft before it are accepted,
+    ``1 + a1 + a1 a2 + ... + a1...ak``. ``accept`` is one acceptance for every draft or a sequence per draft
+    position (the last repeats)."""
     k = np.asarray(spec_tokens, dtype=float)
-    a = float(accept)
-    if a >= 1.0:
-        return 1.0 + k
-    return (1.0 - a ** (k + 1.0)) / (1.0 - a)
+    acc = np.atleast_1d(np.asarray(accept, dtype=float))
+    n = int(np.ceil(np.max(k))) if k.size else 0
+    if n <= 0:
+        return np.ones_like(k) if k.ndim else 1.0
+    per = np.array([acc[min(i, len(acc) - 1)] for i in range(n)])
+    cum = np.concatenate([[0.0], np.cumsum(np.cumprod(per))])  # cum[j]: expected extra tokens from j drafts
+    lo = np.floor(k).astype(int)
+    frac = k - lo
+    hi = np.minimum(lo + 1, n)
+    out = 1.0 + cum[lo] + frac * (cum[hi] - cum[lo])
+    return out if np.ndim(out) else float(out)
+
+
+def expected_max_normal(n):
+    """Expected largest of ``n`` standard normal draws (Blom's approximation, within 1% for n >= 2)."""
+    from scipy.special import ndtri
+
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    return np.where(n > 1, ndtri((n - 0.375) / (n + 0.25)), 0.0)
+
+
+def expert_load_imbalance(setup: Setup, ep, tokens):
+    """Max over mean routed load of the ``ep`` expert-parallel ranks when ``tokens`` tokens each pick
+    ``top_k`` experts: the placement's imbalance (``setup.moe_imbalance``, from the expert-load model) plus
+    the fluctuation of random routing, the expected largest of ``ep`` binomial counts of ``tokens * top_k``
+    activations, ``z_ep * sigma / mu`` (normal approximation; at most all activations on one rank). Large
+    batches average it away; at a few tokens per step it makes expert parallelism slower than experts
+    split by tensor parallelism, whose ranks share every expert."""
+    g = np.maximum(np.asarray(ep, dtype=float), 1.0)
+    n = np.maximum(np.asarray(tokens, dtype=float) * setup.stats.top_k, 1e-9)
+    mu = n / g
+    sigma = np.sqrt(n / g * (1.0 - 1.0 / g))
+    excess = np.minimum(expected_max_normal(g) * sigma / mu, g - 1.0)
+    return np.asarray(setup.moe_imbalance, dtype=float) + np.where(g > 1, excess, 0.0)
+
+
+def gemm_efficiency(eff: EngineEfficiency, compute_dtype: str, tokens, *, prefill: bool = False):
+    """Achieved fraction of peak FLOP/s of a GEMM over ``tokens`` rows in ``compute_dtype`` maths:
+    ``peak * M / (M + gemm_half_tokens)`` with the format's large-shape fraction as ``peak`` (the prefill
+    fraction for a prefill pass)."""
+    if prefill:
+        peak = eff.prefill_compute
+    else:
+        peak = {"fp8": eff.compute_fp8, "int8": eff.compute_fp8, "fp4": eff.compute_fp4}.get(compute_dtype, 0.0) or eff.compute
+    t = np.maximum(np.asarray(tokens, dtype=float), 1e-9)
+    h = eff.gemm_half_tokens
+    if h <= 0:
+        return peak + np.zeros_like(t)
+    return peak * np.where(np.isfinite(t), t / (t + h), 1.0)
 
 
 def _group_bw(setup: Setup, chips, share=1.0):
@@ -218,25 +280,138 @@ def dispatch_bytes(setup: Setup) -> float:
     return 1.0 if setup.expert_dtype in ("fp8", "fp4", "int4", "int8") else ACT_BYTES
 
 
-def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, count, alpha_s, share=1.0):
-    """Token exchange of the MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
+def routed_nodes(setup: Setup, nodes):
+    """Expected distinct nodes a token's ``top_k`` experts sit on when expert parallelism spans ``nodes``
+    scale-up domains, with node-limited routing: a model with group-limited routing (``groups`` expert
+    groups, ``groups_per_token`` of them per token; DeepSeek-V3: 8 and 4) whose experts are placed group by
+    group reaches at most ``groups_per_token * max(1, nodes / groups)`` nodes."""
+    moe = setup.model.architecture.moe
+    n = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+    k = float(setup.stats.top_k)
+    if moe is not None and moe.groups > 1:
+        reach = np.minimum(n, moe.groups_per_token * np.maximum(1.0, n / moe.groups))
+    else:
+        reach = n
+    return reach * (1.0 - np.power(1.0 - 1.0 / reach, k))
+
+
+def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0):
+    """Expert-parallel dispatch and combine of ``layers`` MoE layers over ``stage`` GPUs, each GPU
+    sending its ``tokens / stage`` tokens to their ``top_k`` experts (dispatch in the expert format's
+    activations, FP8 for quantised models as DeepEP does; combine in bf16), two collective latencies a layer.
+
+    Inside one scale-up domain every copy rides the scale-up fabric. Across domains (DeepEP's internode
+    mode) a token crosses the scale-out network once per remote node it is routed to, not once per
+    expert, and is forwarded to its experts inside the node over the scale-up fabric; node-limited routing
+    (:func:`routed_nodes`) bounds the remote nodes. The slower fabric sets the time.
+    """
+    s = setup.stats
+    g = np.asarray(stage, dtype=float)
+    d = float(setup.hw.scale_up_domain_chips)
+    per_tok = float(s.hidden) * (dispatch_bytes(setup) + ACT_BYTES)
+    t_chip = tokens / np.maximum(g, 1.0)
+    nodes = np.ceil(g / d)
+    multi = g > d
+    up_frac = np.where(multi, (d - 1.0) / d, (g - 1.0) / np.maximum(g, 1.0))
+    up = t_chip * s.top_k * per_tok * up_frac / (setup.hw.scale_up_bw * share)
+    remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / np.maximum(nodes, 1.0))
+    out = np.where(multi, t_chip * remote * per_tok / (setup.hw.scale_out_bw * share), 0.0)
+    t = np.maximum(up, out) + 2.0 * _alpha(setup, g, alpha_s)
+    return np.where(g > 1, layers * t, 0.0)
+
+
+def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, share=1.0):
+    """Token exchange of ``layers`` MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
 
     Only attention data parallelism (``dp > 1``) spreads the tokens over the stage's chips. Then, with
-    expert parallelism (``ep > 1``), an all-to-all dispatch and combine, each chip sending its
-    ``tokens / stage`` tokens to ``top_k`` experts; with expert tensor parallelism (``ep = 1``) every
-    chip needs every token of the stage (all-gather) and returns a slice of every output
-    (reduce-scatter), ``tokens x hidden`` each way whatever the top-k. With tensor-parallel attention
-    (``dp = 1``) every chip already holds every token, so experts sharded by EP or TP alike run on
-    them locally and the output rides an all-reduce (what TensorRT-LLM, SGLang and vLLM do without
-    attention DP), charged by the callers; nothing is exchanged here.
+    expert parallelism (``ep > 1``), the dispatch and combine of :func:`ep_exchange_time`; with expert
+    tensor parallelism (``ep = 1``) every chip needs every token of the stage (all-gather) and returns a
+    slice of every output (reduce-scatter), ``tokens x hidden`` each way whatever the top-k. With
+    tensor-parallel attention (``dp = 1``) every chip already holds every token, so experts sharded by EP or
+    TP alike run on them locally and the output rides an all-reduce (what TensorRT-LLM, SGLang and vLLM do
+    without attention DP), charged by the callers; nothing is exchanged here.
     """
     s = setup.stats
     h = float(s.hidden)
-    a2a = all_to_all_time(
-        setup, stage, tokens / stage * s.top_k * h * (dispatch_bytes(setup) + ACT_BYTES), count, alpha_s, share
-    )
-    etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, count, alpha_s, share)
+    a2a = ep_exchange_time(setup, stage, tokens, layers, alpha_s, share)
+    etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, 2.0 * layers, alpha_s, share)
     return np.where(dp > 1, np.where(ep > 1, a2a, etp), 0.0)
+
+
+@dataclass
+class _Parts:
+    """One pipeline stage's pass over one micro-batch (seconds, bytes per chip)."""
+
+    gemm_c: np.ndarray
+    gemm_m: np.ndarray
+    attn_c: np.ndarray
+    attn_m: np.ndarray
+    comm: np.ndarray
+    layer_overhead: np.ndarray
+    w_bytes: np.ndarray
+    kv_bytes: np.ndarray
+
+
+def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
+    """Parts of one stage pass over ``mb`` sequences (each verifying ``spec_tokens`` drafts) at mean
+    context ``S`` plus ``xb`` interleaved prompt tokens of prompts of ``I`` tokens (weighted already)."""
+    m_ = setup.model
+    s = setup.stats
+    e = setup.eff
+    k = np.asarray(setup.spec_tokens, dtype=float)
+    stage = tp * dp
+    mq = mb * (1.0 + k)  # decode tokens (each sequence verifies its drafts too)
+    tokens = mq + xb
+    tok_rank = tokens / dp  # tokens one attention-DP rank carries through a stage
+
+    # GEMMs: efficiency follows the GEMM's rows (tokens per rank; tokens per expert for routed experts), the
+    # interleaved prompt tokens riding the same GEMMs as the decode tokens (chunked prefill).
+    ne_flops = 2.0 * setup.nonexpert_matmul_params * tok_rank / tp / pp
+    imb = expert_load_imbalance(setup, ep, tokens) if s.experts else 1.0
+    ex_flops = 2.0 * setup.expert_active_params * tokens / stage / pp * imb
+    hw = setup.hw
+    eff_ne = gemm_efficiency(e, hw.compute_dtype(setup.dense_dtype), tok_rank)
+    gemm_c = ne_flops / (setup.f_dense * eff_ne)
+    if s.experts:
+        per_expert = tokens * s.top_k / s.experts
+        eff_ex = gemm_efficiency(e, hw.compute_dtype(setup.expert_dtype), per_expert)
+        gemm_c = gemm_c + ex_flops / (setup.f_expert * eff_ex)
+        # The busiest rank streams the experts its tokens touch, at most all it holds.
+        touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
+    else:
+        touched = np.zeros_like(tokens)
+    w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * setup.expert_copies * touched / (stage * pp)
+    gemm_m = w_bytes / (setup.hbm_bw * e.memory)
+
+    # Attention.
+    att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
+    if np.any(xb > 0):
+        pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
+        att_flops = att_flops + pre_att * (xb / dp) / tp / pp
+    kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
+    attn_c = att_flops / (setup.f_attn * (e.attention_compute or e.compute))
+    attn_m = kv_bytes / (setup.hbm_bw * e.memory)
+
+    # Communication.
+    alpha = e.collective_latency_us * US
+    h = float(s.hidden)
+    layers_stage = m_.architecture.layers / pp
+    moe_layers_stage = s.moe_layers / pp
+    dense_layers_stage = layers_stage - moe_layers_stage
+    ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
+    msg = tok_rank * h * ACT_BYTES
+    attn_dp = dp > 1
+    # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
+    # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
+    comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
+    if s.moe_layers:
+        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, moe_layers_stage, alpha)
+    if np.any(pp > 1):
+        send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
+        comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
+    layer_over = e.layer_overhead_us * US * layers_stage + e.moe_layer_overhead_us * US * moe_layers_stage
+    return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes)
 
 
 def decode_step(
@@ -254,85 +429,44 @@ def decode_step(
     """Decode step of ``batch`` sequences in flight at mean ``context`` tokens (see module docstring).
 
     ``prefill_tokens_per_step`` adds prompt tokens processed in the same steps (aggregated serving
-    with chunked prefill); their work is weighted by the efficiency block's ``interference``.
+    with chunked prefill); their work is weighted by the efficiency block's ``interference``. With
+    two micro-batch overlap (``setup.tbo``) a stage pass is two half micro-batches whose communication
+    runs under the other's compute: ``2 max(compute_half + layer overheads, comm_half)``.
     """
-    m_ = setup.model
-    s = setup.stats
     e = setup.eff
     tp, ep, pp, dp = (np.asarray(x, dtype=float) for x in (tp, ep, pp, dp))
     B = np.asarray(batch, dtype=float)
     S = np.asarray(context, dtype=float)
     X = np.asarray(prefill_tokens_per_step, dtype=float) * e.interference
     I = np.asarray(prefill_context, dtype=float)
-    stage = tp * dp
     k = np.asarray(setup.spec_tokens, dtype=float)
     mb = B / pp  # sequences per micro-batch
-    mq = mb * (1.0 + k)  # decode tokens per micro-batch (each sequence verifies its drafts too)
     xb = X / pp  # prefill tokens per micro-batch
-    tok_rank = (mq + xb) / dp  # tokens one attention-DP rank carries through a stage
-
-    # GEMMs -----------------------------------------------------------------------------------
-    ne_flops = 2.0 * setup.nonexpert_matmul_params * tok_rank / tp / pp
-    ex_flops = 2.0 * setup.expert_active_params * (mq + xb) / stage / pp * setup.moe_imbalance
-    gemm_c = ne_flops / (setup.f_dense * e.compute) + ex_flops / (setup.f_expert * e.compute)
-    if s.experts:
-        touched = P.expected_experts_touched(s.experts, s.top_k, mq + xb) / s.experts
-    else:
-        touched = np.zeros_like(mq)
-    w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * setup.expert_copies * touched / (stage * pp)
-    gemm_m = w_bytes / (setup.hbm_bw * e.memory)
-
-    # Attention -------------------------------------------------------------------------------
-    att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
-    if np.any(X > 0):
-        pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
-        att_flops = att_flops + pre_att * (xb / dp) / tp / pp
-    kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
-    attn_c = att_flops / (setup.f_attn * e.compute)
-    attn_m = kv_bytes / (setup.hbm_bw * e.memory)
-
-    # Communication ---------------------------------------------------------------------------
-    alpha = e.collective_latency_us * US
-    h = float(s.hidden)
-    layers_stage = m_.architecture.layers / pp
-    moe_layers_stage = s.moe_layers / pp
-    dense_layers_stage = layers_stage - moe_layers_stage
-    ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
-    msg = tok_rank * h * ACT_BYTES
-    attn_dp = dp > 1
-    # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
-    # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
-    comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
-    if s.moe_layers:
-        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, mq + xb, 2.0 * moe_layers_stage, alpha)
-    if np.any(pp > 1):
-        send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
-        comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
-
-    overhead = (
-        e.layer_overhead_us * US * layers_stage
-        + e.moe_layer_overhead_us * US * moe_layers_stage
-        + e.step_overhead_us * US / pp
-        + e.seq_overhead_us * US * mb / dp
-    )
-    hidden = e.comm_overlap * np.minimum(comm, gemm_c + attn_c)
-    stage_t = np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm - hidden + overhead
+    f = _stage_parts(setup, tp, ep, pp, dp, mb, S, xb, I)
+    hidden = e.comm_overlap * np.minimum(f.comm, f.gemm_c + f.attn_c)
+    stage_t = np.maximum(f.gemm_c, f.gemm_m) + np.maximum(f.attn_c, f.attn_m) + f.comm - hidden + f.layer_overhead
+    tbo = np.asarray(setup.tbo, dtype=float)
+    if np.any(tbo > 0):
+        hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, xb / 2.0, I)
+        work = np.maximum(hf.gemm_c, hf.gemm_m) + np.maximum(hf.attn_c, hf.attn_m) + hf.layer_overhead
+        stage_t = np.where(tbo > 0, 2.0 * np.maximum(work, hf.comm), stage_t)
+    overhead = f.layer_overhead + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
+    stage_t = stage_t + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
     step = pp * stage_t
     draft = _draft_time(setup, tp, ep, pp, dp, B, S) if np.any(k > 0) else 0.0
     per_step = setup.tokens_per_step
     return StepTimes(
         step_s=(step + draft) / per_step,
-        compute_s=pp * (gemm_c + attn_c),
-        memory_s=pp * (gemm_m + attn_m),
-        comm_s=pp * comm,
+        compute_s=pp * (f.gemm_c + f.attn_c),
+        memory_s=pp * (f.gemm_m + f.attn_m),
+        comm_s=pp * f.comm,
         overhead_s=pp * overhead,
-        gemm_compute_s=pp * gemm_c,
-        gemm_memory_s=pp * gemm_m,
-        attn_compute_s=pp * attn_c,
-        attn_memory_s=pp * attn_m,
-        weight_read_bytes=pp * w_bytes,
-        kv_read_bytes=pp * kv_bytes,
+        gemm_compute_s=pp * f.gemm_c,
+        gemm_memory_s=pp * f.gemm_m,
+        attn_compute_s=pp * f.attn_c,
+        attn_memory_s=pp * f.attn_m,
+        weight_read_bytes=pp * f.w_bytes * np.where(tbo > 0, 2.0, 1.0),
+        kv_read_bytes=pp * f.kv_bytes,
         draft_s=np.broadcast_to(np.asarray(draft, dtype=float), np.shape(step)).copy(),
         tokens_per_step=np.broadcast_to(np.asarray(per_step, dtype=float), np.shape(step)).copy(),
     )
@@ -349,9 +483,10 @@ def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
     per_layer = (plain.step_s - plain.overhead_s) / layers
     head = setup.wb.lm_head if setup.wb.lm_head else setup.wb.embed
     head_s = head / np.asarray(tp, dtype=float) / (setup.hbm_bw * setup.eff.memory)
-    draft_layers = float(max(setup.model.architecture.mtp_layers, 1))
+    spec = setup.model.speculative
+    draft_layers = float(spec.draft_layers if spec else max(setup.model.architecture.mtp_layers, 1))
     layer_fixed = setup.eff.layer_overhead_us + (setup.eff.moe_layer_overhead_us if setup.stats.moe_layers else 0.0)
-    per_draft = draft_layers * (per_layer + layer_fixed * US) + head_s
+    per_draft = draft_layers * (per_layer + layer_fixed * US) + head_s + setup.eff.draft_overhead_us * US
     return np.asarray(setup.spec_tokens, dtype=float) * per_draft
 
 
@@ -387,15 +522,20 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     tokens = r * n
     tok_rank = tokens / dp_used
     ne_flops = 2.0 * setup.nonexpert_matmul_params * tok_rank / tp
-    ex_flops = 2.0 * setup.expert_active_params * tokens / stage * setup.moe_imbalance
+    imb = expert_load_imbalance(setup, ep, tokens) if s.experts else 1.0
+    ex_flops = 2.0 * setup.expert_active_params * tokens / stage * imb
     att_flops = P.prefill_attention_flops(m_, n, prefix) * (r / dp_used) / tp
+    hw = setup.hw
+    eff_ne = gemm_efficiency(e, hw.compute_dtype(setup.dense_dtype), tok_rank, prefill=True)
+    per_expert = tokens * s.top_k / s.experts if s.experts else tokens
+    eff_ex = gemm_efficiency(e, hw.compute_dtype(setup.expert_dtype), per_expert, prefill=True)
     comp = (
-        ne_flops / (setup.f_dense * e.prefill_compute)
-        + ex_flops / (setup.f_expert * e.prefill_compute)
+        ne_flops / (setup.f_dense * eff_ne)
+        + ex_flops / (setup.f_expert * eff_ex)
         + att_flops / (setup.f_attn * e.prefill_compute)
     )
     if s.experts:
-        touched = P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts
+        touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
     else:
         touched = np.zeros_like(tokens)
     w_bytes = setup.streamed_nonexpert_bytes / tp + setup.wb.expert * setup.expert_copies * touched / stage
@@ -412,7 +552,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * (layers - moe_layers), alpha, bw)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers, alpha, bw)
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, 2.0 * moe_layers, alpha, bw)
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, moe_layers, alpha, bw)
     send = np.where(
         pp > 1, (pp - 1.0) * (msg / _group_bw(setup, stage * pp, bw) + _alpha(setup, stage * pp, alpha)), 0.0
     )

@@ -45,14 +45,14 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
 
 
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
-    """Mean time to first token (seconds) with ``in_flight_per_rank`` requests per prefill rank.
+    """Mean time to first token (seconds) in a closed loop with ``in_flight_per_rank`` requests per prefill rank.
 
-    ``overhead + expert overhead + t_pf + 1.5 t_step + queueing * (c - 1) * t_step * (I / 1000)^x +
-    transfer`` (the expert overhead is ``prefill_expert_overhead_us`` per routed expert and MoE layer) where
-    ``t_pf`` is the prompt's own prefill, ``t_step`` the decode iteration it is interleaved with
-    (aggregated serving, chunked prefill; ``x = queue_prompt_exponent``) and ``c`` the requests in
-    flight per rank. Without ``step_s`` (a dedicated prefill pool) the wait per request ahead is one
-    prefill.
+    ``overhead + expert overhead + t_pf + iteration + queueing * (c - 1) * (t_pf + t_step) + transfer`` (the
+    expert overhead is ``prefill_expert_overhead_us`` per routed expert and MoE layer) where ``t_pf`` is the
+    prompt's own prefill and ``c`` the requests in flight per rank. In aggregated serving (``step_s`` given) the
+    prompt rides a decode iteration of ``t_step``: it arrives mid-iteration and waits ``1.5`` of them (plus
+    ``attn_dp_wait_steps`` under attention data parallelism), and each request ahead costs its prefill and the
+    iteration it rides on. A dedicated prefill pool (no ``step_s``) spends ``t_pf`` per request ahead.
     """
     e = setup.eff
     t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
@@ -62,12 +62,28 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
         iteration = 0.0
     else:
         step = np.asarray(step_s, dtype=float)
-        unit = step * np.power(np.asarray(input_tokens, dtype=float) / 1000.0, e.queue_prompt_exponent)
-        # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch.
-        iteration = 1.5 * step
+        unit = t_pf + step
+        # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch;
+        # under attention DP the engine may hold it some iterations to balance the ranks.
+        iteration = (1.5 + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)) * step
     s = setup.stats
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
     return fixed + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
+
+
+def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s):
+    """(TTFT without queueing, prefill work per request) of an aggregated replica under open arrivals, in
+    seconds: the fixed overheads, the prompt's own prefill ``t_pf``, and the iterations it waits for (it
+    arrives mid-iteration, rides the next; attention data parallelism may hold it ``attn_dp_wait_steps``
+    more). Queueing behind other prompts comes on top, from the arrival rate (see
+    ``perf.candidates.planned_load``), each prompt occupying its rank for ``t_pf``."""
+    e = setup.eff
+    t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
+    step = np.asarray(step_s, dtype=float)
+    s = setup.stats
+    fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
+    wait = (1.5 + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)) * step
+    return fixed + t_pf + wait, t_pf
 
 
 def prefill_capacity_rps(setup: Setup, tp, ep, pp, dp, input_tokens, workers=1.0):

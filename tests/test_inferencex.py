@@ -1,0 +1,117 @@
+"""Reading SemiAnalysis InferenceX runs: layout conventions, notes for what cannot be predicted, the predict
+output, and the bad-input contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from planner.calib.data import load_measured
+from planner.calib.predict import predict_measured
+from tests.conftest import ROOT, SHARED, need
+
+IX = SHARED / "calibration" / "inferencex" / "dsr1_runs.json"
+
+RUN = {
+    "hardware": "gb200", "framework": "dynamo-sglang", "model": "dsr1", "precision": "fp4", "spec_method": "none",
+    "disagg": True, "is_multinode": True, "prefill_tp": 4, "prefill_ep": 4, "prefill_dp_attention": True,
+    "prefill_num_workers": 2, "decode_tp": 1, "decode_ep": 1, "decode_dp_attention": True, "decode_num_workers": 1,
+    "num_prefill_gpu": 8, "num_decode_gpu": 48, "isl": 1024, "osl": 1024, "conc": 2048,
+    "metrics": {"median_ttft": 0.55, "median_tpot": 0.018, "output_tput_per_gpu": 1950.0},
+}
+
+
+def _write(tmp_path, runs, name="runs.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(runs))
+    return p
+
+
+def test_layout_conventions(tmp_path, catalog):
+    """Worker GPUs come from the GPU counts; attention DP over a worker whose tp/ep fields were left at 1 spans
+    the worker with its experts (DEP48, 32 redundant experts so that EP divides experts + redundant); an agg
+    run's GPUs are its tp; lengths are the means of the benchmark's [0.8 L, L] draw."""
+    agg = dict(RUN, hardware="h200", framework="trt", precision="fp8", disagg=False, decode_tp=8, decode_ep=8,
+               decode_dp_attention=True, prefill_tp=8, prefill_ep=8, prefill_dp_attention=True, prefill_num_workers=0,
+               decode_num_workers=0, num_prefill_gpu=64, num_decode_gpu=64, conc=256, spec_method="mtp")
+    m = load_measured(_write(tmp_path, [RUN, agg]), catalog)
+    n = m.norm
+    assert m.fmt == "inferencex"
+    d = n.iloc[0]
+    assert (d.d_tp, d.d_dp, d.d_ep, d.d_red, d.d_workers) == (1, 48, 48, 32, 1)
+    assert (d.p_tp, d.p_dp, d.p_ep, d.p_workers) == (1, 4, 4, 2)
+    assert d.d_batch == 2048 and d.n_gpus_out == 48 and d.n_isl == pytest.approx(0.9 * 1024)
+    assert d.n_engine == "sglang" and d.n_kv == "fp8" and (d.n_dense, d.n_expert) == ("fp8", "fp4")
+    a = n.iloc[1]
+    assert (a.a_tp, a.a_dp, a.a_ep, a.a_batch, a.n_gpus_out) == (1, 8, 8, 256, 8)
+    assert a.n_engine == "trtllm" and a.n_spec == 1  # TensorRT-LLM MTP with attention DP: one draft
+    assert (n["reason"] == "").all()
+    assert n["m_tpot"].tolist() == pytest.approx([18.0, 18.0])
+
+
+def test_runs_that_cannot_be_predicted_get_a_note_naming_the_field(tmp_path, catalog):
+    bad = [
+        {k: v for k, v in RUN.items() if k != "decode_tp"},
+        dict(RUN, framework="lmdeploy"),
+        dict(RUN, hardware="a100"),
+        dict(RUN, prefill_num_workers=0),
+        dict(RUN, num_decode_gpu=50, decode_num_workers=3),
+        dict(RUN, decode_tp=48, decode_ep=48, decode_dp_attention=False),  # TP48 does not divide 128 heads
+        "not a run",
+    ]
+    out = predict_measured(load_measured(_write(tmp_path, [RUN, *bad]), catalog), catalog)
+    assert list(out.columns) == ["run_index", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_output_tput_per_gpu", "note"]
+    assert out["run_index"].tolist() == list(range(8))
+    notes = out["note"].tolist()
+    assert notes[0] == "" and out["predicted_tpot_ms"][0] > 0 and out["predicted_output_tput_per_gpu"][0] > 0
+    assert notes[1] == "missing field 'decode_tp'"
+    assert notes[2] == "unknown engine 'lmdeploy' (field framework)"
+    assert notes[3] == "unknown hardware 'a100' (field hardware)"
+    assert notes[4].startswith("field prefill_num_workers is 0")
+    assert notes[5].startswith("field num_decode_gpu 50 is not a multiple of decode_num_workers")
+    assert "does not divide the 128 attention heads" in notes[6]
+    assert notes[7] == "the run is not a JSON object"
+    assert out["predicted_tpot_ms"][1:].isna().all()
+
+
+def test_throughput_per_gpu_is_the_closed_loop_rate_over_the_benchmark_gpus(tmp_path, catalog):
+    out = predict_measured(load_measured(_write(tmp_path, [RUN]), catalog), catalog).iloc[0]
+    O = 0.9 * 1024
+    e2el = out.predicted_ttft_ms / 1e3 + (O - 1) * out.predicted_tpot_ms / 1e3
+    assert out.predicted_output_tput_per_gpu == pytest.approx(2048 * O / e2el / 48)
+
+
+def test_a_file_of_neither_format_exits_1(tmp_path):
+    p = _write(tmp_path, {"hello": 1}, "x.json")
+    r = subprocess.run([sys.executable, "-m", "planner", "predict", "--data", str(p), "--out", str(tmp_path / "o.csv")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "not an InferenceX run list" in r.stderr
+
+
+def test_the_shared_runs_are_predicted(catalog):
+    m = load_measured(need(IX), catalog)
+    out = predict_measured(m, catalog)
+    assert len(out) == 712
+    assert out["predicted_tpot_ms"].notna().mean() >= 0.95
+    ok = out["predicted_tpot_ms"].notna()
+    ape = (out.loc[ok, "predicted_tpot_ms"] / (m.norm.loc[ok, "m_tpot"]) - 1).abs()
+    assert np.median(ape) < 0.30  # regression guard; docs/validation.md carries the measured figures
+
+
+def test_fit_takes_both_formats(catalog):
+    """A fit may use both files at once: the prepared frame holds rows of each."""
+    from planner.calib.fit import prepare
+
+    sets = [load_measured(need(SHARED / "calibration" / "silicon_calibration.csv"), catalog, measured=True),
+            load_measured(need(IX), catalog, measured=True)]
+    norm, dropped = prepare(sets, catalog)
+    assert set(norm["src"]) == {"silicon_calibration.csv", "dsr1_runs.json"}
+    assert (norm["m_tpot"] > 0).all() and isinstance(dropped, int)
+    assert set(norm.loc[norm["src"] == "dsr1_runs.json", "n_engine"]) == {"sglang", "trtllm", "atom"}
+    assert pd.api.types.is_numeric_dtype(norm["m_ttft"])

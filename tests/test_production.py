@@ -1,0 +1,137 @@
+"""Production techniques in the performance model: worked numbers and identities (ideal mode unless stated)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from planner.catalog.schemas import IDEAL, EngineEfficiency
+from planner.perf.candidates import planned_load, queue_wait
+from planner.perf.layout import Layout, check_layout, describe_layout
+from planner.perf.roofline import (
+    Setup,
+    _stage_parts,
+    accepted_tokens,
+    decode_step,
+    expected_max_normal,
+    expert_load_imbalance,
+    gemm_efficiency,
+    prefill_parts,
+)
+
+
+def test_redundant_experts_make_wide_ep_degrees_valid(catalog):
+    """EP72 and EP144 with 32 redundant slots for DeepSeek's 256 experts, EP96 with 96 for Kimi's 384: the
+    degree divides experts + redundant, not the experts alone."""
+    ds, kimi = catalog.models["deepseek-v3"], catalog.models["kimi-k2"]
+    check_layout(ds, Layout(1, 72, 1, 72, 32))
+    check_layout(ds, Layout(1, 144, 1, 144, 32))
+    check_layout(kimi, Layout(1, 96, 1, 96, 96))
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="--redundant-experts 32"):
+        check_layout(ds, Layout(1, 72, 1, 72, 0))
+    with pytest.raises(InputError, match="256 experts \\+ 8 redundant"):
+        check_layout(ds, Layout(1, 72, 1, 72, 8))
+    assert describe_layout(1, 72, 1, 72, 32) == "attn-DP72 EP72 +32 redundant"
+    assert describe_layout(8, 1, 2, 1) == "TP8 PP2"
+
+
+def test_accepted_tokens_per_draft_position():
+    """1 + a1 + a1 a2 + a1 a2 a3, the last acceptance repeating (DeepSeek-V3's catalog values)."""
+    acc = (0.875, 0.616)
+    assert accepted_tokens(3, acc) == pytest.approx(1 + 0.875 + 0.875 * 0.616 + 0.875 * 0.616**2)
+    assert accepted_tokens(0, acc) == pytest.approx(1.0)
+    assert accepted_tokens(np.array([1.0, 2.0]), 0.5).tolist() == pytest.approx([1.5, 1.75])
+
+
+def test_engine_acceptance_share_scales_every_draft(catalog):
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
+    eff = IDEAL.model_copy(update={"spec_accept_scale": 0.5})
+    s = Setup.make(m, hw, eff=eff, spec_tokens=2)
+    assert float(s.tokens_per_step) == pytest.approx(1 + 0.4375 + 0.4375 * 0.308)
+
+
+def test_expert_load_imbalance_of_random_routing(catalog):
+    """4 tokens x 8 experts over 8 EP ranks: 32 activations, mean 4 a rank, sd sqrt(4 x 7/8); the busiest of 8
+    ranks sits z_8 = 1.42 sd above (Blom), i.e. 1.67x the mean. Large batches average it away; tensor-parallel
+    experts (one rank) have none."""
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"], eff=IDEAL)
+    z8 = float(expected_max_normal(8))
+    assert z8 == pytest.approx(1.4236, abs=0.015)  # exact expected maximum of 8 standard normals: 1.4236
+    assert float(expert_load_imbalance(s, 8, 4)) == pytest.approx(1 + z8 * np.sqrt(4 * 7 / 8) / 4)
+    assert float(expert_load_imbalance(s, 8, 100_000)) == pytest.approx(1.0, abs=0.01)
+    assert float(expert_load_imbalance(s, 1, 4)) == 1.0
+    # At most every activation on one rank.
+    assert float(expert_load_imbalance(s, 64, 1)) <= 64.0
+
+
+def test_small_batch_ep_is_slower_than_tp_experts(catalog):
+    """At 4 sequences the busiest EP8 rank streams about twice its share of experts; TP-split experts share
+    every expert's bytes evenly, so TP8 EP8 decodes slower than TP8 with experts split by TP."""
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"], eff=IDEAL)
+    ep = decode_step(s, 8, 8, 1, 1, 4, 2000)
+    tp = decode_step(s, 8, 1, 1, 1, 4, 2000)
+    assert float(ep.gemm_memory_s) > 1.5 * float(tp.gemm_memory_s)
+
+
+def test_gemm_efficiency_follows_the_gemm_rows():
+    eff = EngineEfficiency(compute=0.6, compute_fp8=0.7, gemm_half_tokens=16)
+    assert float(gemm_efficiency(eff, "bf16", 16)) == pytest.approx(0.3)
+    assert float(gemm_efficiency(eff, "fp8", 48)) == pytest.approx(0.7 * 48 / 64)
+    assert float(gemm_efficiency(eff, "fp4", 1e9)) == pytest.approx(0.6, rel=1e-6)  # no FP4 factor: compute
+    assert float(gemm_efficiency(EngineEfficiency(compute=0.5), "bf16", 1)) == pytest.approx(0.5)  # flat
+
+
+def test_two_micro_batch_overlap_identity(catalog):
+    """With overlap a stage pass is two half micro-batches, each one's exchange under the other's work:
+    2 max(work_half, comm_half); weights are streamed once per micro-batch."""
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
+    s = Setup.make(m, hw, eff=IDEAL, tbo=1.0)
+    B, S = 72 * 128.0, 2000.0
+    st = decode_step(s, 1, 72, 1, 72, B, S)
+    half = _stage_parts(s, 1.0, 72.0, 1.0, 72.0, B / 2, S, 0.0, 0.0)
+    work = max(float(half.gemm_c), float(half.gemm_m)) + max(float(half.attn_c), float(half.attn_m))
+    assert float(st.step_s) == pytest.approx(2 * max(work, float(half.comm)))
+    plain = decode_step(replace(s, tbo=0.0), 1, 72, 1, 72, B, S)
+    assert float(st.weight_read_bytes) == pytest.approx(2 * float(plain.weight_read_bytes), rel=0.02)
+    # At this batch the exchange across nodes is large: hiding it pays.
+    assert float(st.step_s) < float(plain.step_s)
+
+
+def test_prefill_pass_in_ideal_mode_is_its_flops(catalog):
+    """A dense model's prefill of one prompt on one GPU in ideal mode: 2 P n + causal attention over peak."""
+    from planner.perf import params as P
+
+    m, hw = catalog.models["llama-3.1-8b"], catalog.hardware["h100-sxm"]
+    s = Setup.make(m, hw, eff=IDEAL)
+    comp, mem, comm, over = prefill_parts(s, 1, 1, 1, 1, 4096, 1)
+    flops = 2 * s.nonexpert_matmul_params * 4096
+    att = float(P.prefill_attention_flops(m, 4096))
+    assert float(comp) == pytest.approx(flops / hw.flops("bf16") + att / hw.flops("bf16"))
+    assert float(comm) == 0 and float(over) == 0
+
+
+def test_queue_wait_is_md1_for_one_server():
+    """M/D/1: Wq = rho / (2 (1 - rho)) x service."""
+    assert float(queue_wait(0.5, 1, 0.2)) == pytest.approx(0.5 / (2 * 0.5) * 0.2)
+    assert float(queue_wait(0.0, 4, 0.2)) == 0.0
+    assert float(queue_wait(0.9, 8, 0.2)) < float(queue_wait(0.9, 1, 0.2))
+
+
+def test_planned_load_meets_the_ttft_target():
+    """The rate a row is planned for is the highest whose TTFT under Poisson arrivals meets the target, within
+    the utilisation cap; a cap of 1 is a valid cap, and a row whose idle TTFT misses the target gets none."""
+    import pandas as pd
+
+    rows = pd.DataFrame({"capacity_rps": [20.0, 20.0, 20.0], "ttft_base_s": [0.5, 0.5, 1.2],
+                         "queue_work_s": [0.1, 0.1, 0.1], "queue_servers": [1.0, 1.0, 1.0]})
+    lam, t = planned_load(rows, 1.0, 1.0)
+    # slack 0.5 s = rho / (2 (1 - rho)) x 0.1 -> rho = 10 / 11
+    assert lam[0] == pytest.approx(10 / 11 / 0.1, rel=1e-6)
+    assert t[0] == pytest.approx(1.0, rel=1e-6)
+    lam_cap, _ = planned_load(rows, 1.0, 0.3)
+    assert lam_cap[0] == pytest.approx(0.3 * 20.0)
+    assert np.isnan(lam[2])
