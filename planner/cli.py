@@ -685,10 +685,57 @@ def calibrate_report(
     typer.echo(f"wrote {out}", err=True)
 
 
-def main() -> None:
-    """Entry point: typer handles usage errors (exit 2); planner errors print one line with their code."""
+def main(argv: list[str] | None = None) -> None:
+    """Entry point. Exit codes: 0 success, 1 bad input or usage error (one line naming the flag or file), 2
+    infeasible (with the diagnosis), 3 a limit reached without a plan. Anything else is reported on one line
+    and exits 1; ``--debug`` shows the traceback instead."""
+    err = _click_errors()
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    if debug:
+        args.remove("--debug")
     try:
-        app()
+        app(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {_one_line(str(exc))}\n")
         sys.exit(exc.exit_code)
+    except err["NoArgsIsHelpError"] as exc:
+        sys.stderr.write(exc.ctx.get_help() + "\n" if getattr(exc, "ctx", None) else "")
+        sys.exit(1)
+    except err["UsageError"] as exc:
+        ctx = getattr(exc, "ctx", None)
+        cmd = f" ({ctx.command_path})" if ctx is not None else ""
+        sys.stderr.write(f"error: {_one_line(exc.format_message())}{cmd}; see --help\n")
+        sys.exit(1)
+    except err["Exit"] as exc:
+        sys.exit(exc.exit_code)
+    except (*err["Abort"], KeyboardInterrupt):
+        sys.stderr.write("error: interrupted; nothing was written by this command unless it said so\n")
+        sys.exit(1)
+    except err["ClickException"] as exc:
+        sys.stderr.write(f"error: {_one_line(exc.format_message())}\n")
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, never a traceback
+        if debug:
+            raise
+        sys.stderr.write(
+            f"error: internal error ({type(exc).__name__}: {_one_line(str(exc))[:300]}); please report it, with "
+            "the command; rerun with --debug for the traceback\n"
+        )
+        sys.exit(1)
+
+
+def _click_errors() -> dict[str, tuple[type, ...]]:
+    """click's exception classes, from the click package and from the copy recent typer versions vendor."""
+    mods = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(__import__(name, fromlist=["UsageError"]))
+        except ImportError:
+            continue
+    names = ("NoArgsIsHelpError", "UsageError", "Exit", "Abort", "ClickException")
+    return {n: tuple(getattr(m, n) for m in mods if hasattr(m, n)) for n in names}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())

@@ -184,6 +184,8 @@ class Binding(_M):
 class PlacedGroup(_M):
     pool: str
     replica: int
+    """Replica number of this group in the first unit of the run; in the k-th unit of a run of identical
+    units it is ``replica + k * n``, ``n`` the groups of this pool and stage in one unit."""
     stage: int
     chips: int
 
@@ -191,6 +193,9 @@ class PlacedGroup(_M):
 class UnitPlacement(_M):
     hardware: str
     unit: int
+    """Number of the first unit of this run."""
+    count: int = 1
+    """Identical units in the run (units ``unit`` to ``unit + count - 1``)."""
     domains: list[list[PlacedGroup]]
 
 
@@ -470,46 +475,114 @@ def _workload_out(w, pools: list[Pool]) -> WorkloadOut:
 
 
 def pack(pools: list[Pool], hardware: dict) -> tuple[list[UnitPlacement], dict[str, int]]:
-    """Place every replica's stage groups (``tp * dp`` chips each) into packing domains, first fit
-    by decreasing size, then domains into purchase units. Returns the map and the units it needs."""
+    """Place every replica's stage groups (``tp * attn_dp`` chips each) into packing domains, first fit by
+    decreasing size, then domains into purchase units. Returns the map, runs of identical units compressed
+    into one entry each, and the units it needs.
+
+    Linear in the number of group kinds, not of replicas: identical groups are placed by count (a fleet of
+    a million replicas packs in microseconds), domains are kept as patterns with multiplicities.
+    """
     out: list[UnitPlacement] = []
     needed: dict[str, int] = {}
     for h, hw in hardware.items():
         D = packing_domain(hw)
         per_unit = hw.purchase_unit.chips_per_unit // D
-        items = []
+        kinds: list[tuple[int, str, int, int]] = []  # (group chips, pool, stage, count)
         for p in pools:
-            if p.hardware != h:
-                continue
-            g = p.layout.tp * p.layout.attn_dp
-            for rep in range(1, p.replicas + 1):
-                for st in range(1, p.layout.pp + 1):
-                    items.append((g, p.id, rep, st))
-        items.sort(key=lambda t: -t[0])
-        domains: list[list[PlacedGroup]] = []
-        free: list[int] = []
-        for g, pid, rep, st in items:
+            if p.hardware == h and p.replicas > 0:
+                g = p.layout.tp * p.layout.attn_dp
+                kinds += [(g, p.id, st, p.replicas) for st in range(1, p.layout.pp + 1)]
+        kinds.sort(key=lambda t: -t[0])
+        # Domain patterns: [groups: tuple of (pool, stage, chips, n), free chips, count of such domains]
+        pats: list[list] = []
+        for g, pid, st, n in kinds:
             if g > D:
                 k = math.ceil(g / D)
-                left = g
-                for _ in range(k):
-                    domains.append([PlacedGroup(pool=pid, replica=rep, stage=st, chips=min(D, left))])
-                    free.append(D - min(D, left))
-                    left -= D
+                for j in range(k):
+                    c = min(D, g - j * D)
+                    pats.append([((pid, st, c, 1),), D - c, n])
                 continue
-            for j, f in enumerate(free):
-                if f >= g:
-                    domains[j].append(PlacedGroup(pool=pid, replica=rep, stage=st, chips=g))
-                    free[j] -= g
-                    break
-            else:
-                domains.append([PlacedGroup(pool=pid, replica=rep, stage=st, chips=g)])
-                free.append(D - g)
-        n_units = math.ceil(len(domains) / per_unit) if domains else 0
+            left = n
+            i = 0
+            while left > 0 and i < len(pats):
+                groups, free, cnt = pats[i]
+                take = free // g
+                if take <= 0:
+                    i += 1
+                    continue
+                full = min(cnt, left // take)
+                part = left - full * take if full < cnt else 0
+                new = []
+                if full:
+                    new.append([groups + ((pid, st, g, take),), free - take * g, full])
+                if part:
+                    new.append([groups + ((pid, st, g, part),), free - part * g, 1])
+                rest = cnt - full - (1 if part else 0)
+                if rest:
+                    new.append([groups, free, rest])
+                left -= full * take + part
+                pats[i:i + 1] = new
+                i += len(new) - (1 if rest else 0)
+            if left > 0:
+                per = D // g
+                full, part = divmod(left, per)
+                if full:
+                    pats.append([((pid, st, g, per),), D - per * g, full])
+                if part:
+                    pats.append([((pid, st, g, part),), D - part * g, 1])
+        domains_total = sum(c for _, _, c in pats)
+        n_units = math.ceil(domains_total / per_unit) if domains_total else 0
         needed[h] = n_units
-        for k in range(n_units):
-            out.append(UnitPlacement(hardware=h, unit=k + 1, domains=domains[k * per_unit : (k + 1) * per_unit]))
+        out += _units_of(h, pats, per_unit)
     return out, needed
+
+
+def _units_of(h: str, pats: list[list], per_unit: int) -> list[UnitPlacement]:
+    """Group domain patterns (with multiplicities) into purchase units of ``per_unit`` domains, runs of
+    identical units compressed; replica numbers follow placement order per (pool, stage)."""
+    counter: dict[tuple[str, int], int] = defaultdict(int)
+    out: list[UnitPlacement] = []
+    unit_no = 1
+    buf: list[tuple] = []  # domain patterns (groups) of the unit being filled
+
+    def groups_of(doms: list[tuple], times: int) -> list[list[PlacedGroup]]:
+        """Domains of one unit (first of ``times`` identical ones), advancing the replica counters."""
+        per: dict[tuple[str, int], int] = defaultdict(int)
+        res = []
+        for groups in doms:
+            dom = []
+            for pid, st, c, n in groups:
+                for _ in range(n):
+                    dom.append(PlacedGroup(pool=pid, replica=counter[(pid, st)] + per[(pid, st)] + 1, stage=st, chips=c))
+                    per[(pid, st)] += 1
+            res.append(dom)
+        for key, n in per.items():
+            counter[key] += n * times
+        return res
+
+    for groups, _free, cnt in pats:
+        left = cnt
+        while left > 0:
+            if buf:
+                take = min(per_unit - len(buf), left)
+                buf += [groups] * take
+                left -= take
+                if len(buf) == per_unit:
+                    out.append(UnitPlacement(hardware=h, unit=unit_no, count=1, domains=groups_of(buf, 1)))
+                    unit_no += 1
+                    buf = []
+                continue
+            whole = left // per_unit
+            if whole:
+                out.append(UnitPlacement(hardware=h, unit=unit_no, count=whole, domains=groups_of([groups] * per_unit, whole)))
+                unit_no += whole
+                left -= whole * per_unit
+            if left:
+                buf = [groups] * left
+                left = 0
+    if buf:
+        out.append(UnitPlacement(hardware=h, unit=unit_no, count=1, domains=groups_of(buf, 1)))
+    return out
 
 
 def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
@@ -579,27 +652,29 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL),
             f"{served:.2f} req/s capacity for {w.requests_per_s:g} req/s")
         ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
-        reuse = [p for p in plan.pools if p.workload == w.name and p.prefix_tier != "none"]
-        if ws > 0 and reuse:
-            share = sum(p.predicted.requests_per_s for p in reuse) / w.requests_per_s
-            have = sum(p.prefix_cache_bytes_per_replica * p.replicas for p in reuse)
-            add(f"{w.name}: prefix cache", have >= ws * share * (1 - REL_TOL),
-                f"{have / 1e9:.0f} GB held for {ws * share / 1e9:.0f} GB of prefixes")
-    # Placement: every group inside one domain, every replica placed, units as bought.
-    placed = defaultdict(int)
+        for p in plan.pools:
+            if p.workload != w.name or p.prefix_tier == "none" or ws <= 0:
+                continue
+            # Each pool's tier holds the prefixes of the traffic routed to it (routing by prefix family).
+            need = ws * p.predicted.requests_per_s_per_replica / w.requests_per_s
+            add(f"{p.id}: prefix cache", p.prefix_cache_bytes_per_replica >= need * (1 - REL_TOL),
+                f"{p.prefix_cache_bytes_per_replica / 1e9:,.1f} GB per replica in {p.prefix_tier} for "
+                f"{need / 1e9:,.1f} GB of prefixes of its traffic")
+    # Placement: every group inside one domain, every replica's stage groups placed whole, units as bought.
+    placed: dict[tuple[str, int], int] = defaultdict(int)
     for up in plan.placement:
         D = packing_domain(hw_by_id[up.hardware])
         for dom in up.domains:
             if sum(g.chips for g in dom) > D:
                 add(f"{up.hardware} unit {up.unit}: domain", False, f"{sum(g.chips for g in dom)} chips in a {D}-chip domain")
             for g in dom:
-                placed[(g.pool, g.replica, g.stage)] += g.chips
-    expected = {(p.id, r, s): p.layout.tp * p.layout.attn_dp for p in plan.pools for r in range(1, p.replicas + 1) for s in range(1, p.layout.pp + 1)}
-    missing = [f"{k[0]}#{k[1]}" for k in expected.keys() | placed.keys() if placed.get(k, 0) != expected.get(k, 0)]
+                placed[(g.pool, g.stage)] += g.chips * up.count
+    expected = {(p.id, s): p.layout.tp * p.layout.attn_dp * p.replicas for p in plan.pools for s in range(1, p.layout.pp + 1)}
+    missing = [f"{k[0]} stage {k[1]}" for k in expected.keys() | placed.keys() if placed.get(k, 0) != expected.get(k, 0)]
     add("placement", not missing, "every stage group placed whole" if not missing else f"misplaced: {', '.join(missing[:5])}")
     for g in plan.units:
         hw = hw_by_id[g.hardware]
-        n = sum(1 for up in plan.placement if up.hardware == g.hardware)
+        n = sum(up.count for up in plan.placement if up.hardware == g.hardware)
         add(f"{g.hardware}: units", n <= g.count, f"{n} units hold the replicas, {g.count} bought")
         cost = g.count * hw.purchase_unit.chips_per_unit * rs.prices[g.hardware]
         add(f"{g.hardware}: cost", math.isclose(cost, g.usd_per_hour, rel_tol=1e-9), f"{g.count} x {hw.purchase_unit.chips_per_unit} chips x ${rs.prices[g.hardware]:.2f}")

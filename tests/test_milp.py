@@ -48,9 +48,9 @@ def _cost(data: PlanData, x) -> float | None:
         if cap["aggregated"] + min(cap["prefill"], cap["decode"]) < wd.requests_per_s - 1e-9:
             return None
         if wd.working_set_bytes > 0:
-            sel = (wlcol == w) & prefix
-            lhs = float(x[sel] @ (pcap[sel] / 1e9 - wd.working_set_bytes / 1e9 / wd.requests_per_s * rate[sel]))
-            if lhs < -1e-9:
+            # Each pool holds the prefixes of its own traffic share.
+            sel = (wlcol == w) & prefix & (x > 0)
+            if np.any(pcap[sel] / wd.working_set_bytes - rate[sel] / wd.requests_per_s < -1e-12):
                 return None
     kw = sum(units[h] * hd.chips_per_unit * hd.kw_per_chip for h, hd in data.hardware.items())
     if data.power_kw is not None and kw > data.power_kw + 1e-9:
@@ -149,6 +149,35 @@ def test_prefix_capacity_family():
     brute = _brute(data, xmax=10)
     assert _milp(data) == pytest.approx(brute)
     assert brute > 2.0  # two prefix replicas would serve the traffic without the capacity rule
+
+
+def test_prefix_capacity_holds_per_pool():
+    """Capacity in one pool's tier never serves another pool's traffic: fast HBM-tier replicas that hold almost
+    no prefixes cannot carry most of the traffic while the working set sits on two NVMe replicas (the pooled
+    rule allowed that); here every replica must hold its own traffic's share."""
+    # HBM row: 50 req/s per replica, 1 GB of prefixes; NVMe row: 2 req/s per replica, 400,000 GB.
+    rows = _rows([("w", "aggregated", "a", 1.0, 50.0, 1), ("w", "aggregated", "a", 1.0, 2.0, 400_000)])
+    wd = {"w": WorkloadData("w", 100.0, 100, 100, 400_000e9)}
+    data = PlanData(rows, {"a": _hw("a", 1, 1.0)}, wd)
+    m = build_model(data)
+    Solver(mip_gap=0.0).solve(m)
+    x, _ = solution_values(m)
+    # 1 GB against 400,000 GB x 50 / 100: the HBM row cannot be used at all; 50 NVMe replicas serve 100 req/s.
+    assert x == {1: 50}
+    assert _milp(data) == pytest.approx(50.0)
+
+
+def test_huge_demand_is_scaled_not_infinite():
+    """Demand near the planner's limit (1e7 req/s) solves to a fleet, with coefficients scaled per scenario."""
+    from planner.model.build import rate_unit
+
+    rows = _rows([("w", "aggregated", "a", 1.0, 5.0, 0)])
+    data = PlanData(rows, {"a": _hw("a", 8, 1.0)}, {"w": WorkloadData("w", 1e7, 100, 100, 0.0)})
+    assert rate_unit(data) == 1e4
+    m = build_model(data)
+    res = Solver(mip_gap=1e-9).solve(m)
+    x, u = solution_values(m)
+    assert res.status == "optimal" and x == {0: 2_000_000} and u == {"a": 250_000}
 
 
 def test_slots_per_replica_pins():

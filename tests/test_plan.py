@@ -245,3 +245,30 @@ def test_a_plan_that_fails_its_recheck_is_an_error(catalog, monkeypatch):
         Check(name="chat-aggregated-1: tpot", ok=False, detail="61.0 ms <= 30 ms")]))
     with pytest.raises(PlanCheckError, match="fails 1 of 1 re-checks .*chat-aggregated-1: tpot: 61.0 ms <= 30 ms"):
         make_plan(_scenario(catalog), QUICK)
+
+
+def test_packing_is_linear_in_replicas(catalog):
+    """A million replicas of mixed sizes pack by count (runs of identical units compressed), every group
+    whole inside one domain, no more units than the chips need."""
+    import time
+    from types import SimpleNamespace as NS
+
+    from planner.results import pack
+
+    hw = catalog.hardware["h200-sxm"]  # 8-GPU nodes, one domain each
+    pools = [NS(id="a", hardware="h200-sxm", replicas=1_000_000, layout=NS(tp=4, attn_dp=1, pp=1)),
+             NS(id="b", hardware="h200-sxm", replicas=333_333, layout=NS(tp=1, attn_dp=2, pp=3)),
+             NS(id="c", hardware="h200-sxm", replicas=7, layout=NS(tp=1, attn_dp=16, pp=1))]
+    t = time.perf_counter()
+    placement, needed = pack(pools, {"h200-sxm": hw})
+    assert time.perf_counter() - t < 5.0  # generous: it takes milliseconds; a per-replica loop takes hours
+    assert len(placement) < 20
+    chips = {}
+    for up in placement:
+        for dom in up.domains:
+            assert sum(g.chips for g in dom) <= 8
+            for g in dom:
+                chips[g.pool] = chips.get(g.pool, 0) + g.chips * up.count
+    assert chips == {"a": 4_000_000, "b": 333_333 * 2 * 3, "c": 7 * 16}
+    need = (4_000_000 + 333_333 * 6 + 7 * 16) / 8
+    assert needed["h200-sxm"] == sum(up.count for up in placement) and needed["h200-sxm"] <= int(need) + 2

@@ -54,14 +54,9 @@ class Measured:
 
 def detect_format(path: Path | str) -> str:
     """``inferencex`` for a JSON array, ``silicon`` for a CSV (by the first non-blank byte)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).lstrip()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    from planner.catalog.inputs import MAX_DATA_BYTES, read_bytes
+
+    head = read_bytes(path, limit=MAX_DATA_BYTES)[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")
     if head[:1] in (b"[", b"{"):
         return "inferencex"
     return "silicon"
@@ -85,13 +80,10 @@ def load_measured(path: Path | str, catalog: Catalog, *, fmt: str | None = None,
 
 def read_rows(path: Path | str, *, measured: bool = False) -> pd.DataFrame:
     """Read measured rows; with ``measured`` also require the measured TTFT/TPOT columns (fit, validate, report)."""
+    from planner.catalog.inputs import read_csv
+
     path = Path(path)
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    df = read_csv(path)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (expected the silicon_calibration.csv format)")

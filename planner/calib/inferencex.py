@@ -28,7 +28,6 @@ scripts, that the reading below follows:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -83,15 +82,10 @@ def looks_like_runs(data) -> bool:
 def read_runs(path: Path | str) -> pd.DataFrame:
     """One row per run, in file order: the run's fields, the metrics flattened as ``metrics.*``, its
     ``run_index`` and ``missing`` (the first required field it lacks, or "")."""
+    from planner.catalog.inputs import load_json
+
     path = Path(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not readable JSON ({str(exc).splitlines()[0]})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    data = load_json(path)
     if not looks_like_runs(data):
         raise InputError(
             f"{path}: not an InferenceX run list (expected a JSON array of objects with hardware, framework and "

@@ -9,20 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from planner.errors import InputError
 
 
 def read_expert_loads(path: Path, experts: int) -> dict[int, np.ndarray]:
     """Layer -> load vector of length ``experts`` (layer 0 for the one-layer shape)."""
+    from planner.catalog.inputs import read_csv
+
     path = Path(path)
-    try:
-        df = pd.read_csv(path, dtype=str, skipinitialspace=True)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    df = read_csv(path, dtype=str, skipinitialspace=True)
     cols = [c.strip().lower() for c in df.columns]
     df.columns = cols
     if set(cols) not in ({"expert", "load"}, {"layer", "expert", "load"}):

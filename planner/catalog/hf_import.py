@@ -8,7 +8,6 @@ hybrids (Qwen3.5) and multimodal wrappers whose language model sits under ``text
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,31 @@ def _quant_dtypes(cfg: dict[str, Any], dtype_default: str) -> tuple[str, str | N
     return dtype_default, None
 
 
+def _int(cfg: dict[str, Any], *keys: str, default: int | None = None, minimum: int = 1) -> int:
+    """The first of ``keys`` present (and not null) as a whole number >= ``minimum``; ``default`` when none
+    is present. A zero, a negative, a fraction, a boolean or a string is an error naming the key, never
+    silently replaced by a default."""
+    for k in keys:
+        v = cfg.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or int(v) < minimum:
+            raise InputError(f"config field '{k}' must be a whole number >= {minimum}, got {v!r}")
+        return int(v)
+    if default is None:
+        raise InputError(f"config has no '{keys[0]}' (is it a decoder-only language model config?)")
+    return default
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise InputError(f"config field '{key}' must be true or false, got {v!r}")
+    return v
+
+
 def _dtype(cfg: dict[str, Any]) -> str:
     raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower()
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(raw, "bf16")
@@ -52,15 +76,12 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
         cfg = {**cfg["text_config"], **{k: v for k, v in outer.items() if k == "quantization_config"}}
         if "quantization_config" in outer["text_config"]:
             cfg["quantization_config"] = outer["text_config"]["quantization_config"]
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg["vocab_size"])
-    except KeyError as exc:
-        raise InputError(f"config has no '{exc.args[0]}' (is it a decoder-only language model config?)") from None
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    layers = _int(cfg, "num_hidden_layers")
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    vocab = _int(cfg, "vocab_size")
+    kv_heads = _int(cfg, "num_key_value_heads", default=heads)
+    head_dim = _int(cfg, "head_dim", default=max(hidden // heads, 1))
 
     # Layer kinds ------------------------------------------------------------------------------
     layer_types = cfg.get("layer_types") or []
@@ -71,56 +92,57 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
     n_full = layers - n_sliding - n_linear
 
     attention: dict[str, Any]
-    if cfg.get("kv_lora_rank"):
-        nope = int(cfg.get("qk_nope_head_dim") or 128)
-        rope = int(cfg.get("qk_rope_head_dim") or 64)
+    if cfg.get("kv_lora_rank") is not None:
+        nope = _int(cfg, "qk_nope_head_dim", default=128)
+        rope = _int(cfg, "qk_rope_head_dim", default=64)
         attention = {
             "type": "mla",
             "heads": heads,
             "kv_heads": heads,
             "head_dim": nope + rope,
-            "v_head_dim": int(cfg.get("v_head_dim") or nope),
-            "kv_lora_rank": int(cfg["kv_lora_rank"]),
+            "v_head_dim": _int(cfg, "v_head_dim", default=nope),
+            "kv_lora_rank": _int(cfg, "kv_lora_rank"),
             "qk_rope_head_dim": rope,
         }
-        if cfg.get("q_lora_rank"):
-            attention["q_lora_rank"] = int(cfg["q_lora_rank"])
-        if cfg.get("index_topk"):
-            attention["sparse_topk_tokens"] = int(cfg["index_topk"])
-            attention["indexer_heads"] = int(cfg.get("index_n_heads") or 64)
-            attention["indexer_head_dim"] = int(cfg.get("index_head_dim") or 128)
+        if cfg.get("q_lora_rank") is not None:
+            attention["q_lora_rank"] = _int(cfg, "q_lora_rank")
+        if cfg.get("index_topk") is not None:
+            attention["sparse_topk_tokens"] = _int(cfg, "index_topk")
+            attention["indexer_heads"] = _int(cfg, "index_n_heads", default=64)
+            attention["indexer_head_dim"] = _int(cfg, "index_head_dim", default=128)
     else:
         attention = {"type": "gqa", "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
-        if cfg.get("attn_output_gate"):
+        if _flag(cfg, "attn_output_gate", False):
             attention["output_gate"] = True
     attention["full_layers"] = n_full
     if n_sliding:
         attention["sliding_layers"] = n_sliding
-        attention["sliding_window_tokens"] = int(cfg["sliding_window"])
+        attention["sliding_window_tokens"] = _int(cfg, "sliding_window")
     if n_linear:
         attention["linear_layers"] = n_linear
-        attention["linear_key_heads"] = int(cfg["linear_num_key_heads"])
-        attention["linear_value_heads"] = int(cfg["linear_num_value_heads"])
-        attention["linear_key_head_dim"] = int(cfg["linear_key_head_dim"])
-        attention["linear_value_head_dim"] = int(cfg["linear_value_head_dim"])
-        attention["linear_conv_kernel"] = int(cfg.get("linear_conv_kernel_dim") or 4)
+        attention["linear_key_heads"] = _int(cfg, "linear_num_key_heads")
+        attention["linear_value_heads"] = _int(cfg, "linear_num_value_heads")
+        attention["linear_key_head_dim"] = _int(cfg, "linear_key_head_dim")
+        attention["linear_value_head_dim"] = _int(cfg, "linear_value_head_dim")
+        attention["linear_conv_kernel"] = _int(cfg, "linear_conv_kernel_dim", default=4)
 
     # FFN / MoE ----------------------------------------------------------------------------------
-    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
+    experts = _int(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     moe = None
-    dense_inter = int(cfg.get("intermediate_size") or 0)
+    dense_inter = _int(cfg, "intermediate_size", default=0, minimum=0)
     if experts:
-        experts = int(experts)
-        top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("moe_top_k") or 2)
-        expert_inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size"))
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        mlp_only = list(cfg.get("mlp_only_layers") or [])
-        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        top_k = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_top_k", default=2)
+        expert_inter = _int(cfg, "moe_intermediate_size", "intermediate_size")
+        first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in mlp_only):
+            raise InputError(f"config field 'mlp_only_layers' must be a list of layer indices, got {mlp_only!r}")
+        step = _int(cfg, "decoder_sparse_step", "moe_layer_freq", default=1)
         moe_layer_ids = [
             i for i in range(layers) if i >= first_dense and i not in mlp_only and (i - first_dense) % step == 0
         ]
-        shared = int(cfg.get("n_shared_experts") or 0)
-        shared_inter = int(cfg.get("shared_expert_intermediate_size") or cfg.get("shared_intermediate_size") or 0)
+        shared = _int(cfg, "n_shared_experts", default=0, minimum=0)
+        shared_inter = _int(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0, minimum=0)
         if shared_inter and not shared:
             shared = 1
         moe = {
@@ -131,26 +153,26 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
             "shared_intermediate": shared_inter if shared_inter else shared * expert_inter,
             "layers": len(moe_layer_ids),
         }
-        groups = int(cfg.get("n_group") or 1)
+        groups = _int(cfg, "n_group", default=1)
         if groups > 1 and experts % groups == 0:
             # Group-limited routing: each token's experts come from ``topk_group`` of ``n_group`` groups.
             moe["groups"] = groups
-            moe["groups_per_token"] = min(int(cfg.get("topk_group") or groups), groups)
+            moe["groups_per_token"] = min(_int(cfg, "topk_group", default=groups), groups)
         if len(moe_layer_ids) == layers:
             dense_inter = 0
-    mtp = int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
-    if cfg.get("use_mtp"):
-        mtp = int(cfg.get("num_mtp_modules") or 1)
+    mtp = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, minimum=0)
+    if _flag(cfg, "use_mtp", False):
+        mtp = _int(cfg, "num_mtp_modules", default=1)
 
     base_dtype = _dtype(cfg if ("torch_dtype" in cfg or "dtype" in cfg) else outer)
     wdtype, edtype = _quant_dtypes(cfg, base_dtype)
-    rope_scaling = cfg.get("rope_scaling") or {}
-    max_ctx = int(cfg.get("max_position_embeddings") or 4096)
+    rope_scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    max_ctx = _int(cfg, "max_position_embeddings", default=4096)
     arch: dict[str, Any] = {
         "layers": layers,
         "hidden_size": hidden,
         "vocab_size": vocab,
-        "tie_embeddings": bool(outer.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+        "tie_embeddings": _flag(outer, "tie_word_embeddings", _flag(cfg, "tie_word_embeddings", False)),
         "attention": attention,
         "dense_intermediate": dense_inter,
     }
@@ -188,18 +210,17 @@ def hf_id_from_path(path: Path) -> str:
 
 def import_config(path: Path, *, model_id: str, hf_id: str | None = None, name: str | None = None) -> ModelSpec:
     """Read ``config.json`` at ``path`` and return a validated :class:`ModelSpec`."""
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    from planner.catalog.inputs import MAX_YAML_BYTES, load_json
+
+    cfg = load_json(path, limit=MAX_YAML_BYTES)
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: expected a JSON object")
     try:
         entry = config_to_entry(cfg, model_id=model_id, hf_id=hf_id or hf_id_from_path(Path(path)), name=name)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
+    except (TypeError, AttributeError, ValueError, ZeroDivisionError) as exc:
+        raise InputError(f"{path}: a field of the config has an unexpected shape ({type(exc).__name__}: {exc})") from None
     try:
         return ModelSpec.model_validate(entry)
     except ValidationError as err:

@@ -13,7 +13,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.catalog.schemas import EngineSpec, HardwareSpec, ModelSpec
@@ -48,15 +47,10 @@ def format_validation_error(path: Path | str, err: ValidationError) -> str:
 
 
 def read_yaml(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    """A YAML file through the one input layer (UTF-8, size and depth limits, repeated keys refused)."""
+    from planner.catalog.inputs import load_yaml
+
+    return load_yaml(path)
 
 
 def parse_entry(path: Path, cls: type[T]) -> T:

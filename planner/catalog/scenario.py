@@ -18,25 +18,31 @@ from planner.catalog.schemas import Dtype, EngineSpec, HardwareSpec, ModelSpec, 
 from planner.errors import InputError
 
 PosF = Annotated[float, Field(gt=0)]
+MAX_DEMAND_RPS = 1e7
+"""Largest demand a workload may state: ten million requests/s (the planner's MILP is scaled for demands up to
+here; an input beyond it is refused rather than solved to a wrong answer)."""
+MAX_TOKENS = 10_000_000
+MAX_WORKING_SET_GB = 1e9
+MAX_SLO_MS = 1e9
 
 
 class PrefixCache(Strict):
     hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Share of input tokens served from a cached prefix."""
-    working_set_gb: Annotated[float, Field(ge=0)] = 0.0
+    working_set_gb: Annotated[float, Field(ge=0, le=MAX_WORKING_SET_GB)] = 0.0
     """Bytes of reusable prefixes to keep (their KV), in GB."""
 
 
 class Slo(Strict):
-    ttft_ms: PosF
-    tpot_ms: PosF
+    ttft_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
+    tpot_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
 
 
 class Workload(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
-    requests_per_s: PosF
-    input_tokens: Annotated[int, Field(gt=0)]
-    output_tokens: Annotated[int, Field(gt=0)]
+    requests_per_s: Annotated[float, Field(gt=0, le=MAX_DEMAND_RPS)]
+    input_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+    output_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     prefix_cache: PrefixCache = PrefixCache()
     slo: Slo
 
@@ -58,10 +64,10 @@ class ExpertLoad(Strict):
 
 
 class Limits(Strict):
-    max_units: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    max_units: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] = Field(default_factory=dict)
     """Purchase units available per hardware id."""
-    power_kw: PosF | None = None
-    budget_usd_per_hour: PosF | None = None
+    power_kw: Annotated[float, Field(gt=0, le=1e9)] | None = None
+    budget_usd_per_hour: Annotated[float, Field(gt=0, le=1e12)] | None = None
 
 
 class Scenario(Strict):
@@ -73,7 +79,7 @@ class Scenario(Strict):
     kv_cache: list[Dtype] = Field(default_factory=lambda: ["bf16"], min_length=1)
     hardware: list[str] | None = Field(default=None, min_length=1)
     """Candidate hardware ids (default: every entry with a price)."""
-    prices: dict[str, PosF] = Field(default_factory=dict)
+    prices: dict[str, Annotated[float, Field(gt=0, le=1e4)]] = Field(default_factory=dict)
     """USD per chip-hour overrides."""
     engine: str | None = None
     """Serving engine every pool must run (a catalog engine id: sglang, vllm, trtllm, atom); default: the
@@ -150,6 +156,12 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
             if catalog.hardware_id(name) is None:
                 raise InputError(f"{where}: field '{key}.{name}': {unknown_id_message('hardware', name, catalog.hardware)}")
     weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
+    for i, w in enumerate(sc.workloads):
+        if w.input_tokens + w.output_tokens > model.max_context_tokens:
+            raise InputError(
+                f"{where}: field 'workloads.{i}': input_tokens + output_tokens = {w.input_tokens + w.output_tokens:,} "
+                f"exceeds the {model.max_context_tokens:,}-token context of {model.id}"
+            )
     load = _expert_load(sc, model, where, Path(path).parent if path else Path("."))
     notes: list[str] = []
     engines = tuple(catalog.engines.values())

@@ -193,18 +193,16 @@ def plan_markdown(plan: Plan) -> str:
 def _placement_lines(plan: Plan) -> list[str]:
     """One line per run of identical units."""
     out: list[str] = []
-    prev = None
-    runs = []
+    runs: list[list] = []
     for up in plan.placement:
         key = (up.hardware, tuple(tuple((g.pool, g.chips) for g in d) for d in up.domains))
-        if prev is not None and key == prev[0]:
-            prev[2] = up.unit
+        if runs and runs[-1][0] == key and runs[-1][2] + 1 == up.unit:
+            runs[-1][2] = up.unit + up.count - 1
             continue
-        prev = [key, up.unit, up.unit, up]
-        runs.append(prev)
+        runs.append([key, up.unit, up.unit + up.count - 1, up])
     for _key, a, b, up in runs:
         unit = next(g.kind for g in plan.units if g.hardware == up.hardware)
-        name = f"{up.hardware} {unit} {a}" if a == b else f"{up.hardware} {unit}s {a}-{b} (each)"
+        name = f"{up.hardware} {unit} {a}" if a == b else f"{up.hardware} {unit}s {a:,}-{b:,} (each)"
         doms = []
         for d in up.domains:
             counts: dict[tuple[str, int], int] = {}
@@ -213,6 +211,8 @@ def _placement_lines(plan: Plan) -> list[str]:
             doms.append(" + ".join(f"{n} x {p} group ({c} chip{'s' if c != 1 else ''})" for (p, c), n in counts.items()))
         if len(doms) == 1:
             out.append(f"- {name}: {doms[0]}")
+        elif len(set(doms)) == 1:
+            out.append(f"- {name}: {len(doms)} domains, each {doms[0]}")
         else:
             out.append(f"- {name}: " + " | ".join(f"domain {i + 1}: {d}" for i, d in enumerate(doms)))
     return out or ["- (empty)"]

@@ -5,7 +5,7 @@ Decisions
               hardware);
     ``u[h]``  integer purchase units (8-GPU nodes, NVL72 racks, TPU slices) of hardware ``h``;
     ``s_agg[w]``, ``s_dis[w]`` requests/s of workload ``w`` served by aggregated and by
-              disaggregated pools.
+              disaggregated pools, in units of ``rate_unit`` requests/s.
 
 Objective: dollars per hour of the purchase units, plus ``EPSILON`` times the dollars of the chips
 replicas occupy (among fleets of equal price, the one with no idle replicas).
@@ -17,6 +17,7 @@ a priced slack variable; the solution then says which limit is short and by how 
 
 from __future__ import annotations
 
+import numpy as np
 import pyomo.environ as pyo
 
 from planner.model.data import PlanData, row_arrays
@@ -29,6 +30,7 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     m = pyo.ConcreteModel(name="deployment")
     m._data = data
     m._arr = row_arrays(data)
+    m._unit = rate_unit(data)
     m._elastic = elastic
     define_sets(m, data)
     define_parameters(m, data)
@@ -42,6 +44,14 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     define_prefix_cache_capacity(m)
     define_objective(m)
     return m
+
+
+def rate_unit(data: PlanData) -> float:
+    """Requests/s per unit of the demand and capacity terms: a power of ten that brings the largest demand to
+    at most 1000 units, so no coefficient of the MILP nears the solver's infinity (HiGHS reads values of 1e20
+    and above as infinite) or its feasibility tolerance, whatever the scenario's scale."""
+    top = max((w.requests_per_s for w in data.workloads.values()), default=1.0)
+    return float(10.0 ** max(0, int(np.floor(np.log10(max(top, 1.0)))) - 3))
 
 
 def define_sets(m, data: PlanData) -> None:
@@ -90,15 +100,16 @@ def define_variables(m, data: PlanData) -> None:
 
 
 def _served(m, w, role):
-    rate = m._arr["rate"]
+    rate = m._arr["rate"] / m._unit
     return sum(rate[i] * m.x[i] for i in m._rows_of.get(("role", w, role), []))
 
 
 def define_demand_coverage(m) -> None:
-    """Each workload's traffic is served, by aggregated pools, disaggregated pools or both."""
+    """Each workload's traffic is served, by aggregated pools, disaggregated pools or both (in units of
+    ``rate_unit`` requests/s)."""
 
     def rule(m, w):
-        return m.s_agg[w] + m.s_dis[w] >= m.demand[w]
+        return m.s_agg[w] + m.s_dis[w] >= m.demand[w] / m._unit
 
     m.demand_coverage = pyo.Constraint(m.W, rule=rule)
 
@@ -179,19 +190,24 @@ def define_budget(m) -> None:
 
 
 def define_prefix_cache_capacity(m) -> None:
-    """Pools that reuse cached prefixes hold them: prefixes are routed by family, so pools serving a
-    share ``f`` of a workload's traffic with prefix reuse hold ``f`` of its working set in their
-    tier (free HBM, host DRAM or flash)."""
+    """Each pool that reuses cached prefixes holds the prefixes of the traffic routed to it: prefixes are
+    routed by family, so a replica planned for a share ``rate / demand`` of a workload's traffic holds that
+    share of its working set in its own tier (free HBM, host DRAM or flash), ``pcap / working_set - rate /
+    demand >= 0`` per replica (both sides dimensionless); capacity in one pool's tier never serves another
+    pool's traffic."""
     a = m._arr
+    rows = [i for w in m.W for i in m._rows_of.get(("prefix", w), []) if m._data.workloads[w].working_set_bytes > 0]
+    if not rows:
+        return
+    wl = a["workload"]
 
-    def rule(m, w):
-        rows = m._rows_of.get(("prefix", w), [])
-        if not rows or m._data.workloads[w].working_set_bytes <= 0:
-            return pyo.Constraint.Skip
-        gb_per_rps = m.working_set_gb[w] / m.demand[w]
-        return sum((a["pcap"][i] / 1e9 - gb_per_rps * a["rate"][i]) * m.x[i] for i in rows) >= 0
+    def rule(m, i):
+        w = wl[i]
+        share_held = a["pcap"][i] / 1e9 / m.working_set_gb[w]
+        share_served = a["rate"][i] / m.demand[w]
+        return (share_held - share_served) * m.x[i] >= 0
 
-    m.prefix_cache_capacity = pyo.Constraint(m.W, rule=rule)
+    m.prefix_cache_capacity = pyo.Constraint(rows, rule=rule)
 
 
 def define_objective(m) -> None:
