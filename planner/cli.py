@@ -39,7 +39,23 @@ def _catalog():
 
 
 def _echo_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+    """One JSON document on stdout; a number that is not finite (a median over no rows) is written as null,
+    never as the NaN or Infinity literals JSON does not have."""
+    sys.stdout.write(json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+def _finite(obj):
+    import math
+
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(float(obj)) else None
+    return obj
 
 
 def _json_default(o):
@@ -110,17 +126,19 @@ def plan(
 ) -> None:
     """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
     from planner.catalog.scenario import load_scenario, resolve_scenario, with_engine
-    from planner.export.plan import plan_json, write_plan
+    from planner.export.files import check_file, check_folder, owned_files
+    from planner.export.plan import legacy_plan_files, plan_json, write_plan
     from planner.planning import PlanOptions, input_hash, make_plan
 
     engine = _check_engine(engine)
     rs = with_engine(resolve_scenario(load_scenario(scenario), _catalog(), scenario), engine)
     target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
+    check_folder(target, option="--out")
     if not force:
-        for f in (target / "plan.md", target / "plan.json", *target.glob("experts-*.json")):
-            _refuse_overwrite(f, force)
+        for name in sorted(owned_files(target, legacy_plan_files)) + ["plan.md", "plan.json"]:
+            _refuse_overwrite(target / name, force)
     if lp is not None:
-        _refuse_overwrite(lp, force)
+        check_file(lp, force=force, option="--lp")
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
                        lp_path=None if lp is None else str(lp))
     res = make_plan(rs, opts)
@@ -142,9 +160,19 @@ def plan(
 
 
 def _progress(label: str):
-    """A rich progress callback on a terminal; None otherwise (CI logs stay clean)."""
+    """A rich progress bar on a terminal; without one, a plain line every 10 s (and at the end), so a log
+    shows that a long run is alive."""
     if not sys.stderr.isatty():
-        return None, None
+        state = {"t": time.perf_counter(), "t0": time.perf_counter()}
+
+        def line(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - state["t"] >= 10.0 or done == total:
+                state["t"] = now
+                sys.stderr.write(f"{label}: {done:,}/{total:,} points ({done / max(total, 1):.0%}), {now - state['t0']:.0f} s\n")
+                sys.stderr.flush()
+
+        return None, line
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     bar = Progress("[bold]" + label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
@@ -154,6 +182,9 @@ def _progress(label: str):
         bar.update(task, completed=done, total=total)
 
     return bar, update
+
+
+SWEEP_FILES = ("sweep.csv", "cost.png", "pareto.png", "tornado.csv", "tornado.png")
 
 
 @app.command()
@@ -170,14 +201,20 @@ def sweep(
     with_tornado: Annotated[
         bool, typer.Option("--tornado/--no-tornado", help="Also move every input +-20% around the scenario.")
     ] = True,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing sweep.")] = False,
+    max_points: Annotated[
+        int, typer.Option("--max-points", min=1, help="Refuse sweeps with more points than this (each is a MILP solve).")
+    ] = 10_000,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing sweep.")] = False,
 ) -> None:
-    """Re-solve a scenario over the Cartesian product of --vary values; write sweep.csv and plots."""
+    """Re-solve a scenario over the Cartesian product of --vary values; write sweep.csv and plots.
+
+    Ctrl-C stops the sweep and keeps the points already solved (the others read 'not run')."""
     from planner.catalog.loader import read_yaml
     from planner.catalog.writer import atomic_write_text
     from planner.export import plots
+    from planner.export.files import check_folder, owned_files, staged
     from planner.planning import PlanOptions
-    from planner.sweep import parse_vary, run_sweep, tornado
+    from planner.sweep import check_sweep, iter_sweep, parse_vary, sweep_frame, tornado
 
     engine = _check_engine(engine)
     base = read_yaml(scenario)
@@ -188,45 +225,67 @@ def sweep(
     if len(set(paths)) != len(paths):
         raise InputError("--vary: each PATH at most once")
     target = out or Path("sweeps") / str(base.get("name", scenario.stem))
-    _refuse_overwrite(target / "sweep.csv", force)
+    check_folder(target, option="--out")
+    if not force:
+        for name in sorted(owned_files(target, lambda f: {n for n in SWEEP_FILES if (f / n).is_file()})):
+            _refuse_overwrite(target / name, force)
+    cat = _catalog()
+    total = check_sweep(base, scenario, varies, cat, max_points)
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=False)
     bar, update = _progress("sweep")
     t0 = time.perf_counter()
+    rows: dict[int, dict] = {}
+    interrupted = False
     if bar:
         bar.start()
     try:
-        df = run_sweep(base, scenario, varies, _catalog(), catalog_root=_state["catalog"], jobs=jobs, opts=opts,
-                       progress=update)
+        for idx, row in iter_sweep(base, scenario, varies, cat, catalog_root=_state["catalog"], jobs=jobs, opts=opts):
+            rows[idx] = row
+            update(len(rows), total)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         if bar:
             bar.stop()
     wall = time.perf_counter() - t0
-    atomic_write_text(target / "sweep.csv", df.to_csv(index=False))
-    written = [target / "sweep.csv", plots.cost_vs_inputs(df, paths, target / "cost.png")]
-    first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)
-    if first is not None:
-        ok = df[df["status"].isin(["optimal", "feasible"])]
-        written.append(plots.pareto(ok[first].to_numpy(), ok["usd_per_mtok_output"].to_numpy(), target / "pareto.png",
-                                    title=f"Cost against interactivity ({first.split('.')[0]})"))
-    if with_tornado:
-        bar, update = _progress("tornado")
-        if bar:
-            bar.start()
-        try:
-            td = tornado(base, scenario, _catalog(), opts=opts, progress=update)
-        except PlannerError as err:
-            typer.echo(f"tornado skipped: {err}", err=True)
-            td = None
-        finally:
+    df = sweep_frame(rows, varies)
+    written: list[Path] = []
+    with staged(target, force=force, unit=True, kind="sweep", written=written) as stage:
+        atomic_write_text(stage / "sweep.csv", df.to_csv(index=False))
+        if rows:
+            plots.cost_vs_inputs(df, paths, stage / "cost.png")
+            first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)
+            if first is not None:
+                ok = df[df["status"].isin(["optimal", "feasible"])]
+                plots.pareto(ok[first].to_numpy(), ok["usd_per_mtok_output"].to_numpy(), stage / "pareto.png",
+                             title=f"Cost against interactivity ({first.split('.')[0]})")
+        if with_tornado and not interrupted:
+            bar, update = _progress("tornado")
             if bar:
-                bar.stop()
-        if td is not None:
-            atomic_write_text(target / "tornado.csv", td.to_csv(index=False))
-            written += [target / "tornado.csv", plots.tornado_chart(td, target / "tornado.png")]
+                bar.start()
+            try:
+                td = tornado(base, scenario, cat, opts=opts, progress=update)
+            except PlannerError as err:
+                typer.echo(f"tornado skipped: {err}", err=True)
+                td = None
+            except KeyboardInterrupt:
+                typer.echo("tornado interrupted: left out", err=True)
+                td = None
+            finally:
+                if bar:
+                    bar.stop()
+            if td is not None:
+                atomic_write_text(stage / "tornado.csv", td.to_csv(index=False))
+                plots.tornado_chart(td, stage / "tornado.png")
     ok = int(df["status"].isin(["optimal", "feasible"]).sum())
+    if interrupted:
+        typer.echo(f"interrupted: kept {len(rows):,} of {total:,} points in {target / 'sweep.csv'} "
+                   "(the others read 'not run'); re-run the command to solve them all", err=True)
+        raise typer.Exit(1)
+    solved = df[df["status"] != "not run"]
     typer.echo(
         f"{len(df)} points ({ok} with a plan) in {wall:.1f} s with --jobs {jobs}: "
-        f"build {df['build_s'].sum():.1f} s, update {df['update_s'].sum():.2f} s, solve {df['solve_s'].sum():.1f} s "
+        f"build {solved['build_s'].sum():.1f} s, update {solved['update_s'].sum():.2f} s, solve {solved['solve_s'].sum():.1f} s "
         f"summed over points; wrote {', '.join(str(p) for p in written)}",
         err=True,
     )
@@ -286,19 +345,23 @@ def insights(
     as_json: Annotated[bool, typer.Option("--json", help="The headline figures as JSON on stdout.")] = False,
 ) -> None:
     """How batch, context, sparsity, pipelining and scale-up domains set cost and latency, computed."""
+    from planner.export.files import check_file, check_folder, staged
     from planner.export.insights import command, write
     from planner.insights import compute
 
     if len(model) != len(hardware):
         raise InputError("--model and --hardware: give them in pairs (one --hardware per --model)")
     engine = _check_engine(engine)
-    _refuse_overwrite(out / "insights.md", force)
+    check_folder(out, option="--out")
+    check_file(out / "insights.md", force=force, option="--out")
     cat = _catalog()
     for m, h in zip(model, hardware, strict=True):
         _flag("--model", cat.get_model, m)
         _flag("--hardware", cat.get_hardware, h)
     items = [compute(cat, m, h, context=context, engine=engine) for m, h in zip(model, hardware, strict=True)]
-    md = write(items, out, command(list(zip(model, hardware, strict=True)), out, context))
+    with staged(out, force=force, unit=False) as stage:  # every file (plots included) refused without --force
+        write(items, stage, command(list(zip(model, hardware, strict=True)), out, context))
+    md = out / "insights.md"
     if as_json:
         js = [i.to_json() for i in items]
         _echo_json(js[0] if len(js) == 1 else js)
@@ -319,7 +382,7 @@ def experts(
     redundant: Annotated[str, typer.Option("--redundant", help="Redundant expert slots R, or 'auto'.")] = "auto",
     load: Annotated[Path | None, typer.Option("--load", help="CSV expert,load or layer,expert,load.")] = None,
     skew: Annotated[str, typer.Option("--skew", help="Synthetic power-law load without --load: zipf:S.")] = "zipf:1.0",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic load and the search.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of the synthetic load and the search.")] = 0,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.5, help="Seconds for the whole placement.")] = 10.0,
     hardware: Annotated[
         str | None, typer.Option("--hardware", help="GPU id: checks memory and bounds --redundant auto.")
@@ -335,6 +398,7 @@ def experts(
     from planner.catalog.expert_loads import read_expert_loads
     from planner.catalog.writer import atomic_write_text
     from planner.experts import check_memory, check_shape, choose_redundant, place_layers, placement_map
+    from planner.export.files import check_file
     from planner.perf.experts import parse_skew, zipf_loads
     from planner.perf.params import model_stats
 
@@ -345,7 +409,7 @@ def experts(
     hw = _flag("--hardware", cat.get_hardware, hardware) if hardware else None
     n_exp = m.architecture.moe.experts
     if map_file is not None:
-        _refuse_overwrite(map_file, force)
+        check_file(map_file, force=force, option="--map")
     if load is not None:
         loads = read_expert_loads(load, n_exp)
     else:
@@ -387,8 +451,11 @@ def experts(
     )
     typer.echo(f"  imbalance (max / mean GPU load), even split among copies:  MILP {out['imbalance']:.4f}   "
                f"greedy EPLB {out['greedy_imbalance']:.4f}")
-    typer.echo(f"  same placements under a balancing router:               MILP {out['imbalance_balanced']:.4f}   "
-               f"greedy EPLB {out['greedy_imbalance_balanced']:.4f}")
+    def _bal(x: float | None) -> str:
+        return "n/a (no time left in --time-limit)" if x is None else f"{x:.4f}"
+
+    typer.echo(f"  same placements under a balancing router:               MILP {_bal(out['imbalance_balanced'])}   "
+               f"greedy EPLB {_bal(out['greedy_imbalance_balanced'])}")
     typer.echo(f"  solver: {sv['status']}, gap {sv['mip_gap']:.4%}, {sv['wall_s']:.1f} s")
     if curve is not None:
         typer.echo(f"  --redundant auto: {rule}")
@@ -559,6 +626,7 @@ def models_import(
 
     from planner.catalog.hf_import import import_config
     from planner.catalog.writer import atomic_write_text, dump_yaml
+    from planner.export.files import check_file
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", ident):
         raise InputError(f"--id '{ident}' must be lowercase kebab-case (letters, digits, '.', '-')")
@@ -568,7 +636,7 @@ def models_import(
         sys.stdout.write(text)
         return
     target = out or (_catalog_root() / "models" / f"{ident}.yaml")
-    _refuse_overwrite(target, force)
+    check_file(target, force=force, option="--out")
     atomic_write_text(target, text)
     typer.echo(f"wrote {target}", err=True)
 
@@ -598,8 +666,9 @@ def predict(
     from planner.calib.data import load_measured
     from planner.calib.predict import predict_measured
     from planner.catalog.writer import atomic_write_text
+    from planner.export.files import check_file
 
-    _refuse_overwrite(out, force)
+    check_file(out, force=force, option="--out")
     cat = _catalog()
     meas = load_measured(data, cat, fmt=fmt)
     res = predict_measured(meas, cat)
@@ -627,6 +696,10 @@ def validate(
         if meas.norm["m_tpot"].notna().sum() == 0:
             raise InputError(f"{path}: no measured rows (validation needs measured TTFT and TPOT)")
         pred = predict_normalised(meas.norm, cat)
+        if pred["predicted_tpot_ms"].notna().sum() == 0:
+            why = meas.norm["reason"][meas.norm["reason"] != ""]
+            top = f" (most common reason: {why.value_counts().index[0]})" if len(why) else ""
+            raise InputError(f"{path}: none of its {len(meas.norm)} rows can be predicted{top}")
         frames[str(path)] = evaluation_frame(meas, pred, notes(meas.norm, pred, cat, meas.fmt))
     summaries = {k: frame_summary(f) for k, f in frames.items()}
     if as_json:
@@ -677,11 +750,17 @@ def calibrate_report(
     out: Annotated[Path, typer.Option("--out", help="Markdown report to write (plots beside it).")] = Path("docs/validation.md"),
     cv: Annotated[bool, typer.Option("--cv/--no-cv", help="Also run leave-one-hardware-out and leave-one-model-out cross-validation (slow).")] = True,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes for the cross-validation folds.")] = 2,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing report and its plot.")] = False,
 ) -> None:
     """Write the validation report: error tables per file and group, residual plots, cross-validation, repeatability."""
-    from planner.calib.report import write_report
+    from planner.calib.report import plot_name, write_report
+    from planner.export.files import check_file, staged
 
-    write_report(_catalog(), data, out, cross_validate=cv, jobs=jobs)
+    check_file(out, force=force, option="--out")
+    check_file(out.with_name(plot_name(out)), force=force, option="--out (its plot)")
+    cat = _catalog()
+    with staged(out.parent, force=force, unit=False) as stage:
+        write_report(cat, data, stage / out.name, cross_validate=cv, jobs=jobs)
     typer.echo(f"wrote {out}", err=True)
 
 
@@ -695,7 +774,9 @@ def main(argv: list[str] | None = None) -> None:
     if debug:
         args.remove("--debug")
     try:
-        app(args=args, prog_name="planner", standalone_mode=False)
+        rc = app(args=args, prog_name="planner", standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)  # click returns typer.Exit's code instead of raising it when not standalone
     except PlannerError as exc:
         sys.stderr.write(f"error: {_one_line(str(exc))}\n")
         sys.exit(exc.exit_code)

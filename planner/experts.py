@@ -56,10 +56,10 @@ class PlacementResult:
     placement: list[list[int]]
     imbalance: float
     """max / mean GPU load of the placement under even split (the objective)."""
-    imbalance_balanced: float
+    imbalance_balanced: float | None
     greedy_placement: list[list[int]]
     greedy_imbalance: float
-    greedy_imbalance_balanced: float
+    greedy_imbalance_balanced: float | None
     solver: dict
     node_spread: float
     """Mean number of nodes an expert's copies span."""
@@ -105,14 +105,18 @@ def check_shape(experts: int, gpus: int, redundant: int) -> int:
     return (experts + redundant) // gpus
 
 
-def balanced_imbalance(load: np.ndarray, placement: list[list[int]]) -> float:
-    """Imbalance of a fixed placement under the balancing router (an LP)."""
+def balanced_imbalance(load: np.ndarray, placement: list[list[int]], time_limit_s: float = 60.0) -> float | None:
+    """Imbalance of a fixed placement under the balancing router (an LP); None when the LP does not
+    finish within ``time_limit_s`` (very large groups under a short ``--time-limit``)."""
     if len(replicas_of(placement, len(load)).nonzero()[0]) < len(load):
         raise InputError("placement evaluation failed: an expert has no copy")
+    if all(len(set(h)) == 1 for h in placement) and all(len(h) == 1 for h in placement):
+        # one slot per GPU: the router can only split an expert among its own copies, evenly at best
+        return imbalance(even_split_loads(load, placement))
     m = build_balanced_model(load, placement)
-    res = Solver(mip_gap=0.0, time_limit_s=60).solve(m)
-    if not res.has_solution:
-        raise InputError("placement evaluation failed: an expert has no copy")
+    res = Solver(mip_gap=0.0, time_limit_s=max(time_limit_s, 0.05)).solve(m)
+    if res.status != "optimal":
+        return None
     return float(pyo.value(m.Z))
 
 
@@ -147,7 +151,8 @@ def improve(load: np.ndarray, placement: list[list[int]], *, time_limit_s: float
     S = len(placement[0])
     w = np.asarray(load, dtype=float) / float(np.sum(load)) * G
     n = replicas_of(placement, len(load)).astype(int)
-    placement = swap_descent(w / n, placement)
+    deadline = t0 + time_limit_s
+    placement = swap_descent(w / n, placement, deadline=deadline)
     held = {g: list(h) for g, h in enumerate(placement)}
     node_of = {g: g // gpus_per_node for g in range(G)} if gpus_per_node else None
     rng = np.random.default_rng(seed)
@@ -197,7 +202,7 @@ def improve(load: np.ndarray, placement: list[list[int]], *, time_limit_s: float
                 held.update(old)
                 n[:] = old_n
             else:
-                held = dict(enumerate(swap_descent(w / n, [held[g] for g in range(G)])))
+                held = dict(enumerate(swap_descent(w / n, [held[g] for g in range(G)], deadline=deadline)))
                 cur = loads()
         stall = stall + 1 if cur.max() >= best - 1e-9 else 0
         best = min(best, float(cur.max()))
@@ -273,18 +278,22 @@ def place_experts(load: np.ndarray, gpus: int, redundant: int, *, gpus_per_node:
         placement, info = solve_exact(load, greedy, time_limit_s=time_limit_s, mip_gap=mip_gap, gpus_per_node=gpn)
     else:
         # leave time for the two balanced-router LPs (~0.2 s each at 256 x 64)
-        budget = max(time_limit_s - (time.perf_counter() - t0) - 0.6, 0.5)
+        budget = max(time_limit_s - (time.perf_counter() - t0) - min(0.6, 0.2 * time_limit_s), 0.05)
         placement, info = improve(load, greedy, time_limit_s=budget, gpus_per_node=gpn, seed=seed, mip_gap=mip_gap)
     even = imbalance(even_split_loads(load, placement))
     if even > g_even + 1e-12:  # the search starts from greedy and never worsens; keep the guard honest
         placement, even = greedy, g_even
     gap = max(even - info["bound"], 0.0) / even
     status = "optimal" if gap <= mip_gap + 1e-12 else "feasible"
+    left = time_limit_s - (time.perf_counter() - t0)
+    bal = balanced_imbalance(load, placement, left / 2) if left > 0.05 else None
+    left = time_limit_s - (time.perf_counter() - t0)
+    g_bal = balanced_imbalance(load, greedy, left) if left > 0.05 else None
     return PlacementResult(
         experts=E, gpus=gpus, redundant=redundant, placement=placement, imbalance=even,
-        imbalance_balanced=balanced_imbalance(load, placement),
+        imbalance_balanced=bal,
         greedy_placement=greedy, greedy_imbalance=g_even,
-        greedy_imbalance_balanced=balanced_imbalance(load, greedy),
+        greedy_imbalance_balanced=g_bal,
         solver={"status": status, "mip_gap": gap, "bound": info["bound"], "wall_s": time.perf_counter() - t0,
                 **{k: v for k, v in info.items() if k not in ("bound", "wall_s")}},
         node_spread=node_spread(placement, gpus_per_node, E),
@@ -327,6 +336,11 @@ def redundancy_options(experts: int, gpus: int, limit: int = 4) -> list[int]:
     return [r0 + i * gpus for i in range(limit) if (experts + r0 + i * gpus) // gpus <= experts]
 
 
+def _mean_or_none(xs: list[float | None]) -> float | None:
+    """The mean, or None when any layer's value was not computed within the time limit."""
+    return None if any(x is None for x in xs) else float(np.mean(xs))
+
+
 @dataclass
 class LayeredPlacement:
     """One placement per MoE layer (or one shared by all), with what it costs and buys."""
@@ -350,8 +364,8 @@ class LayeredPlacement:
         out = {
             "imbalance": self.imbalance,
             "greedy_imbalance": self.greedy_imbalance,
-            "imbalance_balanced": float(np.mean([r.imbalance_balanced for r in self.results])),
-            "greedy_imbalance_balanced": float(np.mean([r.greedy_imbalance_balanced for r in self.results])),
+            "imbalance_balanced": _mean_or_none([r.imbalance_balanced for r in self.results]),
+            "greedy_imbalance_balanced": _mean_or_none([r.greedy_imbalance_balanced for r in self.results]),
             "experts": first.experts,
             "gpus": first.gpus,
             "redundant_experts": first.redundant,
@@ -387,9 +401,13 @@ def place_layers(loads: dict[int, np.ndarray], gpus: int, redundant: int, *, gpu
         shared = True
     else:
         shared = len(loads) == 1
-    per = max(time_limit_s / len(loads), 0.5)
-    results = [place_experts(v, gpus, redundant, gpus_per_node=gpus_per_node, time_limit_s=per,
-                             mip_gap=mip_gap, seed=seed) for v in loads.values()]
+    deadline = time.perf_counter() + time_limit_s
+    results = []
+    for i, v in enumerate(loads.values()):
+        # each layer gets an equal share of what is left (the greedy baseline is always computed)
+        per = max((deadline - time.perf_counter()) / (len(loads) - i), 0.05)
+        results.append(place_experts(v, gpus, redundant, gpus_per_node=gpus_per_node, time_limit_s=per,
+                                     mip_gap=mip_gap, seed=seed))
     return LayeredPlacement(list(loads), results, shared)
 
 
@@ -421,8 +439,10 @@ def choose_redundant(loads: dict[int, np.ndarray], gpus: int, *, model=None, hw=
         allowed.append((r, extra))
     if not allowed:
         raise InputError(f"--gpus {gpus}: no redundancy fills every GPU equally; pick --gpus dividing {experts} + R")
-    for r, extra in allowed:
-        lp = place_layers(loads, gpus, r, gpus_per_node=gpus_per_node, time_limit_s=time_limit_s / len(allowed),
+    deadline = time.perf_counter() + time_limit_s
+    for i, (r, extra) in enumerate(allowed):
+        share = max((deadline - time.perf_counter()) / (len(allowed) - i), 0.05)
+        lp = place_layers(loads, gpus, r, gpus_per_node=gpus_per_node, time_limit_s=share,
                           mip_gap=mip_gap, seed=seed, merge=merge)
         runs.append(lp)
         curve.append({"redundant_experts": r, "slots_per_gpu": (experts + r) // gpus, "imbalance": lp.imbalance,

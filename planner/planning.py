@@ -10,11 +10,13 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyomo.environ as pyo
 
 from planner.catalog.scenario import ResolvedScenario, with_engine
+from planner.catalog.writer import atomic_write_with
 from planner.errors import InfeasibleError, PlanCheckError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.build import fleet_kw
@@ -92,7 +94,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     data.notes[:0] = notes
     model = build_model(data)
     if opts.lp_path is not None:
-        model.write(str(opts.lp_path), io_options={"symbolic_solver_labels": True})
+        atomic_write_with(Path(opts.lp_path),
+                          lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
     res = solver.solve(model)

@@ -19,8 +19,8 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,10 @@ class Vary:
     values: tuple[float, ...]
 
 
+MAX_POINTS_PER_VARY = 1_000_000
+"""Values one ``--vary`` range may generate (the product of all of them is capped by ``--max-points``)."""
+
+
 def parse_values(text: str, flag: str = "--vary") -> tuple[float, ...]:
     """``100,200,400`` or ``lo:hi:log:n`` / ``lo:hi:lin:n``."""
     text = text.strip()
@@ -61,6 +65,10 @@ def parse_values(text: str, flag: str = "--vary") -> tuple[float, ...]:
             lo, hi, kind, n = float(parts[0]), float(parts[1]), parts[2].strip().lower(), int(parts[3])
             if n < 1:
                 raise ValueError
+            if n > MAX_POINTS_PER_VARY:
+                raise InputError(f"{flag}: {n:,} values in one range; at most {MAX_POINTS_PER_VARY:,}")
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise InputError(f"{flag}: range ends must be finite numbers, got '{text}'")
             if kind == "log":
                 if lo <= 0 or hi <= 0:
                     raise InputError(f"{flag}: a log range needs positive ends, got '{text}'")
@@ -73,6 +81,8 @@ def parse_values(text: str, flag: str = "--vary") -> tuple[float, ...]:
             vals = np.array([float(v) for v in text.split(",") if v.strip()])
             if vals.size == 0:
                 raise ValueError
+            if not np.isfinite(vals).all():
+                raise InputError(f"{flag}: values must be finite numbers, got '{text}'")
         else:
             raise ValueError
     except ValueError:
@@ -118,17 +128,50 @@ def _typed(value: float):
     return int(value) if float(value).is_integer() else value
 
 
+MAX_POINTS = 10_000
+"""Points a sweep runs unless ``--max-points`` raises the cap (each point is a MILP solve)."""
+
+
+def count_points(varies: list[Vary]) -> int:
+    return math.prod(len(v.values) for v in varies)
+
+
+def _apply(base: dict, pairs) -> tuple[dict, dict]:
+    doc = copy.deepcopy(base)
+    inputs = {}
+    for v, val in pairs:
+        set_path(doc, v.path, _typed(val))
+        inputs[v.path] = val
+    return inputs, doc
+
+
+def _level(base: dict, v: Vary) -> int:
+    """How much of the work a vary invalidates: 0 the evaluated candidates, 1 the Pyomo model (SLOs),
+    2 only mutable parameters (demand, prices, limits)."""
+    if len(v.values) < 2:
+        return 2
+    keys = [keys_of(_apply(base, [(v, x)])[1]) for x in v.values[:2]]
+    return 0 if keys[0][0] != keys[1][0] else 1 if keys[0][1] != keys[1][1] else 2
+
+
+def iter_points(base: dict, varies: list[Vary]) -> Iterator[tuple[int, dict, dict]]:
+    """``(index, inputs, scenario mapping)`` for every point of the Cartesian product, generated one at a
+    time (never all at once). ``index`` is the point's position in the product taken in ``varies`` order
+    (the last vary fastest); points come out with the inputs that change the evaluated candidates outermost
+    and mutable parameters innermost, so consecutive points share their candidate pool and model."""
+    order = sorted(range(len(varies)), key=lambda k: _level(base, varies[k]))
+    strides = [math.prod(len(v.values) for v in varies[k + 1:]) for k in range(len(varies))]
+    for combo in itertools.product(*(range(len(varies[k].values)) for k in order)):
+        idx = sum(strides[k] * c for k, c in zip(order, combo, strict=True))
+        picks = sorted(zip(order, combo, strict=True))
+        inputs, doc = _apply(base, [(varies[k], varies[k].values[c]) for k, c in picks])
+        yield idx, inputs, doc
+
+
 def point_scenarios(base: dict, varies: list[Vary]) -> list[tuple[dict, dict]]:
-    """``(inputs, scenario mapping)`` for every point of the Cartesian product."""
-    out = []
-    for combo in itertools.product(*(v.values for v in varies)):
-        doc = copy.deepcopy(base)
-        inputs = {}
-        for v, val in zip(varies, combo, strict=True):
-            set_path(doc, v.path, _typed(val))
-            inputs[v.path] = val
-        out.append((inputs, doc))
-    return out
+    """``(inputs, scenario mapping)`` for every point, in product order (small sweeps and tests)."""
+    pts = sorted(iter_points(base, varies), key=lambda t: t[0])
+    return [(inputs, doc) for _, inputs, doc in pts]
 
 
 def validate_point(doc: dict, catalog: Catalog, path: Path, inputs: dict) -> ResolvedScenario:
@@ -212,6 +255,9 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
     try:
         rs2, _ = drop_unpowered(rs)
         if pool_key not in _POOLS:
+            # points arrive grouped (see ``iter_points``): keep one evaluated pool and its models at a time
+            _POOLS.clear()
+            _GROUPS.clear()
             _POOLS[pool_key] = (evaluate_candidates(rs2, opts.engine),)
         (pool,) = _POOLS[pool_key]
         grp = _GROUPS.get(model_key)
@@ -253,50 +299,112 @@ def _run_chunk(args) -> list[tuple[int, dict]]:
     from planner.catalog import load_catalog
 
     catalog = load_catalog(catalog_root)
-    out = []
-    for idx, inputs, doc in points:
+    return [(idx, _solve_one(inputs, doc, catalog, path, opts)) for idx, inputs, doc in points]
+
+
+def _solve_one(inputs: dict, doc: dict, catalog: Catalog, path: Path, opts: PlanOptions) -> dict:
+    """One point's row; a combination of values the scenario schema refuses is an error row, not an abort."""
+    try:
         rs = validate_point(doc, catalog, path, inputs)
-        out.append((idx, {**inputs, **solve_point(rs, doc, opts)}))
-    return out
+    except PlannerError as err:
+        return {**inputs, "status": "error", "diagnosis": str(err), "build_s": 0.0, "update_s": 0.0,
+                "solve_s": 0.0, "wall_s": 0.0}
+    return {**inputs, **solve_point(rs, doc, opts)}
 
 
-def run_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,
-              jobs: int = 1, opts: PlanOptions | None = None,
-              progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
-    """Solve every point; one tidy row per point (inputs, status, costs, per-workload choices,
-    timings), in the order of the Cartesian product."""
+def check_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, max_points: int = MAX_POINTS) -> int:
+    """Refuse a sweep before any solving: too many points for ``max_points``, or a value the scenario
+    schema refuses (each vary's values are checked one at a time against the base scenario)."""
+    n = count_points(varies)
+    if n > max_points:
+        raise InputError(f"--vary: {n:,} points exceed --max-points {max_points:,} (each point is a MILP solve); "
+                         "use fewer values or raise --max-points")
+    validate_point(base, catalog, path, {})
+    for v in varies:
+        for x in v.values:
+            inputs, doc = _apply(base, [(v, x)])
+            validate_point(doc, catalog, path, inputs)
+    return n
+
+
+def iter_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,
+               jobs: int = 1, opts: PlanOptions | None = None) -> Iterator[tuple[int, dict]]:
+    """Solve every point and yield ``(index, row)`` as points finish (index: product order), so a caller
+    can keep what is done when interrupted. Points stream from :func:`iter_points`; at most a few chunks
+    per worker are in flight."""
     opts = opts or PlanOptions(analysis=False)
     _POOLS.clear()
     _GROUPS.clear()
-    points = point_scenarios(base, varies)
-    for inputs, doc in points:  # bad values fail before any solving
-        validate_point(doc, catalog, path, inputs)
-    order = sorted(range(len(points)), key=lambda i: keys_of(points[i][1]))
-    items = [(i, points[i][0], points[i][1]) for i in order]
-    rows: dict[int, dict] = {}
-    jobs = max(1, min(jobs, len(items)))
+    points = iter_points(base, varies)
+    total = count_points(varies)
+    jobs = max(1, min(jobs, total))
     if jobs == 1:
-        for n, (i, inputs, doc) in enumerate(items, start=1):
-            rs = validate_point(doc, catalog, path, inputs)
-            rows[i] = {**inputs, **solve_point(rs, doc, opts)}
-            if progress:
-                progress(n, len(items))
-    else:
-        # contiguous chunks keep each group inside as few workers as possible; a few chunks per
-        # worker keep the progress bar moving
-        n_chunks = min(len(items), jobs * 4)
-        bounds = np.linspace(0, len(items), n_chunks + 1).astype(int)
-        chunks = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-        done = 0
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            futs = [ex.submit(_run_chunk, (c, catalog_root, path, opts)) for c in chunks]
-            for f in as_completed(futs):
-                for i, row in f.result():
-                    rows[i] = row
-                    done += 1
-                if progress:
-                    progress(done, len(items))
-    return pd.DataFrame([rows[i] for i in range(len(points))])
+        for idx, inputs, doc in points:
+            yield idx, _solve_one(inputs, doc, catalog, path, opts)
+        return
+    # contiguous chunks keep each group inside as few workers as possible; a few chunks per worker keep
+    # the progress moving and bound the points held in memory
+    size = max(1, min(64, math.ceil(total / (jobs * 4))))
+    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
+    try:
+        pending = set()
+        while True:
+            while len(pending) < jobs * 2:
+                chunk = list(itertools.islice(points, size))
+                if not chunk:
+                    break
+                pending.add(ex.submit(_run_chunk, (chunk, catalog_root, path, opts)))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield from f.result()
+    except BaseException:
+        # interrupted (Ctrl-C) or a failed worker: stop the workers now instead of finishing their chunks
+        for proc in list(getattr(ex, "_processes", {}).values()):
+            proc.terminate()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+
+
+def _quiet_worker() -> None:
+    """Workers leave Ctrl-C to the parent, which keeps the finished points and stops them."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,
+              jobs: int = 1, opts: PlanOptions | None = None, max_points: int = MAX_POINTS,
+              progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Solve every point; one tidy row per point (inputs, status, costs, per-workload choices,
+    timings), in the order of the Cartesian product."""
+    total = check_sweep(base, path, varies, catalog, max_points)
+    rows: dict[int, dict] = {}
+    for idx, row in iter_sweep(base, path, varies, catalog, catalog_root=catalog_root, jobs=jobs, opts=opts):
+        rows[idx] = row
+        if progress:
+            progress(len(rows), total)
+    return sweep_frame(rows, varies)
+
+
+def sweep_frame(rows: dict[int, dict], varies: list[Vary]) -> pd.DataFrame:
+    """The rows in product order; points not solved (an interrupted sweep) appear with status ``not run``."""
+    total = count_points(varies)
+    if len(rows) == total:
+        return pd.DataFrame([rows[i] for i in range(total)])
+    out = []
+    for i in range(total):
+        if i in rows:
+            out.append(rows[i])
+            continue
+        rest, inputs = i, {}
+        for v in reversed(varies):
+            rest, c = divmod(rest, len(v.values))
+            inputs[v.path] = v.values[c]
+        out.append({**{v.path: inputs[v.path] for v in varies}, "status": "not run", "diagnosis": "sweep interrupted"})
+    return pd.DataFrame(out)
 
 
 # --------------------------------------------------------------------------------------------------

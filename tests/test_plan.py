@@ -193,8 +193,13 @@ def test_force_removes_placement_maps_of_the_replaced_plan(tmp_path):
     out = tmp_path / "p"
     write_plan(plan, out, files={"experts-ep16-r16.json": "{}\n"})
     (out / "notes.txt").write_text("mine")
+    (out / "experts-ep4-r4.json").write_text("my own map")  # named like a plan's map, but the user's
     write_plan(plan, out, force=True, files={"experts-ep8-r0.json": "{}\n"})
-    assert sorted(p.name for p in out.iterdir()) == ["experts-ep8-r0.json", "notes.txt", "plan.json", "plan.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".planner-manifest.json", "experts-ep4-r4.json", "experts-ep8-r0.json", "notes.txt", "plan.json", "plan.md"]
+    assert (out / "experts-ep4-r4.json").read_text() == "my own map"
+    manifest = json.loads((out / ".planner-manifest.json").read_text())
+    assert manifest["files"] == ["experts-ep8-r0.json", "plan.json", "plan.md"]
 
 
 def test_pools_name_their_engine_and_layout(base_plan, catalog):

@@ -138,6 +138,11 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Add normalised columns (prefixed ``n_``) and a ``reason`` where a row cannot be predicted."""
     out = pd.DataFrame(index=df.index)
     reason = pd.Series("", index=df.index, dtype=object)
+    # empty text cells read as missing values: make them empty strings (numbers are parsed per column below)
+    df = df.copy()
+    for col in df.columns:
+        if not pd.api.types.is_numeric_dtype(df[col]):
+            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
 
     model_ids = df["model_path"].astype(str).map(lambda s: catalog.model_id(s) or "")
     hw_ids = df["system"].astype(str).map(lambda s: catalog.hardware_id(s) or "")
@@ -248,6 +253,20 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     return finish(out, reason, catalog, names=names)
 
 
+MAX_DEGREE = 65536
+"""Largest parallel degree (or redundant expert count) a measured row may record."""
+MAX_ROW_BATCH = 10_000_000
+"""Largest batch or concurrency a measured row may record."""
+
+
+def _whole(x) -> bool:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(v)) and v == int(v) and 0 <= v <= MAX_DEGREE
+
+
 def finish(out: pd.DataFrame, reason: pd.Series, catalog: Catalog, *, names: dict[str, dict[str, str]]) -> pd.DataFrame:
     """Checks shared by every format: a batch, positive lengths, and a layout the model can be sharded
     into (as ``planner roofline`` checks it; ``names[role]`` maps layout fields to the file's columns)."""
@@ -256,8 +275,10 @@ def finish(out: pd.DataFrame, reason: pd.Series, catalog: Catalog, *, names: dic
     batch = np.where(is_agg, out["a_batch"], out["d_batch"])
     no_batch = ~np.isfinite(batch.astype(float)) | (batch <= 0)
     reason[no_batch & (reason == "")] = "no batch size or concurrency"
-    bad_len = ~(out["n_isl"] > 0) | ~(out["n_osl"] > 0)
-    reason[bad_len & (reason == "")] = "isl and osl must be positive"
+    bad_len = ~np.isfinite(out["n_isl"].astype(float)) | ~np.isfinite(out["n_osl"].astype(float)) | ~(out["n_isl"] > 0) | ~(out["n_osl"] > 0)
+    reason[bad_len & (reason == "")] = "isl and osl must be positive, finite numbers"
+    big = (batch > MAX_ROW_BATCH) & ~no_batch
+    reason[big & (reason == "")] = f"batch size or concurrency above {MAX_ROW_BATCH:,}"
     # A layout the model cannot be sharded into (TP not dividing the attention heads, EP not dividing the
     # experts and redundant slots) is not one an engine runs as written, whatever was measured under that
     # label: no number for it, and the message ``planner roofline`` gives for the same layout, naming the
@@ -265,6 +286,11 @@ def finish(out: pd.DataFrame, reason: pd.Series, catalog: Catalog, *, names: dic
     for i in out.index[(reason == "") & (out["n_model"] != "")]:
         m = catalog.models[out.at[i, "n_model"]]
         for role in (("a",) if out.at[i, "n_mode"] == "agg" else ("p", "d")):
+            odd = [k for k in ("tp", "ep", "pp", "dp", "red") if not _whole(out.at[i, f"{role}_{k}"])]
+            if odd:
+                col = names[role].get({"red": "redundant"}.get(odd[0], odd[0]), odd[0])
+                reason[i] = f"{col} must be a whole number from {0 if odd[0] == 'red' else 1} to {MAX_DEGREE:,}"
+                break
             degrees = {k: int(out.at[i, f"{role}_{k}"]) for k in ("tp", "ep", "pp", "dp")}
             degrees["redundant"] = int(out.at[i, f"{role}_red"])
             if m.architecture.moe is None:

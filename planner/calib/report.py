@@ -248,6 +248,11 @@ def _factors_table(catalog: Catalog) -> str:
     return "\n".join(lines)
 
 
+def plot_name(out: Path) -> str:
+    """File name of the residual plot written beside the report."""
+    return Path(out).stem + "-residuals.png"
+
+
 def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: bool = True, jobs: int = 2) -> None:
     paths = [Path(p) for p in (data if isinstance(data, (list, tuple)) else [data])]
     out = Path(out)
@@ -256,7 +261,7 @@ def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: boo
     for m in sets:
         pred = predict_normalised(m.norm, catalog)
         frames[m.path.name] = evaluation_frame(m, pred, notes(m.norm, pred, catalog, m.fmt))
-    plot_path = out.with_name(out.stem + "-residuals.png")
+    plot_path = out.with_name(plot_name(out))
     _plot(frames, plot_path)
     cmd = "planner calibrate report " + " ".join(f"--data {p}" for p in paths)
     parts = [

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from planner.catalog.writer import atomic_write_text
-from planner.errors import InputError
+from planner.export.files import staged
 from planner.results import Plan
 
 
@@ -218,28 +218,29 @@ def _placement_lines(plan: Plan) -> list[str]:
     return out or ["- (empty)"]
 
 
-MAP_GLOB = "experts-ep*-r*.json"
-"""File names of the expert placement maps a plan writes beside itself (see ``planning``)."""
+def legacy_plan_files(folder: Path) -> set[str]:
+    """Files a plan folder written before manifests holds: plan.md, plan.json and the placement maps its
+    plan.json names (nothing else: a user's own files stay theirs)."""
+    names = {n for n in ("plan.md", "plan.json") if (folder / n).is_file()}
+    try:
+        doc = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
+        for pool in doc.get("pools", []) if isinstance(doc, dict) else []:
+            xp = pool.get("expert_placement") if isinstance(pool, dict) else None
+            mf = xp.get("map_file") if isinstance(xp, dict) else None
+            if isinstance(mf, str) and "/" not in mf and mf not in ("", ".", ".."):
+                names.add(mf)
+    except (OSError, ValueError):
+        pass
+    return names
 
 
 def write_plan(plan: Plan, out_dir: Path, *, force: bool = False, files: dict[str, str] | None = None) -> tuple[Path, Path]:
-    """Write ``plan.md``, ``plan.json`` and the plan's extra ``files`` (expert placement maps)
-    atomically; refuse to replace an existing plan without ``force``."""
-    md, js = out_dir / "plan.md", out_dir / "plan.json"
-    extra = {out_dir / name: text for name, text in (files or {}).items()}
-    for p in (md, js, *extra):
-        if p.exists() and not force:
-            raise InputError(f"{p} exists; pass --force to overwrite it, or choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    replacing = js.exists()
-    for p, text in extra.items():
-        atomic_write_text(p, text)
-    atomic_write_text(js, plan_json(plan))
-    atomic_write_text(md, plan_markdown(plan))
-    if replacing:
-        # Placement maps of the plan just replaced that the new plan does not write would otherwise
-        # sit beside it looking current.
-        for old in out_dir.glob(MAP_GLOB):
-            if old not in extra:
-                old.unlink()
-    return md, js
+    """Write ``plan.md``, ``plan.json`` and the plan's extra ``files`` (expert placement maps) as one unit:
+    the folder is swapped in whole (see :mod:`planner.export.files`); an existing plan is replaced only
+    with ``force``, and then only the files the planner wrote there."""
+    with staged(out_dir, force=force, unit=True, kind="plan", legacy=legacy_plan_files) as stage:
+        for name, text in (files or {}).items():
+            atomic_write_text(stage / name, text)
+        atomic_write_text(stage / "plan.json", plan_json(plan))
+        atomic_write_text(stage / "plan.md", plan_markdown(plan))
+    return out_dir / "plan.md", out_dir / "plan.json"
