@@ -106,8 +106,9 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             f"no feasible plan found within --time-limit {opts.time_limit_s:g} s ({res.termination}); "
             "raise --time-limit or loosen --mip-gap"
         )
+    deadline = t2 + opts.time_limit_s  # --time-limit bounds every solve of the command together
     x, u = solution_values(model)
-    x = fewest_replicas(model, x, u, opts.time_limit_s)
+    x = fewest_replicas(model, x, u, max(deadline - time.perf_counter(), 0.0))
     plan = extract(rs, data, x, u, res)
     plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
@@ -118,9 +119,15 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     plan.solver.candidates = {"evaluated": table.evaluated, "kept": len(table.rows), **{f"dropped_{k}": v for k, v in table.dropped.items()}}
     t3 = time.perf_counter()
     if opts.analysis:
-        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts)
-        plan.binding_constraints = binding_constraints(ctx)
-        plan.runner_up = runner_up(ctx)
+        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline)
+        try:
+            plan.binding_constraints = binding_constraints(ctx)
+            plan.runner_up = runner_up(ctx)
+        except OutOfTime:
+            plan.binding_constraints, plan.runner_up = [], None
+            plan.assumptions.append(
+                f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent before binding constraints "
+                "and the runner-up were priced; raise --time-limit to get them")
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -143,6 +150,8 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
     finds nothing better."""
     m = model
     a = m._arr
+    if time_limit_s < 0.05:
+        return x  # the time limit is spent: keep the optimal plan as found
     used = sum(a["slots"][i] * n for i, n in x.items())
     for h in m.H:
         m.u[h].fix(u[h])
@@ -276,6 +285,10 @@ def diagnose_limits(data: PlanData, opts: PlanOptions) -> str:
 # Analysis: binding constraints and the runner-up
 
 
+class OutOfTime(Exception):
+    """The command's --time-limit is spent: the analysis stops (the plan itself is complete)."""
+
+
 @dataclass
 class _Ctx:
     rs: ResolvedScenario
@@ -286,6 +299,7 @@ class _Ctx:
     res: SolveResult
     plan: Plan
     opts: PlanOptions
+    deadline: float = float("inf")
 
     @property
     def cost(self) -> float:
@@ -302,7 +316,10 @@ class _Ctx:
             param.set_value(old)
 
     def _quick(self) -> Solver:
-        return Solver(time_limit_s=min(self.opts.time_limit_s, SENSITIVITY_TIME_LIMIT_S), mip_gap=max(self.opts.mip_gap, 1e-4))
+        left = self.deadline - time.perf_counter()
+        if left < 0.05:
+            raise OutOfTime
+        return Solver(time_limit_s=min(left, SENSITIVITY_TIME_LIMIT_S), mip_gap=max(self.opts.mip_gap, 1e-4))
 
     def admits_cheaper(self, workload: str, slo: tuple[float, float]) -> bool:
         """Whether a looser SLO admits a row cheaper per request/s than the dearest pool of that
@@ -365,9 +382,10 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                     usd_per_hour_saved=saved,
                 ))
         saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX)))
+        worth = f"saves ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
         out.append(Binding(
             name=f"demand.{w.name}",
-            detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic saves ${saved or 0:,.2f}/h",
+            detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic {worth}",
             usd_per_hour_saved=saved,
         ))
         wo = next(o for o in plan.workloads if o.name == w.name)

@@ -19,6 +19,7 @@ from planner.perf.roofline import (
     expert_load_imbalance,
     gemm_efficiency,
     prefill_parts,
+    prefill_time,
 )
 
 
@@ -99,6 +100,23 @@ def test_two_micro_batch_overlap_identity(catalog):
     assert float(st.weight_read_bytes) == pytest.approx(2 * float(plain.weight_read_bytes), rel=0.02)
     # At this batch the exchange across nodes is large: hiding it pays.
     assert float(st.step_s) < float(plain.step_s)
+
+
+def test_prefill_overlap_hides_the_expert_exchange(catalog):
+    """A prefill pass with two micro-batch overlap takes max(compute, memory, comm) + 2 overheads; without,
+    the sum; overlap applies only to expert-parallel layouts with attention data parallelism."""
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["h100-sxm"]
+    s = Setup.make(m, hw, weights="fp8", kv="fp8", eff=hw.efficiency.default)
+    args = (1, 32, 1, 32, 4096.0, 128.0)
+    comp, mem, comm, over = (float(x) for x in prefill_parts(s, *args))
+    plain = float(prefill_time(s, *args))
+    tbo = float(prefill_time(replace(s, tbo=1.0), *args))
+    assert plain == pytest.approx(max(comp, mem) + comm + over)
+    assert tbo == pytest.approx(max(comp, mem, comm) + 2 * over)
+    assert comm > 0 and tbo < plain
+    # pure tensor parallelism has no exchange to hide: the flag changes nothing
+    assert float(prefill_time(replace(s, tbo=1.0), 8, 8, 1, 1, 4096.0, 8.0)) == pytest.approx(
+        float(prefill_time(s, 8, 8, 1, 1, 4096.0, 8.0)))
 
 
 def test_prefill_pass_in_ideal_mode_is_its_flops(catalog):

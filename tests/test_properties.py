@@ -379,3 +379,36 @@ def test_runner_up_is_the_replan_without_the_winner(demand, subset):
         assert again == math.inf
     else:
         assert plan.runner_up.usd_per_hour == pytest.approx(again, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def runs_head():
+    path = CALIB.parent / "inferencex" / "dsr1_runs.json"
+    if not path.exists():
+        pytest.skip("shared InferenceX runs not present")
+    return json.loads(path.read_text(encoding="utf-8"))[:6]
+
+
+RUN_FIELDS = ["hardware", "framework", "model", "precision", "spec_method", "disagg", "is_multinode", "prefill_tp",
+              "prefill_ep", "prefill_dp_attention", "prefill_num_workers", "decode_tp", "decode_ep", "decode_dp_attention",
+              "decode_num_workers", "num_prefill_gpu", "num_decode_gpu", "isl", "osl", "conc", "metrics",
+              "metrics.median_tpot", "metrics.median_ttft", "metrics.output_tput_per_gpu", "workers", "date"]
+
+
+@seed(SEED)
+@budget(1.0)
+@given(edits=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(RUN_FIELDS), WEIRD, st.booleans()),
+                      min_size=1, max_size=4))
+def test_mutated_inferencex_runs(work, runs_head, edits):
+    runs = json.loads(json.dumps(runs_head))
+    for i, field, value, delete in edits:
+        _set(runs[i], field, value, delete=delete)
+    p = work / "runs.json"
+    p.write_text(json.dumps(runs))
+    code, out, err = run_cli("validate", "--data", p, "--format", "inferencex", "--json")
+    contract(code, err)
+    assert code in (0, 1)
+    if code == 0:
+        _finite_json(out)
+    code, _, err = run_cli("predict", "--data", p, "--format", "inferencex", "--out", work / "runs.csv", "--force")
+    contract(code, err)

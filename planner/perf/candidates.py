@@ -266,7 +266,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
         for choice in engine_choices(rs, hw, engine):
             grid = _grid(rs.model, hw, choice.engine, rs.expert_load)
             gcols = {k: grid[k].to_numpy() for k in grid.columns}
-            prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0) & (gcols["tbo"] == 0)
+            prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
             kvs = kv_options(sc.kv_cache, choice.engine)
             for (wdt, mode), kdt in itertools.product(weight_options(rs, hw, choice.engine), kvs):
                 setup = Setup.make(rs.model, hw, weights=wdt, kv=kdt, eff=choice.eff)
@@ -433,7 +433,7 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str)
     L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
     B = grid["batch"].astype(float)
     spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
-    tbo = grid["tbo"].astype(float) if role != "prefill" else np.zeros_like(B)
+    tbo = grid["tbo"].astype(float)  # prefill passes overlap too (see ``roofline.prefill_time``)
     setup = dataclasses.replace(setup, moe_imbalance=grid["moe_imbalance"], expert_copies=grid["expert_copies"],
                                 spec_tokens=spec, tbo=tbo)
     chips = grid["chips"].astype(float)

@@ -491,9 +491,22 @@ def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
 
 
 def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
-    """Latency of one prefill forward pass (parts in :func:`prefill_parts`)."""
+    """Latency of one prefill forward pass (parts in :func:`prefill_parts`).
+
+    Without overlap the expert exchange follows the compute: ``max(compute, memory) + comm + overhead``.
+    With two micro-batch overlap (``setup.tbo``; expert-parallel layouts with attention data parallelism)
+    one micro-batch's dispatch and combine run under the other's compute. A prefill pass is long, so both
+    halves are about half of each part and the pass takes ``max(compute, memory, comm)`` plus twice the
+    fixed overheads (two micro-batches launch their kernels)."""
     comp, mem, comm, overhead = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
-    return np.maximum(comp, mem) + comm + overhead
+    work = np.maximum(comp, mem)
+    tbo = _prefill_tbo(setup, ep, dp)
+    return np.where(tbo, np.maximum(work, comm) + 2.0 * overhead, work + comm + overhead)
+
+
+def _prefill_tbo(setup: Setup, ep, dp) -> np.ndarray:
+    """Where two micro-batch overlap applies to a prefill pass: asked for, with EP and attention DP."""
+    return (np.asarray(setup.tbo, dtype=float) > 0) & (np.asarray(ep, dtype=float) > 1) & (np.asarray(dp, dtype=float) > 1)
 
 
 def prefill_bound(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0) -> np.ndarray:
