@@ -123,6 +123,9 @@ def plan(
     ] = True,
     lp: Annotated[Path | None, typer.Option("--lp", help="Also write the MILP in LP format to this file (debugging).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing plan.")] = False,
+    export: Annotated[
+        list[str] | None, typer.Option("--export", help="Also export the plan for ops into OUT/export: sglang, vllm, trtllm, k8s or all (repeatable).")
+    ] = None,
 ) -> None:
     """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
     from planner.catalog.scenario import load_scenario, resolve_scenario, with_engine
@@ -139,10 +142,20 @@ def plan(
             _refuse_overwrite(target / name, force)
     if lp is not None:
         check_file(lp, force=force, option="--lp")
+    targets = None
+    if export:
+        from planner.export.bundle import parse_targets
+
+        targets = parse_targets(export)
+        check_folder(target / "export", option="--export (into --out/export)")
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
                        lp_path=None if lp is None else str(lp))
     res = make_plan(rs, opts)
     md, js = write_plan(res.plan, target, force=force, files=res.files)
+    if targets:
+        from planner.export.bundle import export_plan
+
+        export_plan(target, targets, target / "export", _catalog(), force=True)
     p = res.plan
     typer.echo(
         f"{p.status}: ${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens; "
@@ -367,6 +380,45 @@ def insights(
         _echo_json(js[0] if len(js) == 1 else js)
     else:
         typer.echo(f"wrote {md}", err=True)
+
+
+@app.command("export")
+def export_cmd(
+    plan_dir: Annotated[Path, typer.Argument(help="Plan folder (with plan.json).")],
+    target: Annotated[list[str], typer.Option("--target", help="sglang, vllm, trtllm, k8s or all (repeatable, or comma-separated).")],
+    out: Annotated[Path | None, typer.Option("--out", help="Folder to write (default PLAN_DIR/export).")] = None,
+    namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace of the manifests.")] = "default",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing export.")] = False,
+) -> None:
+    """Hand a plan to ops: engine launch scripts, expert maps per engine, Kubernetes manifests, autoscaling,
+    SLO alerts and a runbook."""
+    import re
+
+    from planner.export.bundle import export_plan, parse_targets
+    from planner.export.files import check_folder, owned_files
+
+    targets = parse_targets(target)
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace) or len(namespace) > 63:
+        raise InputError(f"--namespace '{namespace}': a Kubernetes namespace is lowercase letters, digits and '-'")
+    dest = out or plan_dir / "export"
+    check_folder(dest, option="--out")
+    if not force and owned_files(dest):
+        raise InputError(f"{dest} holds an export; pass --force to replace it, or choose another --out")
+    doc = export_plan(plan_dir, targets, dest, _catalog(), force=force, namespace=namespace)
+    typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
+               + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
+
+
+@app.command("schema")
+def schema_cmd(
+    what: Annotated[str, typer.Argument(help="plan: the JSON Schema of plan.json.")],
+) -> None:
+    """Print the JSON Schema of a file the planner writes (the contract programs read)."""
+    from planner.results import Plan
+
+    if what != "plan":
+        raise InputError(f"schema: unknown document '{what}'; use plan")
+    _echo_json(Plan.model_json_schema())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from planner.perf.candidates import (
     select_candidates,
 )
 from planner.perf.layout import describe_layout
-from planner.results import SCHEMA_VERSION, Binding, Plan, RunnerUp, extract, recheck, solution_values
+from planner.results import SCHEMA_VERSION, Binding, Plan, RunnerUp, extract, recheck, solution_values, software_versions
 from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
 
 RELAX = 0.10
@@ -112,6 +112,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     plan = extract(rs, data, x, u, res)
     plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
+    plan.software = software_versions()
     plan.solver.mip_gap_target = opts.mip_gap
     plan.solver.time_limit_s = opts.time_limit_s
     plan.solver.candidates_s = t1 - t0

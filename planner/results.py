@@ -22,7 +22,8 @@ from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
+"""2.1: ``software`` (planner, solver and Pyomo versions); a change of the contract changes this."""
 REL_TOL = 1e-6
 
 
@@ -234,6 +235,23 @@ class Plan(_M):
     assumptions: list[str] = []
     sources: list[dict] = []
     recheck: Recheck | None = None
+    software: dict[str, str] = {}
+    """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
+
+
+def software_versions() -> dict[str, str]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import planner
+
+    out = {"planner": planner.__version__, "python": platform.python_version()}
+    for pkg in ("pyomo", "highspy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "unknown"
+    return out
 
 
 def solution_values(model) -> tuple[dict[int, int], dict[str, int]]:

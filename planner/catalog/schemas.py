@@ -47,6 +47,21 @@ class Price(Strict):
 class PurchaseUnit(Strict):
     kind: Literal["node", "rack", "slice", "instance", "chip"]
     chips_per_unit: PosInt
+    chips_per_host: PosInt | None = None
+    """Chips one host (one Kubernetes node: a server, or a compute tray of a rack) holds; required for racks,
+    else the whole unit is one host."""
+
+    @model_validator(mode="after")
+    def _host(self) -> PurchaseUnit:
+        if self.kind == "rack" and self.chips_per_host is None:
+            raise ValueError("purchase_unit.chips_per_host: give the chips of one server or compute tray of the rack")
+        if self.chips_per_host is not None and self.chips_per_unit % self.chips_per_host:
+            raise ValueError("purchase_unit.chips_per_host must divide chips_per_unit")
+        return self
+
+    @property
+    def host_chips(self) -> int:
+        return self.chips_per_host or self.chips_per_unit
 
 
 class EngineEfficiency(Strict):
@@ -284,6 +299,16 @@ class EngineFeatures(Strict):
     """Tiers below HBM the engine can keep KV or reusable prefixes in."""
 
 
+class EngineMetrics(Strict):
+    """Prometheus metric names the engine exports (for SLO alerts and autoscaling)."""
+
+    ttft_histogram: str
+    tpot_histogram: str
+    running_requests: str | None = None
+    """Gauge of requests being decoded (what a replica's batch holds), if the engine exports one."""
+    source: str = Field(min_length=3)
+
+
 class EngineSpec(Strict):
     """A serving engine: where it runs, which formats and techniques it offers."""
 
@@ -300,6 +325,7 @@ class EngineSpec(Strict):
     kv_cache: list[Dtype] = Field(min_length=1)
     """KV-cache formats it offers."""
     features: EngineFeatures
+    metrics: EngineMetrics | None = None
 
     def runs_on(self, hw: HardwareSpec) -> bool:
         return hw.vendor in self.vendors

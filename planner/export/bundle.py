@@ -1,0 +1,212 @@
+"""``planner export``: a plan folder -> everything ops need to run it, written as one unit.
+
+Layout under the output folder: ``POOL_ID/launch-ENGINE.sh`` (and ``config-trtllm.yaml``),
+``POOL_ID/expert-location-ENGINE.json|yaml``, ``k8s/*.yaml``, ``README.md`` (one table of launch commands),
+``runbook.md`` and ``export.json`` (every file with its pool and kind).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from planner.catalog.loader import Catalog
+from planner.errors import InputError
+from planner.export import expert_maps, k8s, launch
+from planner.export.deploy import Deployment, deployments
+from planner.export.files import staged
+from planner.export.runbook import runbook
+from planner.results import Plan
+
+TARGETS = ("sglang", "vllm", "trtllm", "k8s")
+
+
+def read_plan(plan_dir: Path) -> Plan:
+    from pydantic import ValidationError
+
+    from planner.catalog.inputs import MAX_DATA_BYTES, read_text
+
+    path = Path(plan_dir) / "plan.json"
+    if not Path(plan_dir).is_dir():
+        raise InputError(f"{plan_dir}: not a plan folder (give the folder with plan.json)")
+    text = read_text(path, limit=MAX_DATA_BYTES)
+    try:
+        return Plan.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"{path}: not a plan.json of this planner version (field '{loc}': {first['msg']}); "
+                         "re-plan with `planner plan`") from None
+
+
+def parse_targets(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        for t in v.split(","):
+            t = t.strip().lower()
+            if t == "all":
+                out += [x for x in TARGETS if x not in out]
+            elif t in TARGETS:
+                if t not in out:
+                    out.append(t)
+            else:
+                raise InputError(f"--target: unknown target '{t}'; use {', '.join(TARGETS)} or all")
+    if not out:
+        raise InputError("--target: give at least one of " + ", ".join(TARGETS) + " or all")
+    return out
+
+
+def _dump(obj) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, width=120)
+
+
+def _dump_all(objs: list[dict]) -> str:
+    return yaml.safe_dump_all(objs, sort_keys=False, width=120)
+
+
+def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog, *, force: bool = False,
+                namespace: str = "default") -> dict:
+    """Write the export of ``plan_dir`` into ``out`` (swapped in whole); return the export.json document."""
+    plan_dir = Path(plan_dir)
+    plan = read_plan(plan_dir)
+    deps = deployments(plan, catalog, plan_dir)
+    plan_name = k8s._dns(str(plan.scenario.get("name", plan_dir.name)))
+    files: list[dict] = []
+    skipped: list[dict] = []
+    texts: dict[str, str] = {}
+    launch_of: dict[str, list[str]] = {}
+
+    def add(path: str, text: str, pool: str | None, kind: str, engine: str | None = None) -> None:
+        texts[path] = text
+        files.append({"path": path, "pool": pool, "kind": kind, "engine": engine})
+
+    maps = {d.pool: _load_map(plan_dir, d) for d in deps}
+    engines = [t for t in targets if t in launch.TARGETS]
+    for d in deps:
+        for t in engines:
+            eng = catalog.get_engine(t)
+            hw = catalog.get_hardware(d.hardware)
+            if not eng.runs_on(hw):
+                skipped.append({"pool": d.pool, "target": t, "reason": f"{t} does not run on {hw.vendor} hardware"})
+                continue
+            launch_of.setdefault(d.pool, []).append(f"{d.pool}/launch-{t}.sh")
+            notes = _notes(d, t)
+            loc = None
+            if maps[d.pool] is not None:
+                if t == "sglang":
+                    add(f"{d.pool}/expert-location-sglang.json", json.dumps(expert_maps.sglang_location(maps[d.pool], d)) + "\n",
+                        d.pool, "expert-location", t)
+                    loc = "expert-location-sglang.json"
+                elif t == "vllm":
+                    add(f"{d.pool}/expert-location-vllm.json", json.dumps(expert_maps.vllm_note(d), indent=1) + "\n",
+                        d.pool, "expert-location", t)
+            args = launch.command(d, t, expert_location=None if loc is None else f"${{PLANNER_DIR}}/{loc}")
+            if t == "trtllm":
+                assign = expert_maps.trtllm_assignments(maps[d.pool], d) if maps[d.pool] is not None else None
+                cfg = launch.trtllm_config(d, assign)
+                add(f"{d.pool}/config-trtllm.yaml", _dump(cfg), d.pool, "engine-config", t)
+                if assign is not None:
+                    add(f"{d.pool}/expert-location-trtllm.yaml", _dump({"moe_config": cfg["moe_config"]}), d.pool,
+                        "expert-location", t)
+                args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
+            add(f"{d.pool}/launch-{t}.sh", launch.script(d, t, args, notes=notes), d.pool, "launch", t)
+    if "k8s" in targets:
+        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped)
+    add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped),
+        None, "runbook")
+    add("README.md", _readme(plan, deps, launch_of), None, "readme")
+    doc = {"plan": str(plan_dir / "plan.json"), "plan_status": plan.status, "schema_version": plan.schema_version,
+           "targets": targets, "namespace": namespace, "files": sorted(files, key=lambda f: f["path"]),
+           "skipped": skipped}
+    texts["export.json"] = json.dumps(doc, indent=1) + "\n"
+    from planner.catalog.writer import atomic_write_text
+
+    with staged(out, force=force, unit=True, kind="export") as stage:
+        for rel, text in texts.items():
+            atomic_write_text(stage / rel, text)
+            if rel.endswith(".sh"):
+                (stage / rel).chmod((stage / rel).stat().st_mode | 0o111)
+    return doc
+
+
+def _load_map(plan_dir: Path, d: Deployment) -> dict | None:
+    if d.expert_map is None:
+        return None
+    from planner.catalog.inputs import load_json
+
+    doc = load_json(plan_dir / d.expert_map)
+    if not isinstance(doc, dict) or "physical_to_logical_map" not in doc:
+        raise InputError(f"{plan_dir / d.expert_map}: not a placement map (no physical_to_logical_map)")
+    try:
+        expert_maps.moe_rows(doc, d)
+    except ValueError as err:
+        raise InputError(f"{plan_dir / d.expert_map}: {err}") from None
+    return doc
+
+
+def _notes(d: Deployment, target: str) -> list[str]:
+    notes = []
+    if target != d.engine:
+        notes.append(f"The plan priced this pool with {d.engine}; this is the {target} equivalent (its speed may differ).")
+    cn = launch.checkpoint_note(d)
+    if cn:
+        notes.append(cn)
+    if d.role in ("prefill", "decode"):
+        notes.append(f"Disaggregated {d.role} worker: start prefill workers first; a router pairs them with decode.")
+    return notes
+
+
+def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_name: str, namespace: str, add,
+         skipped: list[dict]) -> None:
+    runnable = []
+    target_of = {}
+    for d in deps:
+        if d.engine not in launch.TARGETS:
+            skipped.append({"pool": d.pool, "target": "k8s",
+                            "reason": f"engine {d.engine} has no launch template (flags not in the engine reference)"})
+            continue
+        target_of[d.pool] = d.engine
+        runnable.append(d)
+    cms, serving, hpas = [], [], []
+    for d in runnable:
+        data = {}
+        loc = None
+        if maps[d.pool] is not None and d.engine == "sglang":
+            data["expert-location-sglang.json"] = json.dumps(expert_maps.sglang_location(maps[d.pool], d))
+            loc = "${PLANNER_DIR}/expert-location-sglang.json"
+        args = launch.command(d, d.engine, expert_location=loc)
+        if d.engine == "trtllm":
+            assign = expert_maps.trtllm_assignments(maps[d.pool], d) if maps[d.pool] is not None else None
+            data["config-trtllm.yaml"] = _dump(launch.trtllm_config(d, assign))
+            args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
+        data["launch.sh"] = launch.script(d, d.engine, args, notes=_notes(d, d.engine))
+        cms.append(k8s.configmap(d, data, namespace))
+    workloads = sorted({d.workload for d in runnable})
+    for w in workloads:
+        ds = [d for d in runnable if d.workload == w]
+        serving += k8s.workload_objects(ds, target_of, plan_name, namespace)
+    services = [k8s.service(w, [d for d in runnable if d.workload == w], plan_name, namespace) for w in workloads]
+    for d in runnable:
+        h = k8s.autoscaler(d, catalog, namespace)
+        if h is not None:
+            hpas.append(h)
+    add("k8s/configmaps.yaml", _dump_all(cms), None, "k8s")
+    add("k8s/serving.yaml", _dump_all(serving), None, "k8s")
+    add("k8s/services.yaml", _dump_all(services), None, "k8s")
+    add("k8s/autoscaling.yaml", _dump_all(hpas), None, "k8s")
+    add("k8s/alerts.yaml", _dump(k8s.alerts(runnable, catalog, plan_name, namespace)), None, "k8s")
+
+
+def _readme(plan: Plan, deps: list[Deployment], launch_of: dict[str, list[str]]) -> str:
+    L = [f"# Launch commands: {plan.scenario['name']}", "",
+         "One engine instance per replica; multi-host replicas run the script on every host with `NODE_RANK` (0 on "
+         "the leader) and `LEADER_ADDR`. `MODEL_PATH` defaults to the Hugging Face id. See `runbook.md` for the "
+         "bring-up order and `k8s/` for manifests.", "",
+         "| pool | role | hardware | replicas | GPUs per replica | hosts | plan's engine | scripts |",
+         "|---|---|---|---:|---:|---:|---|---|"]
+    for d in deps:
+        L.append(f"| {d.pool} | {d.role} | {d.hardware} | {d.replicas} | {d.gpus} | {d.hosts} | {d.engine} | "
+                 + (", ".join(f"`{x}`" for x in launch_of.get(d.pool, [])) or "(none)") + " |")
+    return "\n".join(L) + "\n"

@@ -1,0 +1,159 @@
+"""One pool of a plan as a deployment: the mapping every export target shares (launch commands,
+Kubernetes objects, the runbook), so no target re-derives layouts from the plan on its own.
+
+A *replica* of a pool is one engine instance spanning ``gpus`` chips (tensor x attention-data x pipeline
+parallel); it runs on ``hosts`` Kubernetes nodes of ``gpus_per_host`` chips (the hardware's server or
+compute tray). Batch, memory budget and KV format come from the plan; nothing here re-plans.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.catalog.loader import Catalog
+from planner.results import Plan, Pool
+
+PORT = 8000
+"""HTTP port every engine serves on inside its pod (set explicitly on each command line)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    pool: str
+    role: str
+    workload: str
+    engine: str
+    hardware: str
+    vendor: str
+    model_id: str
+    model_path: str
+    """Hugging Face id of the checkpoint (the catalog's first ``hf_ids`` entry)."""
+    native_dtype: str
+    weights_dtype: str
+    weights_mode: str
+    kv_dtype: str
+    kv_tier: str
+    prefix_tier: str
+    replicas: int
+    gpus: int
+    gpus_per_host: int
+    tp: int
+    ep: int
+    pp: int
+    attn_dp: int
+    redundant_experts: int
+    experts: int
+    layers: int
+    moe_layers: int
+    batch: int
+    spec_tokens: int
+    spec_method: str | None
+    two_batch_overlap: bool
+    context_tokens: int
+    """Longest request the engine must accept: the workload's prompt plus output."""
+    max_context_tokens: int
+    memory_capacity_bytes: float
+    weights_bytes: float
+    kv_bytes: float
+    other_bytes: float
+    host_kv_bytes: float
+    prefix_bytes_per_replica: float
+    expert_map: str | None
+    """File name of the plan's expert placement map for this pool (beside plan.json), if any."""
+    requests_per_s_per_replica: float
+    utilisation: float
+    demand_requests_per_s: float
+    slo_ttft_s: float
+    slo_tpot_s: float
+    predicted_ttft_s: float
+    predicted_tpot_s: float
+    scale_up_domain_chips: int
+    unit_kind: str
+    unit_chips: int
+
+    @property
+    def hosts(self) -> int:
+        return max(1, math.ceil(self.gpus / self.gpus_per_host))
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return min(self.gpus, self.gpus_per_host)
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+    @property
+    def name(self) -> str:
+        """A DNS-1123 name for Kubernetes objects and file names."""
+        return self.pool.lower().replace("_", "-").replace(".", "-")
+
+    def fraction(self, part: float) -> float:
+        """``part`` bytes as a fraction of a chip's memory, rounded up to 0.01 (engines take two decimals)."""
+        return min(math.ceil(part / self.memory_capacity_bytes * 100.0) / 100.0, 0.95)
+
+    @property
+    def static_fraction(self) -> float:
+        """Weights and KV pool (SGLang ``--mem-fraction-static``): all but the plan's activation and runtime
+        reserve; a KV pool larger than the plan's batch needs is headroom (the batch limit caps the batch)."""
+        return max(self.fraction(self.weights_bytes + self.kv_bytes), min(self.fraction(
+            self.memory_capacity_bytes - self.other_bytes), 0.90))
+
+    @property
+    def total_fraction(self) -> float:
+        """Everything the engine allocates (vLLM ``--gpu-memory-utilization``)."""
+        return max(self.fraction(self.weights_bytes + self.kv_bytes + self.other_bytes), 0.90)
+
+    @property
+    def kv_free_fraction(self) -> float:
+        """KV share of the memory left after weights (TensorRT-LLM ``free_gpu_memory_fraction``)."""
+        free = self.memory_capacity_bytes - self.weights_bytes
+        need = (self.kv_bytes + 0.0) / max(free, 1.0)
+        return min(max(need, 0.85 * (free - self.other_bytes) / max(free, 1.0)), 0.95)
+
+    @property
+    def scale_target_in_flight(self) -> int:
+        """Requests in flight per replica to scale on: the planned batch at the planned load (the plan sizes
+        replicas so each carries ``utilisation`` of what its batch serves at the targets)."""
+        return max(1, math.floor(self.batch * min(self.utilisation, 1.0)))
+
+
+def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None) -> list[Deployment]:
+    """Every pool of ``plan`` as a :class:`Deployment` (the catalog supplies checkpoint ids and host sizes)."""
+    model = catalog.get_model(plan.scenario["model"])
+    moe = model.architecture.moe
+    out = []
+    for p in plan.pools:
+        out.append(_one(plan, p, catalog, model, moe, plan_dir))
+    return out
+
+
+def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | None) -> Deployment:
+    hw = catalog.get_hardware(p.hardware)
+    w = next(x for x in plan.workloads if x.name == p.workload)
+    mem = p.memory_per_chip_bytes
+    xp = p.expert_placement
+    map_file = xp.map_file if xp is not None else None
+    if map_file is not None and plan_dir is not None and not (plan_dir / map_file).is_file():
+        map_file = None
+    lay = p.layout
+    return Deployment(
+        pool=p.id, role=p.role, workload=p.workload, engine=p.engine, hardware=p.hardware, vendor=hw.vendor,
+        model_id=model.id, model_path=(model.hf_ids or [model.id])[0], native_dtype=model.weights_dtype,
+        weights_dtype=p.weights_dtype, weights_mode=p.weights_mode, kv_dtype=p.kv_dtype, kv_tier=p.kv_tier,
+        prefix_tier=p.prefix_tier, replicas=p.replicas, gpus=p.chips_per_replica,
+        gpus_per_host=hw.purchase_unit.host_chips, tp=lay.tp, ep=lay.ep, pp=lay.pp, attn_dp=lay.attn_dp,
+        redundant_experts=lay.redundant_experts, experts=moe.experts if moe else 0,
+        layers=model.architecture.layers, moe_layers=moe.layers if moe else 0, batch=p.batch,
+        spec_tokens=p.spec_tokens, spec_method=p.spec_method, two_batch_overlap=p.two_batch_overlap,
+        context_tokens=w.input_tokens + w.output_tokens, max_context_tokens=model.max_context_tokens,
+        memory_capacity_bytes=mem.capacity, weights_bytes=mem.weights, kv_bytes=mem.kv, other_bytes=mem.other,
+        host_kv_bytes=mem.host_kv, prefix_bytes_per_replica=p.prefix_cache_bytes_per_replica, expert_map=map_file,
+        requests_per_s_per_replica=p.predicted.requests_per_s_per_replica, utilisation=p.predicted.utilisation,
+        demand_requests_per_s=w.requests_per_s, slo_ttft_s=w.slo_ttft_s, slo_tpot_s=w.slo_tpot_s,
+        predicted_ttft_s=p.predicted.ttft_s, predicted_tpot_s=p.predicted.tpot_s,
+        scale_up_domain_chips=hw.scale_up_domain_chips, unit_kind=hw.purchase_unit.kind,
+        unit_chips=hw.purchase_unit.chips_per_unit,
+    )

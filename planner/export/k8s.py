@@ -1,0 +1,188 @@
+"""Kubernetes objects for a plan's fleet (dicts, written as YAML by ``bundle``).
+
+Per pool: a ``ConfigMap`` with its launch script (and engine config / expert map); a ``Deployment`` when a
+replica fits one host, a ``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``) when it spans several (the
+leader and ``size - 1`` workers scheduled as a group, kept inside one scale-up domain where the hardware's
+domain is a rack); prefill and decode pools of one workload together as a ``DisaggregatedSet``
+(``disaggregatedset.x-k8s.io/v1``) whose roles are those LeaderWorkerSets. Per workload a ``Service``.
+Per serving pool a ``HorizontalPodAutoscaler`` on requests in flight per replica, and one
+``PrometheusRule`` with the TTFT and TPOT alerts at the plan's targets, in each engine's metric names.
+
+Nodes are selected by the label ``planner.io/hardware: <hardware id>`` (label the nodes of each kind);
+GPUs are requested by the vendor's device-plugin resource.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.catalog.loader import Catalog
+from planner.export.deploy import PORT, Deployment
+
+IMAGES = {
+    ("sglang", "nvidia"): "lmsysorg/sglang:latest",
+    ("sglang", "amd"): "lmsysorg/sglang:latest-rocm",
+    ("vllm", "nvidia"): "vllm/vllm-openai:latest",
+    ("vllm", "amd"): "rocm/vllm:latest",
+    ("vllm", "google"): "vllm/vllm-tpu:latest",
+    ("trtllm", "nvidia"): "nvcr.io/nvidia/tensorrt-llm/release:latest",
+}
+"""Default images (pin a version before production; the runbook says so)."""
+
+RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "google": "google.com/tpu", "aws": "aws.amazon.com/neuron"}
+HARDWARE_LABEL = "planner.io/hardware"
+RACK_TOPOLOGY = "nvidia.com/gpu.clique"
+"""Node label of an NVLink domain (set by NVIDIA's GPU operator on NVL72 racks): a replica stays inside one."""
+
+
+def _labels(d: Deployment, plan_name: str) -> dict:
+    return {"app.kubernetes.io/name": d.name, "app.kubernetes.io/part-of": plan_name,
+            "planner.io/pool": d.name, "planner.io/workload": _dns(d.workload), "planner.io/role": d.role}
+
+
+def _dns(s: str) -> str:
+    out = "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-")
+    return out[:63] or "x"
+
+
+def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: str) -> dict:
+    # LeaderWorkerSet gives every pod of a group LWS_LEADER_ADDRESS and LWS_WORKER_INDEX (0 on the leader)
+    cmd = ("export LEADER_ADDR=\"$LWS_LEADER_ADDRESS\" NODE_RANK=\"$LWS_WORKER_INDEX\"; " if multi else "") + \
+        "exec bash /planner/launch.sh"
+    env = [{"name": "MODEL_PATH", "value": d.model_path}]
+    container = {
+        "name": "engine",
+        "image": IMAGES[(target, d.vendor)],
+        "command": ["/bin/bash", "-c", cmd],
+        "env": env,
+        "resources": {"limits": {RESOURCE[d.vendor]: d.gpus_per_pod}, "requests": {RESOURCE[d.vendor]: d.gpus_per_pod}},
+        "volumeMounts": [{"name": "launch", "mountPath": "/planner"}, {"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    if leader:
+        container["ports"] = [{"name": "http", "containerPort": PORT}]
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10,
+                                       "failureThreshold": 3, "initialDelaySeconds": 60}
+    spec = {
+        "nodeSelector": {HARDWARE_LABEL: d.hardware},
+        "containers": [container],
+        "volumes": [{"name": "launch", "configMap": {"name": f"{d.name}-launch"}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    }
+    return {"metadata": {"labels": _labels(d, plan_name)}, "spec": spec}
+
+
+def _lws_template(d: Deployment, target: str, plan_name: str) -> dict:
+    tmpl = {
+        "size": d.hosts,
+        "leaderTemplate": _pod(d, target, leader=True, multi=True, plan_name=plan_name),
+        "workerTemplate": _pod(d, target, leader=False, multi=True, plan_name=plan_name),
+    }
+    return {"replicas": d.replicas, "leaderWorkerTemplate": tmpl, "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate"}}
+
+
+def _rack_bound(d: Deployment) -> bool:
+    return d.unit_kind == "rack" and d.gpus <= d.scale_up_domain_chips
+
+
+def configmap(d: Deployment, files: dict[str, str], namespace: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{d.name}-launch", "namespace": namespace}, "data": files}
+
+
+def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_name: str, namespace: str) -> list[dict]:
+    """Serving objects of one workload's pools (Deployments, LeaderWorkerSets or a DisaggregatedSet)."""
+    out = []
+    disagg = [d for d in deps if d.role in ("prefill", "decode")]
+    for d in deps:
+        if d.role in ("prefill", "decode"):
+            continue
+        t = target_of[d.pool]
+        meta = {"name": d.name, "namespace": namespace, "labels": _labels(d, plan_name)}
+        if d.multi_host:
+            if _rack_bound(d):
+                meta["annotations"] = {"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK_TOPOLOGY}
+            out.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
+                        "spec": _lws_template(d, t, plan_name)})
+        else:
+            out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                        "spec": {"replicas": d.replicas, "selector": {"matchLabels": {"planner.io/pool": d.name}},
+                                 "template": _pod(d, t, leader=True, multi=False, plan_name=plan_name)}})
+    if disagg:
+        w = _dns(disagg[0].workload)
+        roles = []
+        for d in disagg:
+            roles.append({"name": _dns(d.pool)[:63], "metadata": {"labels": _labels(d, plan_name)},
+                          "spec": _lws_template(d, target_of[d.pool], plan_name)})
+        spec: dict = {"roles": roles}
+        if all(_rack_bound(d) for d in disagg):
+            spec["placementPolicy"] = {"type": "ExclusiveTopology", "topology": RACK_TOPOLOGY}
+        out.append({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+                    "metadata": {"name": f"{w}-pd", "namespace": namespace,
+                                 "labels": {"app.kubernetes.io/part-of": plan_name, "planner.io/workload": w}},
+                    "spec": spec})
+    return out
+
+
+def service(workload: str, deps: list[Deployment], plan_name: str, namespace: str) -> dict:
+    """The workload's entry point: aggregated pools' serving pods; for prefill/decode pools the engine's
+    router (label ``planner.io/router: <workload>``, see the runbook)."""
+    w = _dns(workload)
+    disagg = any(d.role in ("prefill", "decode") for d in deps)
+    selector = {"planner.io/router": w} if disagg else {"planner.io/workload": w, "planner.io/role": "aggregated"}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": w, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": plan_name}},
+            "spec": {"selector": selector, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]}}
+
+
+def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:
+    """Scale a serving pool on requests in flight per replica (the planned batch at the planned load),
+    between the planned replicas and half as many again (bounded by the units one may add)."""
+    eng = catalog.get_engine(d.engine)
+    if d.role == "prefill" or eng.metrics is None or eng.metrics.running_requests is None:
+        return None
+    kind, api = ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1") if d.multi_host else ("Deployment", "apps/v1")
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": d.name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": d.name},
+            "minReplicas": d.replicas,
+            "maxReplicas": max(d.replicas + 1, math.ceil(d.replicas * 1.5)),
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": eng.metrics.running_requests.replace(":", "_")},
+                "target": {"type": "AverageValue", "averageValue": str(d.scale_target_in_flight)}}}],
+        },
+    }
+
+
+def alerts(deps: list[Deployment], catalog: Catalog, plan_name: str, namespace: str) -> dict:
+    """TTFT and TPOT alerts per workload at the plan's targets (p90 over 5 minutes), in each engine's names."""
+    rules = []
+    seen = set()
+    for d in deps:
+        eng = catalog.get_engine(d.engine)
+        if eng.metrics is None:
+            continue
+        for which, metric, slo in (("TTFT", eng.metrics.ttft_histogram, d.slo_ttft_s),
+                                   ("TPOT", eng.metrics.tpot_histogram, d.slo_tpot_s)):
+            key = (d.workload, which, metric)
+            if key in seen:
+                continue
+            seen.add(key)
+            expr = (f'histogram_quantile(0.9, sum by (le) (rate({metric}_bucket{{namespace="{namespace}"}}[5m]))) '
+                    f"> {slo:g}")
+            rules.append({
+                "alert": f"{_camel(d.workload)}{which}AboveTarget",
+                "expr": expr, "for": "10m",
+                "labels": {"severity": "page", "workload": d.workload},
+                "annotations": {"summary": f"{d.workload}: p90 {which} above the plan's target of {slo * 1e3:g} ms",
+                                "runbook": "runbook.md#when-an-alert-fires"},
+            })
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": f"{plan_name}-slo", "namespace": namespace},
+            "spec": {"groups": [{"name": f"{plan_name}-slo", "rules": rules}]}}
+
+
+def _camel(s: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in _dns(s).split("-"))

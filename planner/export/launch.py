@@ -1,0 +1,224 @@
+"""Engine launch commands for a pool: SGLang, vLLM and TensorRT-LLM (``trtllm-serve``).
+
+Each function maps a :class:`Deployment` onto the engine's own flags (names and choices as read from the
+engines' sources, ``shared/reference/engine-flags.json``; tests check every flag against it). A command is
+a list of arguments; :func:`script` wraps it in a shell script whose multi-host variables come from the
+environment (``NODE_RANK``, ``LEADER_ADDR``: set by the LeaderWorkerSet manifests, or by hand).
+
+Engine specifics that are not flags:
+
+- SGLang counts ``--tp-size`` over all GPUs of the instance; with attention data parallelism
+  ``--dp-size`` ranks each run attention on ``tp-size / dp-size`` GPUs (``--enable-dp-attention``).
+- vLLM runs attention data parallelism as ``--data-parallel-size`` engine ranks of ``--tensor-parallel-size``
+  GPUs; ``--enable-expert-parallel`` spreads experts over all of them. It takes no explicit expert map:
+  redundant experts go to ``--eplb-config`` and the balancer places them at run time.
+- TensorRT-LLM takes parallelism on the command line and everything else in the ``--config`` YAML
+  (attention DP, MoE load balancer with the plan's placement, MTP, KV cache format).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from planner.export.deploy import PORT, Deployment
+
+TARGETS = ("sglang", "vllm", "trtllm")
+
+_SGL_KV = {"fp8": "fp8_e4m3", "bf16": "auto", "fp16": "auto"}
+_VLLM_KV = {"fp8": "fp8", "bf16": "auto", "fp16": "auto"}
+_SGL_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp4", "nvidia"): "modelopt_fp4",
+              ("fp4", "amd"): "mxfp4", ("int8", "nvidia"): "w8a8_int8", ("int8", "amd"): "w8a8_int8",
+              ("int4", "nvidia"): "gptq_marlin", ("int4", "amd"): "moe_wna16"}
+_VLLM_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp8", "google"): "fp8",
+               ("fp4", "nvidia"): "modelopt_fp4", ("fp4", "amd"): "mxfp4", ("int4", "nvidia"): "gptq_marlin",
+               ("int8", "nvidia"): "fp8"}
+
+
+def _quant(d: Deployment, table: dict) -> str | None:
+    """The quantisation method when the plan serves weights in another format than the checkpoint's."""
+    if d.weights_dtype == d.native_dtype:
+        return None
+    return table.get((d.weights_dtype, d.vendor))
+
+
+def checkpoint_note(d: Deployment) -> str | None:
+    """What checkpoint the pool needs when its weight format is not the published one."""
+    if d.weights_dtype == d.native_dtype:
+        return None
+    online = d.weights_dtype == "fp8"
+    return (f"weights {d.weights_dtype} ({d.weights_mode}): "
+            + ("quantised on load from the published checkpoint" if online else
+               f"point MODEL_PATH at a {d.weights_dtype} checkpoint of {d.model_path} (pre-quantised; the engine "
+               "loads it, it does not quantise to this format on load)"))
+
+
+def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:
+    args = ["python3", "-m", "sglang.launch_server", "--model-path", "${MODEL_PATH}",
+            "--served-model-name", d.model_id, "--host", "0.0.0.0", "--port", str(PORT),
+            "--tp-size", str(d.tp * d.attn_dp), "--max-running-requests", str(d.batch),
+            "--mem-fraction-static", f"{d.static_fraction:.2f}",
+            "--kv-cache-dtype", _SGL_KV[d.kv_dtype], "--context-length", str(d.max_context_tokens),
+            "--trust-remote-code", "--enable-metrics"]
+    if d.pp > 1:
+        args += ["--pp-size", str(d.pp)]
+    if d.attn_dp > 1:
+        args += ["--dp-size", str(d.attn_dp), "--enable-dp-attention"]
+    if d.ep > 1:
+        args += ["--ep-size", str(d.ep)]
+        if d.multi_host or d.attn_dp > 1:
+            args += ["--moe-a2a-backend", "mori" if d.vendor == "amd" else "deepep"]
+        if d.redundant_experts:
+            args += ["--ep-num-redundant-experts", str(d.redundant_experts)]
+        if expert_location:
+            args += ["--init-expert-location", expert_location]
+    if d.two_batch_overlap:
+        args += ["--enable-two-batch-overlap"]
+    q = _quant(d, _SGL_QUANT)
+    if q:
+        args += ["--quantization", q]
+    if d.spec_tokens:
+        # MTP runs as SGLang's EAGLE path with the model's next-token layers as the draft (topk 1: a chain)
+        args += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(d.spec_tokens),
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(d.spec_tokens + 1)]
+    if d.role in ("prefill", "decode"):
+        args += ["--disaggregation-mode", d.role,
+                 "--disaggregation-transfer-backend", "mori" if d.vendor == "amd" else "nixl"]
+    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+        ratio = max(2.0, (d.prefix_bytes_per_replica / d.gpus + d.host_kv_bytes) / max(d.kv_bytes, 1.0))
+        args += ["--enable-hierarchical-cache", "--hicache-ratio", f"{ratio:.1f}"]
+        if d.prefix_tier == "nvme":
+            args += ["--hicache-storage-backend", "file"]
+    if d.multi_host:
+        args += ["--nnodes", str(d.hosts), "--node-rank", "${NODE_RANK}", "--dist-init-addr", "${LEADER_ADDR}:20000"]
+    return args
+
+
+def vllm(d: Deployment) -> list[str]:
+    args = ["vllm", "serve", "${MODEL_PATH}", "--served-model-name", d.model_id, "--host", "0.0.0.0",
+            "--port", str(PORT), "--tensor-parallel-size", str(d.tp),
+            "--max-num-seqs", str(max(1, d.batch // d.attn_dp)),
+            "--gpu-memory-utilization", f"{d.total_fraction:.2f}",
+            "--kv-cache-dtype", _VLLM_KV[d.kv_dtype], "--max-model-len", str(d.max_context_tokens),
+            "--trust-remote-code"]
+    if d.pp > 1:
+        args += ["--pipeline-parallel-size", str(d.pp)]
+    if d.attn_dp > 1:
+        args += ["--data-parallel-size", str(d.attn_dp)]
+        if d.multi_host:
+            local = max(1, d.gpus_per_host // d.tp)
+            args += ["--data-parallel-size-local", str(local), "--data-parallel-address", "${LEADER_ADDR}",
+                     "--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", f"$((NODE_RANK * {local}))"]
+    if d.ep > 1:
+        args += ["--enable-expert-parallel"]
+        if d.redundant_experts:
+            args += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": d.redundant_experts})]
+    if d.two_batch_overlap:
+        args += ["--enable-dbo"]
+    q = _quant(d, _VLLM_QUANT)
+    if q:
+        args += ["--quantization", q]
+    if d.spec_tokens:
+        args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": d.spec_tokens})]
+    connectors = []
+    if d.role in ("prefill", "decode"):
+        connectors.append({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+        connectors.append({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+    if len(connectors) == 1:
+        args += ["--kv-transfer-config", json.dumps(connectors[0])]
+    elif connectors:
+        args += ["--kv-transfer-config", json.dumps({"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                                                     "kv_connector_extra_config": {"connectors": connectors}})]
+    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+        args += ["--enable-prefix-caching"]
+    return args
+
+
+def trtllm(d: Deployment) -> list[str]:
+    args = ["trtllm-serve", "${MODEL_PATH}", "--host", "0.0.0.0", "--port", str(PORT), "--backend", "pytorch",
+            "--tensor_parallel_size", str(d.tp * d.attn_dp), "--pipeline_parallel_size", str(d.pp),
+            "--max_batch_size", str(max(1, d.batch // d.attn_dp)),
+            "--max_seq_len", str(d.max_context_tokens), "--trust_remote_code",
+            "--config", "config.yaml"]
+    if d.ep > 1:
+        args += ["--moe_expert_parallel_size", str(d.ep)]
+    if d.multi_host:
+        args += ["--gpus_per_node", str(d.gpus_per_host)]
+    if d.role in ("prefill", "decode"):
+        args += ["--server_role", "CONTEXT" if d.role == "prefill" else "GENERATION"]
+    return args
+
+
+def trtllm_config(d: Deployment, assignments: dict[int, list[int]] | None = None) -> dict:
+    """The ``--config`` (extra LLM API options) YAML of a pool: keys as read from ``llm_args.py``."""
+    cfg: dict = {
+        "enable_attention_dp": d.attn_dp > 1,
+        "kv_cache_config": {"dtype": "fp8" if d.kv_dtype == "fp8" else "auto",
+                            "free_gpu_memory_fraction": round(d.kv_free_fraction, 2),
+                            "enable_block_reuse": d.prefix_tier != "none"},
+        "enable_chunked_prefill": d.role != "decode",
+    }
+    if d.prefix_tier in ("host", "nvme"):
+        cfg["kv_cache_config"]["host_cache_size"] = int(d.prefix_bytes_per_replica / d.gpus)
+    if d.ep > 1 and (d.redundant_experts or assignments):
+        lb: dict = {"num_slots": d.experts + d.redundant_experts, "layer_updates_per_iter": 0}
+        if assignments:
+            lb["initial_global_assignments"] = {int(k): v for k, v in assignments.items()}
+        cfg["moe_config"] = {"load_balancer": lb}
+    if d.spec_tokens:
+        cfg["speculative_config"] = {"decoding_type": "MTP", "max_draft_len": d.spec_tokens}
+    if d.role in ("prefill", "decode"):
+        cfg["cache_transceiver_config"] = {"backend": "NIXL"}
+    return cfg
+
+
+def command(d: Deployment, target: str, *, expert_location: str | None = None) -> list[str]:
+    if target == "sglang":
+        return sglang(d, expert_location=expert_location)
+    if target == "vllm":
+        return vllm(d)
+    if target == "trtllm":
+        return trtllm(d)
+    raise ValueError(target)
+
+
+def _quote(arg: str) -> str:
+    """Shell quoting that leaves ``${VAR}`` and ``$((...))`` expansions live."""
+    if arg.startswith("$((") or arg.startswith("${"):
+        return f'"{arg}"'
+    if "${" in arg:
+        return '"' + arg.replace('"', '\\"') + '"'
+    return shlex.quote(arg)
+
+
+def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> str:
+    lines = ["#!/usr/bin/env bash", f"# {d.pool}: {d.replicas} replica(s) of {d.role} for workload '{d.workload}' on "
+             f"{d.hardware}, {d.gpus} GPU(s) each over {d.hosts} host(s) of {d.gpus_per_host}.",
+             f"# Written by `planner export` from plan.json; run once per host of a replica"
+             + (" (NODE_RANK 0 on the leader, LEADER_ADDR its address)." if d.multi_host else "."), "set -euo pipefail"]
+    lines += [f"# {n}" for n in notes]
+    lines += [f'MODEL_PATH="${{MODEL_PATH:-{d.model_path}}}"',
+              'PLANNER_DIR="${PLANNER_DIR:-$(cd "$(dirname "$0")" && pwd)}"  # this script\'s folder: maps and configs']
+    if d.multi_host:
+        lines += ['NODE_RANK="${NODE_RANK:?set NODE_RANK (0 on the leader host)}"',
+                  'LEADER_ADDR="${LEADER_ADDR:?set LEADER_ADDR to the leader host address}"']
+    groups: list[str] = []
+    i = 0
+    while i < len(args):
+        # a flag and its value on one line; the program and its sub-command on the first
+        if args[i].startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            groups.append(f"{_quote(args[i])} {_quote(args[i + 1])}")
+            i += 2
+        elif not groups or not args[i].startswith("--") and not groups[-1].startswith("--"):
+            if groups and not args[i].startswith("--"):
+                groups[-1] += " " + _quote(args[i])
+            else:
+                groups.append(_quote(args[i]))
+            i += 1
+        else:
+            groups.append(_quote(args[i]))
+            i += 1
+    body = " \\\n  ".join(groups)
+    lines += ["exec " + body, ""]
+    return "\n".join(lines)

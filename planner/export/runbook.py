@@ -1,0 +1,107 @@
+"""``runbook.md``: how to bring a plan's fleet up, what it was sized for, what a lost unit leaves, what to
+watch and what to do when an alert fires."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from planner.export.deploy import Deployment
+from planner.results import Plan
+
+
+def loss_of_one_unit(plan: Plan) -> dict[str, dict]:
+    """Per workload: the capacity (req/s) left after losing the worst single purchase unit, and which.
+
+    A replica is lost when any unit it runs on is lost; a workload served by prefill and decode pools is
+    limited by the weaker side after the loss."""
+    per_pool = {p.id: p for p in plan.pools}
+    worst: dict[str, dict] = {}
+    for up in plan.placement:
+        lost: dict[str, set[int]] = defaultdict(set)
+        for dom in up.domains:
+            for g in dom:
+                lost[g.pool].add(g.replica)
+        for w in plan.workloads:
+            pools = [p for p in plan.pools if p.workload == w.name]
+            by_role: dict[str, float] = defaultdict(float)
+            for p in pools:
+                n = len(lost.get(p.id, ()))
+                by_role[p.role] += max(p.replicas - n, 0) * p.predicted.requests_per_s_per_replica
+            cap = min(by_role.values()) if by_role else 0.0
+            if w.name not in worst or cap < worst[w.name]["capacity_rps"]:
+                worst[w.name] = {"capacity_rps": cap, "unit": f"{up.hardware} {up.unit}", "demand_rps": w.requests_per_s,
+                                 "pools_hit": sorted(k for k in lost if k in per_pool and per_pool[k].workload == w.name)}
+    return worst
+
+
+def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, plan_dir: str, namespace: str,
+            skipped: list[dict]) -> str:
+    sc = plan.scenario
+    o = plan.objective
+    L = [f"# Runbook: {sc['name']}", ""]
+    fleet = ", ".join(f"{g.count} {g.kind}{'s' if g.count != 1 else ''} of {g.hardware}" for g in plan.units)
+    L += [f"Plan `{plan_dir}/plan.json` ({plan.status}, ${o.usd_per_hour:,.2f}/h): {fleet}, serving "
+          + "; ".join(f"{w.name} {w.requests_per_s:g} req/s (TTFT {w.slo_ttft_s * 1e3:g} ms, TPOT {w.slo_tpot_s * 1e3:g} ms)"
+                      for w in plan.workloads) + ".", ""]
+    L += ["## Before you start", "",
+          f"- Label the nodes of each hardware kind `planner.io/hardware=<id>` "
+          f"({', '.join(sorted({d.hardware for d in deps}))}); on NVL72 racks the GPU operator's "
+          "`nvidia.com/gpu.clique` label keeps a replica inside one NVLink domain.",
+          "- Install the LeaderWorkerSet and DisaggregatedSet controllers (kubernetes-sigs/lws) where a pool spans "
+          "hosts or serves prefill/decode separately, the Prometheus operator for the alerts, and a metrics adapter "
+          "that exposes each engine's running-requests gauge to the autoscaler (the HPA names it with `_` for `:`).",
+          "- Pin the engine images in `k8s/*.yaml` to the versions you validated (the defaults say `latest`).",
+          f"- Namespace: `{namespace}`.", ""]
+    L += ["## Bring-up order", "",
+          "1. `kubectl apply -f k8s/configmaps.yaml` (launch scripts, engine configs, expert maps).",
+          "2. Prefill pools first (in `k8s/serving.yaml`, the DisaggregatedSet's prefill roles): wait until their "
+          "leaders are Ready; decode workers need them to pull KV from.",
+          "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
+          "4. Routers last: the engine's prefill/decode router for disaggregated workloads, labelled "
+          "`planner.io/router=<workload>`, then `k8s/services.yaml`.",
+          "5. `k8s/autoscaling.yaml` and `k8s/alerts.yaml`.", ""]
+    L += ["## Pools", "", "| pool | role | hardware | replicas | hosts x GPUs per replica | engine | capacity req/s | "
+          "demand share | launch |", "|---|---|---|---:|---|---|---:|---:|---|"]
+    for d in deps:
+        p = next(x for x in plan.pools if x.id == d.pool)
+        launch = ", ".join(f"`{f}`" for f in files.get(d.pool, [])) or "(none)"
+        L.append(f"| {d.pool} | {d.role} | {d.hardware} | {d.replicas} | {d.hosts} x {d.gpus_per_pod} | {d.engine} | "
+                 f"{p.predicted.requests_per_s:,.2f} | {p.predicted.utilisation:.0%} | {launch} |")
+    L.append("")
+    for d in deps:
+        L.append(f"- **{d.pool}**: layout {next(x for x in plan.pools if x.id == d.pool).layout.notation}, batch {d.batch} "
+                 f"sequences per replica, weights {d.weights_dtype}, KV {d.kv_dtype} in {d.kv_tier}; predicted TTFT "
+                 f"{d.predicted_ttft_s * 1e3:,.0f} ms and TPOT {d.predicted_tpot_s * 1e3:,.1f} ms against "
+                 f"{d.slo_ttft_s * 1e3:g} / {d.slo_tpot_s * 1e3:g} ms; autoscale on {d.scale_target_in_flight} requests "
+                 "in flight per replica.")
+    L.append("")
+    if skipped:
+        L += ["Not exported:", ""] + [f"- {s['pool']} ({s['target']}): {s['reason']}" for s in skipped] + [""]
+    L += ["## Capacity, headroom and losing a unit", ""]
+    loss = loss_of_one_unit(plan)
+    for w in plan.workloads:
+        head = w.served_requests_per_s / w.requests_per_s - 1.0 if w.requests_per_s else 0.0
+        line = f"- {w.name}: capacity {w.served_requests_per_s:,.2f} req/s for {w.requests_per_s:g} demanded ({head:+.1%} headroom)."
+        if w.name in loss:
+            x = loss[w.name]
+            short = x["capacity_rps"] < w.requests_per_s
+            line += (f" Losing {x['unit']} (the worst single unit) leaves {x['capacity_rps']:,.2f} req/s"
+                     + (f": **{w.requests_per_s - x['capacity_rps']:,.2f} req/s short** until it is replaced or the "
+                        "autoscaler adds replicas" if short else ", still above demand") + ".")
+        L.append(line)
+    L += ["", "## What to watch", "",
+          "- p90 TTFT and TPOT per workload against the targets (alerts in `k8s/alerts.yaml`, 10 minutes over target).",
+          "- Requests in flight per replica against the autoscaling target: sustained above it means demand beyond "
+          "the plan's sizing.",
+          "- KV-cache usage and preemptions (each engine's gauges): a pool that preempts runs a smaller batch than planned.",
+          "", "## When an alert fires", "",
+          "- **TTFT above target**: for a disaggregated workload add prefill replicas (the prefill role of its "
+          "DisaggregatedSet); for an aggregated pool add replicas (the HPA does so up to its maximum). Check the "
+          "queue time gauge: a long queue is load, a short one with slow TTFT is prompt length beyond the plan's.",
+          "- **TPOT above target**: decode replicas carry larger batches than planned: add decode (or aggregated) "
+          "replicas; lowering the engine's running-request limit trades throughput for TPOT.",
+          "- Sustained over a day: the traffic is not what the plan was sized for. Re-plan with the new demand.", "",
+          "## Re-plan", "",
+          f"`planner plan <scenario.yaml> --out {plan_dir} --force` with the scenario `{sc['name']}` updated "
+          f"(demand, targets, prices), then `planner export {plan_dir} --target all --force`.", ""]
+    return "\n".join(L)

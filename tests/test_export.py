@@ -1,0 +1,254 @@
+"""Ops export: every launch flag is one the engine accepts (engine-flags.json), every expert map has the
+shape its engine loads, every Kubernetes object validates against its schema (the lws CRDs, upstream
+schemas for core objects)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.cli import main
+from planner.export import launch
+from planner.export.bundle import export_plan, read_plan
+from planner.export.deploy import deployments
+from tests.conftest import ROOT, SHARED
+
+FLAGS = SHARED / "reference" / "engine-flags.json"
+CRDS = SHARED / "reference" / "k8s"
+PLANS = ["deepseek-skewed", "llama-70b-chat", "multi-workload", "deepseek-chat", "long-context"]
+
+
+@pytest.fixture(scope="module")
+def flags():
+    if not FLAGS.exists():
+        pytest.skip("shared/reference/engine-flags.json not present")
+    return json.loads(FLAGS.read_text())
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, catalog):
+    out = {}
+    root = tmp_path_factory.mktemp("exports")
+    for name in PLANS:
+        dest = root / name
+        export_plan(ROOT / "plans" / name, ["sglang", "vllm", "trtllm", "k8s"], dest, catalog)
+        out[name] = dest
+    return out
+
+
+def check_argv(engine: str, argv: list[str], flags: dict) -> None:
+    """Every option is a flag (or alias) of ``engine``; values follow flags that take one and obey known choices."""
+    table = flags[engine]["flags"]
+    names = {}
+    for key, entry in table.items():
+        names[key] = entry
+        for a in entry.get("aliases") or []:
+            names[a] = entry
+        for a in entry.get("negated_forms") or []:
+            names[a] = {**entry, "takes_value": False}
+    i = next(k for k, a in enumerate(argv) if a.startswith("--"))
+    while i < len(argv):
+        a = argv[i]
+        assert a.startswith("--"), f"{engine}: stray argument {a!r} in {argv}"
+        assert a in names, f"{engine} does not accept {a}"
+        entry = names[a]
+        assert not entry.get("deprecated"), f"{engine}: {a} is deprecated"
+        if entry.get("takes_value") is True:
+            assert i + 1 < len(argv), f"{engine}: {a} needs a value"
+            value = argv[i + 1]
+            if entry.get("choices") and not value.startswith("$"):
+                assert value in entry["choices"], f"{engine}: {a} {value} not in {entry['choices']}"
+            if entry.get("type") == "int" and not value.startswith("$"):
+                int(value)
+            if entry.get("type") == "float":
+                float(value)
+            if str(entry.get("type", "")).startswith("json"):
+                json.loads(value)
+            i += 2
+        else:
+            i += 1
+
+
+def test_launch_flags_are_accepted_by_each_engine(flags, catalog):
+    seen = set()
+    for name in PLANS:
+        plan = read_plan(ROOT / "plans" / name)
+        for d in deployments(plan, catalog, ROOT / "plans" / name):
+            for t in launch.TARGETS:
+                if not catalog.get_engine(t).runs_on(catalog.get_hardware(d.hardware)):
+                    continue
+                argv = launch.command(d, t, expert_location="/x/expert-location-sglang.json" if d.expert_map else None)
+                check_argv(t, argv, flags)
+                seen |= {(t, a) for a in argv if a.startswith("--")}
+    # the checks saw the flags that matter for production layouts
+    for t, f in [("sglang", "--enable-dp-attention"), ("sglang", "--ep-num-redundant-experts"),
+                 ("sglang", "--init-expert-location"), ("sglang", "--disaggregation-mode"),
+                 ("vllm", "--enable-expert-parallel"), ("vllm", "--data-parallel-size"),
+                 ("trtllm", "--moe_expert_parallel_size")]:
+        assert (t, f) in seen, (t, f)
+
+
+def test_unknown_flag_is_caught(flags):
+    with pytest.raises(AssertionError, match="does not accept"):
+        check_argv("sglang", ["python3", "-m", "sglang.launch_server", "--enable-deepep-moe"], flags)
+    with pytest.raises(AssertionError, match="not in"):
+        check_argv("sglang", ["x", "--kv-cache-dtype", "fp8"], flags)
+    with pytest.raises(AssertionError, match="does not accept"):
+        check_argv("trtllm", ["trtllm-serve", "m", "--tp-size", "8"], flags)  # click takes exact names only
+
+
+def test_trtllm_config_keys_are_llm_api_fields(flags, exported):
+    spec = flags["trtllm"]["extra_llm_api_options_yaml"]
+    top = set(spec["BaseLlmArgs"]) | set(spec["TorchLlmArgs"])
+    spec_keys = {"decoding_type", *[k.split(" ")[0] for k in spec["speculative_config"]["common_keys"]],
+                 *[k.split(" ")[0] for k in spec["speculative_config"]["MTP_keys"]]}
+    n = 0
+    for dest in exported.values():
+        for f in dest.glob("*/config-trtllm.yaml"):
+            cfg = yaml.safe_load(f.read_text())
+            assert set(cfg) <= top, set(cfg) - top
+            assert set(cfg["kv_cache_config"]) <= set(spec["KvCacheConfig"])
+            if "moe_config" in cfg:
+                assert set(cfg["moe_config"]) <= set(spec["MoeConfig"])
+                lb = cfg["moe_config"]["load_balancer"]
+                assert set(lb) <= set(spec["MoeLoadBalancerConfig"])
+                for row in lb.get("initial_global_assignments", {}).values():
+                    assert len(row) == lb["num_slots"]
+            if "speculative_config" in cfg:
+                assert set(cfg["speculative_config"]) <= spec_keys
+                assert cfg["speculative_config"]["decoding_type"] in spec["speculative_config"]["decoding_type_values_read"]
+            n += 1
+    assert n > 0
+
+
+def test_sglang_expert_location_shape(exported, catalog):
+    files = list(exported["deepseek-skewed"].glob("*/expert-location-sglang.json"))
+    assert files
+    m = catalog.get_model("deepseek-v3")
+    for f in files:
+        doc = json.loads(f.read_text())
+        assert list(doc) == ["physical_to_logical_map"]
+        rows = doc["physical_to_logical_map"]
+        assert len(rows) == m.architecture.layers  # every hidden layer, dense ones included
+        width = {len(r) for r in rows}
+        assert len(width) == 1
+        slots = width.pop()
+        assert slots > m.architecture.moe.experts  # redundant slots
+        for r in rows:
+            assert all(0 <= e < m.architecture.moe.experts for e in r)
+            assert set(r) == set(range(m.architecture.moe.experts))  # every expert has a copy
+        vllm = json.loads((f.parent / "expert-location-vllm.json").read_text())
+        assert vllm["explicit_map"] is False and vllm["num_redundant_experts"] == slots - m.architecture.moe.experts
+
+
+def test_scripts_are_valid_bash(exported):
+    scripts = [s for dest in exported.values() for s in dest.glob("*/launch-*.sh")]
+    assert scripts
+    for s in scripts:
+        r = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
+        assert r.returncode == 0, (s, r.stderr)
+        assert s.stat().st_mode & 0o100
+
+
+def _crd_schema(filename: str) -> dict:
+    doc = yaml.safe_load((CRDS / filename).read_text())
+    return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_kubernetes_objects_validate(exported):
+    jsonschema = pytest.importorskip("jsonschema")
+    kv = pytest.importorskip("kubernetes_validate")
+    if not CRDS.exists():
+        pytest.skip("shared/reference/k8s not present")
+    schemas = {"LeaderWorkerSet": _crd_schema("leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
+               "DisaggregatedSet": _crd_schema("disaggregatedset.x-k8s.io_disaggregatedsets.yaml")}
+    kinds = set()
+    for dest in exported.values():
+        for f in sorted((dest / "k8s").glob("*.yaml")):
+            for obj in yaml.safe_load_all(f.read_text()):
+                if obj is None:
+                    continue
+                kinds.add(obj["kind"])
+                if obj["kind"] in schemas:
+                    jsonschema.validate(obj, schemas[obj["kind"]])
+                elif obj["kind"] == "PrometheusRule":
+                    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+                    for g in obj["spec"]["groups"]:
+                        for r in g["rules"]:
+                            assert {"alert", "expr", "for"} <= set(r) and "histogram_quantile(0.9" in r["expr"]
+                else:
+                    kv.validate(obj, "1.33", strict=True)
+    assert {"Deployment", "LeaderWorkerSet", "DisaggregatedSet", "Service", "ConfigMap",
+            "HorizontalPodAutoscaler", "PrometheusRule"} <= kinds
+
+
+def test_alerts_use_the_plan_targets_and_engine_metrics(exported, catalog):
+    plan = read_plan(ROOT / "plans" / "llama-70b-chat")
+    rules = yaml.safe_load((exported["llama-70b-chat"] / "k8s" / "alerts.yaml").read_text())["spec"]["groups"][0]["rules"]
+    w = plan.workloads[0]
+    eng = catalog.get_engine(plan.pools[0].engine)
+    exprs = " ".join(r["expr"] for r in rules)
+    assert f"> {w.slo_ttft_s:g}" in exprs and f"> {w.slo_tpot_s:g}" in exprs
+    assert eng.metrics.ttft_histogram in exprs
+
+
+def test_export_json_lists_every_file(exported):
+    for dest in exported.values():
+        doc = json.loads((dest / "export.json").read_text())
+        listed = {f["path"] for f in doc["files"]}
+        on_disk = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()} - {"export.json", ".planner-manifest.json"}
+        assert listed == on_disk
+        assert all(f["kind"] for f in doc["files"])
+
+
+def test_runbook_names_the_loss_of_a_unit(exported):
+    text = (exported["deepseek-skewed"] / "runbook.md").read_text()
+    assert "## Bring-up order" in text and "Prefill pools first" in text
+    assert "Losing " in text and "worst single unit" in text
+    assert "planner plan" in text
+
+
+def test_cli_export_and_schema(tmp_path, capsys):
+    src = tmp_path / "plan"
+    shutil.copytree(ROOT / "plans" / "llama-70b-chat", src)
+    for args, code in ((["export", src, "--target", "all"], 0), (["export", src, "--target", "all"], 1),
+                       (["export", src, "--target", "docker"], 1), (["export", tmp_path / "nope", "--target", "k8s"], 1),
+                       (["export", src, "--target", "sglang", "--namespace", "Bad_NS", "--force"], 1)):
+        try:
+            main([str(a) for a in args])
+            got = 0
+        except SystemExit as exc:
+            got = int(exc.code or 0)
+        err = capsys.readouterr().err
+        assert got == code, (args, err)
+        assert "Traceback" not in err
+    assert (src / "export" / "runbook.md").exists()
+    try:
+        main(["schema", "plan"])
+    except SystemExit as exc:
+        assert not exc.code
+    schema = json.loads(capsys.readouterr().out)
+    assert "pools" in schema["properties"] and "software" in schema["properties"]
+
+
+def test_plan_records_software_versions():
+    plan = read_plan(ROOT / "plans" / "llama-70b-chat")
+    assert {"planner", "pyomo", "highspy"} <= set(plan.software)
+    assert plan.schema_version == "2.1"
+
+
+def test_deployment_sizes(catalog):
+    plan = read_plan(ROOT / "plans" / "deepseek-skewed")
+    for d in deployments(plan, catalog, ROOT / "plans" / "deepseek-skewed"):
+        assert d.gpus == d.tp * d.attn_dp * d.pp
+        assert d.hosts * d.gpus_per_pod >= d.gpus
+        assert 0 < d.static_fraction <= 0.95 and 0 < d.total_fraction <= 0.95
+        assert d.static_fraction >= (d.weights_bytes + d.kv_bytes) / d.memory_capacity_bytes - 1e-9
+        if d.hardware == "gb200-nvl72":
+            assert d.gpus_per_host == 4
+    assert isinstance(Path, type)
