@@ -30,7 +30,16 @@ from planner.perf.candidates import (
     select_candidates,
 )
 from planner.perf.layout import describe_layout
-from planner.results import SCHEMA_VERSION, Binding, Plan, RunnerUp, extract, recheck, solution_values, software_versions
+from planner.results import (
+    SCHEMA_VERSION,
+    Binding,
+    Plan,
+    RunnerUp,
+    extract,
+    recheck,
+    software_versions,
+    solution_values,
+)
 from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
 
 RELAX = 0.10

@@ -195,7 +195,7 @@ def _quote(arg: str) -> str:
 def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> str:
     lines = ["#!/usr/bin/env bash", f"# {d.pool}: {d.replicas} replica(s) of {d.role} for workload '{d.workload}' on "
              f"{d.hardware}, {d.gpus} GPU(s) each over {d.hosts} host(s) of {d.gpus_per_host}.",
-             f"# Written by `planner export` from plan.json; run once per host of a replica"
+             "# Written by `planner export` from plan.json; run once per host of a replica"
              + (" (NODE_RANK 0 on the leader, LEADER_ADDR its address)." if d.multi_host else "."), "set -euo pipefail"]
     lines += [f"# {n}" for n in notes]
     lines += [f'MODEL_PATH="${{MODEL_PATH:-{d.model_path}}}"',
