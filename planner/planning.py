@@ -34,7 +34,9 @@ from planner.results import (
     SCHEMA_VERSION,
     Binding,
     Plan,
+    ResilienceOut,
     RunnerUp,
+    capacity_after_losing,
     extract,
     recheck,
     software_versions,
@@ -128,6 +130,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     plan.solver.build_s = t2 - t1
     plan.solver.candidates = {"evaluated": table.evaluated, "kept": len(table.rows), **{f"dropped_{k}": v for k, v in table.dropped.items()}}
     t3 = time.perf_counter()
+    ctx = None
     if opts.analysis:
         ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline)
         try:
@@ -138,6 +141,12 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             plan.assumptions.append(
                 f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent before binding constraints "
                 "and the runner-up were priced; raise --time-limit to get them")
+    if data.lose_units:
+        left = capacity_after_losing(plan, data.lose_units)
+        plan.resilience = ResilienceOut(
+            lose_units=data.lose_units, capacity_after_worst_loss_rps={w: c for w, (c, _) in left.items()},
+            worst_units={w: u for w, (_, u) in left.items()},
+            headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -439,6 +448,23 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
         out.append(Binding(name="whole_units", detail=f"units are bought whole: {what} idle (${usd:,.2f}/h)", usd_per_hour_saved=None))
     out.sort(key=lambda b: -(b.usd_per_hour_saved or 0.0))
     return out
+
+
+def resilience_cost(ctx: _Ctx) -> float | None:
+    """$/h the N+k requirement adds: this plan's cost less the cheapest plan without it (re-solved)."""
+    m = ctx.model
+    if not hasattr(m, "resilience"):
+        return None
+    m.resilience.deactivate()
+    m.uses_link.deactivate()
+    try:
+        r = ctx._quick().solve(m)
+        return max(ctx.cost - _fleet_cost(m, ctx.data), 0.0) if r.has_solution else None
+    except OutOfTime:
+        return None
+    finally:
+        m.resilience.activate()
+        m.uses_link.activate()
 
 
 def runner_up(ctx: _Ctx) -> RunnerUp | None:

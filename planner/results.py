@@ -220,6 +220,16 @@ class Recheck(_M):
     checks: list[Check]
 
 
+class ResilienceOut(_M):
+    lose_units: int
+    capacity_after_worst_loss_rps: dict[str, float]
+    """Per workload: requests/s left after losing the ``lose_units`` units whose loss hurts it most (from the
+    placement: a replica is lost when any unit it runs on is lost)."""
+    worst_units: dict[str, list[str]] = {}
+    headroom_usd_per_hour: float | None = None
+    """What the resilience costs: this plan's $/h less the plan without it (None when not priced)."""
+
+
 class Plan(_M):
     schema_version: str = SCHEMA_VERSION
     scenario: dict
@@ -235,6 +245,7 @@ class Plan(_M):
     assumptions: list[str] = []
     sources: list[dict] = []
     recheck: Recheck | None = None
+    resilience: ResilienceOut | None = None
     software: dict[str, str] = {}
     """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
 
@@ -603,6 +614,44 @@ def _units_of(h: str, pats: list[list], per_unit: int) -> list[UnitPlacement]:
     return out
 
 
+def unit_losses(plan: Plan) -> list[tuple[str, int, dict[str, set[int]]]]:
+    """Per purchase unit of the placement: (hardware, unit number, pool -> replicas that run on it). A run of
+    identical units (``count``) stands for that many units with the same pattern."""
+    out = []
+    for up in plan.placement:
+        lost: dict[str, set[int]] = defaultdict(set)
+        for dom in up.domains:
+            for g in dom:
+                lost[g.pool].add(g.replica)
+        for j in range(up.count):
+            out.append((up.hardware, up.unit + j, lost))
+    return out
+
+
+def capacity_after_losing(plan: Plan, k: int) -> dict[str, tuple[float, list[str]]]:
+    """Per workload: capacity (req/s) left after losing the ``k`` units whose individual loss hurts it most,
+    and which units. Aggregated pools add up; prefill and decode pools serve the smaller of the two."""
+    units = unit_losses(plan)
+    out = {}
+    for w in plan.workloads:
+        pools = [p for p in plan.pools if p.workload == w.name]
+
+        def cap(lost_by_pool: dict[str, int], pools=pools) -> float:
+            by_role: dict[str, float] = defaultdict(float)
+            for p in pools:
+                by_role[p.role] += max(p.replicas - lost_by_pool.get(p.id, 0), 0) * p.predicted.requests_per_s_per_replica
+            return by_role["aggregated"] + min(by_role["prefill"], by_role["decode"])
+
+        scored = sorted(units, key=lambda u: cap({q: len(r) for q, r in u[2].items()}))
+        worst = scored[:k]
+        lost: dict[str, int] = defaultdict(int)
+        for _, _, by_pool in worst:
+            for q, r in by_pool.items():
+                lost[q] += len(r)
+        out[w.name] = (cap(lost), [f"{h} {u}" for h, u, _ in worst])
+    return out
+
+
 def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     """Re-evaluate ``plan`` with ``perf/`` alone: every pool's layout is valid, fits in memory and
     meets its workload's SLOs at the predicted rate; demand and prefix working sets are covered;
@@ -699,6 +748,14 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         mu = next((v for k, v in sc.limits.max_units.items() if k == g.hardware or k in hw.aliases), None)
         if mu is not None:
             add(f"{g.hardware}: inventory", g.count <= mu, f"{g.count} of {mu} units")
+    k = sc.resilience.lose_units
+    if k:
+        left = capacity_after_losing(plan, k)
+        for w in sc.workloads:
+            cap, units = left[w.name]
+            add(f"{w.name}: resilience", cap >= w.requests_per_s * (1 - REL_TOL),
+                f"{cap:,.2f} req/s left after losing {', '.join(units) or 'nothing'} (lose_units {k}) for "
+                f"{w.requests_per_s:g} req/s")
     total = sum(g.usd_per_hour for g in plan.units)
     add("objective", math.isclose(total, plan.objective.usd_per_hour, rel_tol=1e-9), f"${total:,.2f}/h")
     if sc.limits.power_kw is not None:

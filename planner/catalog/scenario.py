@@ -70,6 +70,12 @@ class Limits(Strict):
     budget_usd_per_hour: Annotated[float, Field(gt=0, le=1e12)] | None = None
 
 
+class Resilience(Strict):
+    lose_units: Annotated[int, Field(ge=0, le=1000)] = 0
+    """After losing any ``lose_units`` purchase units (a node; a whole NVL72 rack is one unit), every
+    workload is still served at its targets (N+k)."""
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     description: str = ""
@@ -90,6 +96,7 @@ class Scenario(Strict):
     serving: list[Literal["aggregated", "disaggregated"]] = Field(default_factory=lambda: ["aggregated"], min_length=1)
     utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
     limits: Limits = Limits()
+    resilience: Resilience = Resilience()
     expert_load: ExpertLoad | None = None
     """MoE only: routed-token skew over experts; sets the imbalance of every expert-parallel layout
     and lets the planner buy redundant expert slots (default: uniform routing)."""
@@ -101,6 +108,13 @@ class Scenario(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
+        k = self.resilience.lose_units
+        mu = self.limits.max_units
+        if k and self.hardware is not None and all(h in mu for h in self.hardware):
+            total = sum(mu[h] for h in self.hardware)
+            if k >= total:
+                raise ValueError(f"resilience.lose_units {k} is at least every unit the limits allow ({total}); "
+                                 "nothing would be left to serve")
         return self
 
 

@@ -129,6 +129,16 @@ def plan_markdown(plan: Plan) -> str:
             f"| {w.name} | {w.requests_per_s:g} | {w.served_requests_per_s:,.2f} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
             f"{_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | {w.serving} |"
         )
+    if plan.resilience is not None:
+        r = plan.resilience
+        L += ["", f"## Resilience: any {r.lose_units} unit{'s' if r.lose_units != 1 else ''} may fail", ""]
+        for w in plan.workloads:
+            cap = r.capacity_after_worst_loss_rps.get(w.name, 0.0)
+            units = ", ".join(r.worst_units.get(w.name, []))
+            L.append(f"- {w.name}: {cap:,.2f} req/s left after losing {units or 'the worst units'} "
+                     f"(demand {w.requests_per_s:g} req/s)")
+        head = "not priced (analysis off)" if r.headroom_usd_per_hour is None else f"${r.headroom_usd_per_hour:,.2f}/h"
+        L.append(f"- the headroom costs {head} over the cheapest plan without it")
     o = plan.objective
     L += ["", "## Cost per token", ""]
     L.append(

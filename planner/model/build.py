@@ -42,6 +42,7 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     define_power(m)
     define_budget(m)
     define_prefix_cache_capacity(m)
+    define_resilience(m)
     define_objective(m)
     return m
 
@@ -208,6 +209,61 @@ def define_prefix_cache_capacity(m) -> None:
         return (share_held - share_served) * m.x[i] >= 0
 
     m.prefix_cache_capacity = pyo.Constraint(rows, rule=rule)
+
+
+def unit_loss(m, w: str, role: str, h: str) -> float:
+    """Most requests/s (in rate units) of ``(w, role)`` one purchase unit of ``h`` can carry, so the most one
+    lost unit takes away: the unit's chips at the densest candidate row's requests/s per chip, or, for a
+    replica larger than a unit, two whole replicas (a unit may hold the ends of two)."""
+    a = m._arr
+    cpu = m._data.hardware[h].chips_per_unit
+    best = 0.0
+    for i in m._rows_of.get(("role", w, role), []):
+        if a["hardware"][i] != h:
+            continue
+        rate, slots = a["rate"][i] / m._unit, float(a["slots"][i])
+        best = max(best, cpu * rate / slots if slots <= cpu else 2.0 * rate)
+    return best
+
+
+def define_resilience(m) -> None:
+    """N+k: with ``k = lose_units``, for every workload ``w``, role ``r`` and hardware ``h`` it uses
+    (``y[w,r,h] = 1``; ``capacity[w,r,h] <= M y``)::
+
+        capacity[w, r] - k * L[w, r, h] * y[w, r, h] >= stream[w, r]
+
+    where ``L`` (:func:`unit_loss`) bounds what one unit of ``h`` carries. Losing ``k`` units of one
+    hardware takes at most ``k L``; losing units of several takes at most ``k`` times the largest ``L``;
+    so every loss of ``k`` units leaves each role's stream (aggregated, or prefill and decode) served."""
+    k = m._data.lose_units
+    if not k:
+        return
+    a = m._arr
+    keys = []
+    for (kind, *rest), rows in m._rows_of.items():
+        if kind != "role":
+            continue
+        w, role = rest
+        for h in sorted({a["hardware"][i] for i in rows}):
+            keys.append((w, role, h))
+    m.RES = pyo.Set(initialize=keys, dimen=3, ordered=True, doc="(workload, role, hardware) that may lose a unit")
+    m.uses = pyo.Var(m.RES, within=pyo.Binary, doc="the role of the workload runs on the hardware")
+    m._loss = {key: unit_loss(m, *key) for key in keys}
+
+    def cap(w, role, h):
+        rate = a["rate"] / m._unit
+        return sum(rate[i] * m.x[i] for i in m._rows_of[("role", w, role)] if a["hardware"][i] == h)
+
+    def use(m, w, role, h):
+        big = 1e6 + 10.0 * k * m._loss[(w, role, h)]  # rate units: demand is at most ~1000 of them (rate_unit)
+        return cap(w, role, h) <= big * m.uses[w, role, h]
+
+    def survive(m, w, role, h):
+        stream = m.s_agg[w] if role == "aggregated" else m.s_dis[w]
+        return _served(m, w, role) - k * m._loss[(w, role, h)] * m.uses[w, role, h] >= stream
+
+    m.uses_link = pyo.Constraint(m.RES, rule=use)
+    m.resilience = pyo.Constraint(m.RES, rule=survive)
 
 
 def define_objective(m) -> None:

@@ -53,6 +53,8 @@ class PlanData:
     budget_usd_per_hour: float | None = None
     roles: tuple[str, ...] = ("aggregated",)
     notes: list[str] = field(default_factory=list)
+    lose_units: int = 0
+    """Purchase units whose loss every workload must survive (``resilience.lose_units``)."""
 
 
 def chip_power_kw(hw: HardwareSpec) -> tuple[float | None, bool]:
@@ -114,7 +116,8 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     }
     rows = table.rows.reset_index(drop=True)
     roles = tuple(r for r in ("aggregated", "prefill", "decode") if not rows.empty and (rows["role"] == r).any())
-    return PlanData(rows, hardware, workloads, sc.limits.power_kw, sc.limits.budget_usd_per_hour, roles, notes)
+    return PlanData(rows, hardware, workloads, sc.limits.power_kw, sc.limits.budget_usd_per_hour, roles, notes,
+                    sc.resilience.lose_units)
 
 
 def row_arrays(data: PlanData) -> dict[str, np.ndarray]:

@@ -1,0 +1,90 @@
+"""Failure headroom (N+k): every loss of k purchase units leaves demand served, checked by removing units
+from the placement and re-counting capacity from the re-checked per-replica rates; cost is monotone in k."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from planner.catalog.scenario import Scenario, resolve_scenario
+from planner.errors import InfeasibleError
+from planner.planning import PlanOptions, make_plan
+from planner.results import unit_losses
+
+BASE = {
+    "name": "res", "model": "llama-3.1-70b", "weights": ["fp8"], "kv_cache": ["fp8"],
+    "hardware": ["h100-sxm", "h200-sxm"], "serving": ["aggregated"],
+    "workloads": [{"name": "chat", "requests_per_s": 50, "input_tokens": 1500, "output_tokens": 300,
+                   "slo": {"ttft_ms": 1500, "tpot_ms": 40}}],
+}
+
+
+def plan_of(catalog, **changes):
+    doc = json.loads(json.dumps(BASE))
+    doc.update(changes)
+    rs = resolve_scenario(Scenario.model_validate(doc), catalog, Path("res.yaml"))
+    return make_plan(rs, PlanOptions(analysis=True, time_limit_s=30, mip_gap=1e-6)).plan
+
+
+def capacity_without(plan, lost_units) -> dict[str, float]:
+    """Capacity per workload with the replicas on ``lost_units`` gone (brute force over the placement)."""
+    lost: dict[str, set] = defaultdict(set)
+    for hw, unit, by_pool in lost_units:
+        for pool, replicas in by_pool.items():
+            # units of one run hold different replicas with the same pattern: key them by unit
+            lost[pool] |= {(hw, unit, r) for r in replicas}
+    out = {}
+    for w in plan.workloads:
+        by_role: dict[str, float] = defaultdict(float)
+        for p in plan.pools:
+            if p.workload == w.name:
+                by_role[p.role] += max(p.replicas - len(lost[p.id]), 0) * p.predicted.requests_per_s_per_replica
+        out[w.name] = by_role["aggregated"] + min(by_role["prefill"], by_role["decode"])
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_every_loss_of_k_units_leaves_demand_served(catalog, k):
+    plan = plan_of(catalog, resilience={"lose_units": k})
+    assert plan.recheck.ok
+    units = unit_losses(plan)
+    assert len(units) > k
+    for combo in itertools.combinations(units, k):
+        left = capacity_without(plan, combo)
+        for w in plan.workloads:
+            assert left[w.name] >= w.requests_per_s * (1 - 1e-9), (combo, left)
+    r = plan.resilience
+    assert r.lose_units == k and r.capacity_after_worst_loss_rps["chat"] >= 50 * (1 - 1e-9)
+
+
+def test_without_resilience_one_loss_can_leave_a_shortfall(catalog):
+    plan = plan_of(catalog)
+    worst = min(capacity_without(plan, [u])["chat"] for u in unit_losses(plan))
+    assert worst < 50  # the base plan is sized for demand, not for a failure
+    assert plan.resilience is None
+
+
+def test_cost_is_monotone_in_lose_units(catalog):
+    costs = [plan_of(catalog, resilience={"lose_units": k}).objective.usd_per_hour for k in (0, 1, 2)]
+    assert costs[0] < costs[1] <= costs[2]
+    one = plan_of(catalog, resilience={"lose_units": 1})
+    assert one.resilience.headroom_usd_per_hour == pytest.approx(costs[1] - costs[0], rel=1e-6)
+
+
+def test_infeasible_resilience_reports_the_shortfall(catalog):
+    with pytest.raises(InfeasibleError, match=r"limits\.max_units\.h100-sxm: needs \d+ nodes, 3 allowed"):
+        plan_of(catalog, hardware=["h100-sxm"], limits={"max_units": {"h100-sxm": 3}}, resilience={"lose_units": 1})
+
+
+def test_lose_units_beyond_every_unit_is_refused(catalog):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="lose_units 3 is at least every unit"):
+        Scenario.model_validate({**BASE, "hardware": ["h100-sxm"], "limits": {"max_units": {"h100-sxm": 3}},
+                                 "resilience": {"lose_units": 3}})
+    with pytest.raises(ValidationError):
+        Scenario.model_validate({**BASE, "resilience": {"lose_units": -1}})
