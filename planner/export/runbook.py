@@ -3,35 +3,8 @@ watch and what to do when an alert fires."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from planner.export.deploy import Deployment
-from planner.results import Plan
-
-
-def loss_of_one_unit(plan: Plan) -> dict[str, dict]:
-    """Per workload: the capacity (req/s) left after losing the worst single purchase unit, and which.
-
-    A replica is lost when any unit it runs on is lost; a workload served by prefill and decode pools is
-    limited by the weaker side after the loss."""
-    per_pool = {p.id: p for p in plan.pools}
-    worst: dict[str, dict] = {}
-    for up in plan.placement:
-        lost: dict[str, set[int]] = defaultdict(set)
-        for dom in up.domains:
-            for g in dom:
-                lost[g.pool].add(g.replica)
-        for w in plan.workloads:
-            pools = [p for p in plan.pools if p.workload == w.name]
-            by_role: dict[str, float] = defaultdict(float)
-            for p in pools:
-                n = len(lost.get(p.id, ()))
-                by_role[p.role] += max(p.replicas - n, 0) * p.predicted.requests_per_s_per_replica
-            cap = min(by_role.values()) if by_role else 0.0
-            if w.name not in worst or cap < worst[w.name]["capacity_rps"]:
-                worst[w.name] = {"capacity_rps": cap, "unit": f"{up.hardware} {up.unit}", "demand_rps": w.requests_per_s,
-                                 "pools_hit": sorted(k for k in lost if k in per_pool and per_pool[k].workload == w.name)}
-    return worst
+from planner.results import Plan, capacity_after_losing
 
 
 def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, plan_dir: str, namespace: str,
@@ -78,15 +51,15 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
     if skipped:
         L += ["Not exported:", ""] + [f"- {s['pool']} ({s['target']}): {s['reason']}" for s in skipped] + [""]
     L += ["## Capacity, headroom and losing a unit", ""]
-    loss = loss_of_one_unit(plan)
+    loss = capacity_after_losing(plan, 1)
     for w in plan.workloads:
         head = w.served_requests_per_s / w.requests_per_s - 1.0 if w.requests_per_s else 0.0
         line = f"- {w.name}: capacity {w.served_requests_per_s:,.2f} req/s for {w.requests_per_s:g} demanded ({head:+.1%} headroom)."
-        if w.name in loss:
-            x = loss[w.name]
-            short = x["capacity_rps"] < w.requests_per_s
-            line += (f" Losing {x['unit']} (the worst single unit) leaves {x['capacity_rps']:,.2f} req/s"
-                     + (f": **{w.requests_per_s - x['capacity_rps']:,.2f} req/s short** until it is replaced or the "
+        if w.name in loss and loss[w.name][1]:
+            cap, units = loss[w.name]
+            short = cap < w.requests_per_s
+            line += (f" Losing {units[0]} (the worst single unit) leaves {cap:,.2f} req/s"
+                     + (f": **{w.requests_per_s - cap:,.2f} req/s short** until it is replaced or the "
                         "autoscaler adds replicas" if short else ", still above demand") + ".")
         L.append(line)
     L += ["", "## What to watch", "",
