@@ -776,6 +776,7 @@ def calibrate_fit(
     """Fit per-hardware and per-engine efficiency factors (robust least squares on log errors)."""
     from planner.calib.data import load_measured
     from planner.calib.fit import efficiency_blocks, fit
+    from planner.calib.margins import measured_quantiles, with_quantiles
     from planner.catalog.loader import clear_cache
     from planner.catalog.writer import replace_efficiency_block
 
@@ -783,6 +784,8 @@ def calibrate_fit(
     sets = [load_measured(p, cat, fmt=fmt, measured=True) for p in data]
     res = fit(sets, cat)
     blocks = efficiency_blocks(res, cat, " and ".join(Path(p).name for p in data))
+    # the error the new factors leave on the same rows, per class, for scenarios' margin.quantile
+    blocks = with_quantiles(blocks, measured_quantiles(sets, cat, lambda h, e: blocks[h].for_engine(e)), cat)
     if write:
         for hid, eff in blocks.items():
             replace_efficiency_block(cat.files[hid], eff)
@@ -794,6 +797,38 @@ def calibrate_fit(
     else:
         for hid, b in blocks.items():
             typer.echo(f"{hid}: {b.fitted_rows} rows; default {b.default.model_dump()}")
+
+
+@calibrate_app.command("margins")
+def calibrate_margins(
+    data: Annotated[list[Path], typer.Option("--data", help="Measured rows (either format; repeatable).")],
+    fmt: Annotated[str | None, typer.Option("--format", help=FORMAT_HELP)] = None,
+    write: Annotated[bool, typer.Option("--write", help="Store them in the efficiency blocks of catalogs/hardware/*.yaml.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Quantiles of measured / predicted TPOT per hardware, engine and serving mode with the catalog's current
+    factors (what `calibrate fit` stores beside the factors; the factors themselves are left as they are)."""
+    from planner.calib.data import load_measured
+    from planner.calib.margins import measured_quantiles, with_quantiles
+    from planner.catalog.loader import clear_cache
+    from planner.catalog.writer import replace_efficiency_block
+
+    cat = _catalog()
+    sets = [load_measured(p, cat, fmt=fmt, measured=True) for p in data]
+    blocks = with_quantiles({h: hw.efficiency for h, hw in cat.hardware.items()}, measured_quantiles(sets, cat), cat)
+    if write:
+        for hid, eff in blocks.items():
+            replace_efficiency_block(cat.files[hid], eff)
+        clear_cache()
+        typer.echo(f"wrote error quantiles into {len(blocks)} hardware files", err=True)
+    payload = {h: b.error_quantiles for h, b in blocks.items()}
+    if as_json:
+        _echo_json(payload)
+    else:
+        for h, classes in payload.items():
+            all_ = classes.get("all", {})
+            typer.echo(f"{h}: {len(classes)} classes; all: q50 {all_.get('q50', float('nan')):.3f}, "
+                       f"q90 {all_.get('q90', float('nan')):.3f}")
 
 
 @calibrate_app.command("report")

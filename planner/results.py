@@ -159,12 +159,16 @@ class Pool(_M):
     predicted: Predicted
     memory_per_chip_bytes: MemoryPerChip
     expert_placement: ExpertPlacementOut | None = None
+    margin_derate: float = 1.0
+    """Capacity divided by this factor: the model's measured error at the scenario's margin quantile."""
 
 
 class WorkloadOut(_M):
     name: str
     requests_per_s: float
     served_requests_per_s: float
+    served_at_prediction_rps: float | None = None
+    """With a margin: the capacity at the model's prediction (``served_requests_per_s`` is at the quantile)."""
     input_tokens: int
     output_tokens: int
     ttft_s: float
@@ -326,6 +330,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                 prefix_tier=str(r["prefix_tier"]),
                 prefix_cache_bytes_per_replica=float(r["prefix_bytes_per_replica"]),
                 bound=str(r["bound"]),
+                margin_derate=float(r.get("margin_derate", 1.0)),
                 input_share=float(r["input_share"]),
                 usd_per_hour=0.0,
                 predicted=Predicted(
@@ -487,10 +492,15 @@ def _workload_out(w, pools: list[Pool]) -> WorkloadOut:
     roles = {p.role for p in mine}
     serving = "aggregated" if roles == {"aggregated"} else "disaggregated" if "aggregated" not in roles else "mixed"
     ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
+    raw = defaultdict(float)
+    for p in mine:
+        raw[p.role] += p.predicted.requests_per_s * p.margin_derate
+    derated = any(p.margin_derate != 1.0 for p in mine)
     return WorkloadOut(
         name=w.name,
         requests_per_s=w.requests_per_s,
         served_requests_per_s=agg + min(pre, dec),
+        served_at_prediction_rps=raw["aggregated"] + min(raw["prefill"], raw["decode"]) if derated else None,
         input_tokens=w.input_tokens,
         output_tokens=w.output_tokens,
         ttft_s=ttft,
@@ -698,7 +708,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
             f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
         lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_ms / 1e3, sc.utilisation_cap)
-        rate = float(lam[0]) if np.isfinite(lam[0]) else 0.0
+        rate = float(lam[0]) / p.margin_derate if np.isfinite(lam[0]) else 0.0
         if p.role != "prefill":
             add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_ms / 1e3 * (1 + REL_TOL),
                 f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
@@ -710,6 +720,12 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
             at_load = ev["ttft_base_s"] + (float(queue_wait(u * rate * work / servers, servers, work)) if work > 0 else 0.0)
             add(f"{p.id}: ttft", rate > 0 and at_load <= w.slo.ttft_ms / 1e3 * (1 + REL_TOL),
                 f"{at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms (open arrivals)")
+        if sc.margin is not None:
+            srv = "agg" if p.role == "aggregated" else "disagg"
+            want = max(1.0, hw.efficiency.error_ratio(p.engine, srv, sc.margin.quantile))
+            add(f"{p.id}: margin", math.isclose(p.margin_derate, want, rel_tol=1e-9),
+                f"capacity / {p.margin_derate:.3f}: measured/predicted TPOT at quantile {sc.margin.quantile:g} "
+                f"of {p.hardware} {p.engine}/{srv}")
         capacity[(p.workload, p.role)] += rate * p.replicas
         same = math.isclose(rate * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
         add(f"{p.id}: rate", same, f"{rate * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")

@@ -88,3 +88,44 @@ def test_lose_units_beyond_every_unit_is_refused(catalog):
                                  "resilience": {"lose_units": 3}})
     with pytest.raises(ValidationError):
         Scenario.model_validate({**BASE, "resilience": {"lose_units": -1}})
+
+
+def test_margin_derates_capacity_and_cost_is_monotone_in_the_quantile(catalog):
+    costs = []
+    for q in (0.5, 0.75, 0.9, 0.99):
+        plan = plan_of(catalog, margin={"quantile": q})
+        assert plan.recheck.ok
+        for p in plan.pools:
+            hw = catalog.get_hardware(p.hardware)
+            want = max(1.0, hw.efficiency.error_ratio(p.engine, "agg", q))
+            assert p.margin_derate == pytest.approx(want)
+        w = plan.workloads[0]
+        assert w.served_requests_per_s >= 50 * (1 - 1e-9)
+        if any(p.margin_derate > 1 for p in plan.pools):
+            assert w.served_at_prediction_rps > w.served_requests_per_s
+        costs.append(plan.objective.usd_per_hour)
+    assert costs == sorted(costs) and costs[-1] > costs[0]
+    assert plan_of(catalog).objective.usd_per_hour <= costs[0]
+
+
+def test_error_ratio_interpolates_and_falls_back(catalog):
+    from planner.catalog.schemas import Efficiency
+
+    eff = catalog.get_hardware("h100-sxm").efficiency
+    t = eff.error_quantiles["all"]
+    assert eff.error_ratio("nope", "agg", 0.9) == pytest.approx(t["q90"])  # unknown class: the hardware's all
+    mid = eff.error_ratio("nope", "agg", 0.825)
+    assert mid == pytest.approx((t["q75"] + t["q90"]) / 2)
+    assert eff.error_ratio("nope", "agg", 0.2) == pytest.approx(t["q50"])
+    bare = Efficiency.model_validate({**eff.model_dump(), "error_quantiles": {}})
+    assert bare.error_ratio("sglang", "agg", 0.9) == 1.0
+    # hardware without measured rows carries a margin too (its relative's or the widest)
+    assert catalog.get_hardware("tpu-v6e").efficiency.error_quantiles["all"]["q90"] > 1.0
+
+
+def test_margin_quantile_bounds():
+    from pydantic import ValidationError
+
+    for q in (0, 1, 1.5, -0.1):
+        with pytest.raises(ValidationError):
+            Scenario.model_validate({**BASE, "margin": {"quantile": q}})

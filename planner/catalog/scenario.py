@@ -76,6 +76,12 @@ class Resilience(Strict):
     workload is still served at its targets (N+k)."""
 
 
+class Margin(Strict):
+    quantile: Annotated[float, Field(gt=0, lt=1)]
+    """Size pools so that capacity holds when the performance model errs as it did at this quantile of the
+    measured rows of the pool's hardware, engine and serving mode (``efficiency.error_quantiles``)."""
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     description: str = ""
@@ -97,6 +103,9 @@ class Scenario(Strict):
     utilisation_cap: Annotated[float, Field(gt=0, le=1)] = 0.8
     limits: Limits = Limits()
     resilience: Resilience = Resilience()
+    margin: Margin | None = None
+    """Derate every candidate's capacity by the model's measured error at ``margin.quantile`` (default: none,
+    capacity at the prediction)."""
     expert_load: ExpertLoad | None = None
     """MoE only: routed-token skew over experts; sets the imbalance of every expert-parallel layout
     and lets the planner buy redundant expert slots (default: uniform routing)."""

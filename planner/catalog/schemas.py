@@ -139,6 +139,9 @@ class EngineEfficiency(Strict):
     kernels of a prefill pass, measured to grow with the model's expert count, not with its EP)."""
 
 
+QuantileKey = Literal["q50", "q75", "q90", "q95", "q99"]
+
+
 class Efficiency(Strict):
     """What fraction of the datasheet is achievable, with its own provenance (the calibration)."""
 
@@ -154,6 +157,27 @@ class Efficiency(Strict):
     transferred_from: str | None = None
     """Where the factors come from when this hardware has no measured rows: another hardware id, or
     ``all-hardware`` for the fit over every measured row. None: fitted on this hardware's own rows."""
+    error_quantiles: dict[str, dict[QuantileKey, Annotated[float, Field(gt=0, le=100)]]] = Field(default_factory=dict)
+    """Quantiles of measured / predicted TPOT on the measured rows, per ``ENGINE/MODE`` class (``sglang/agg``,
+    ``trtllm/disagg``; classes of at least 30 rows) and ``all`` (every row of this hardware; for hardware
+    without rows, its relative's, else the widest hardware's). A scenario's ``margin.quantile`` derates capacity by it (written by ``calibrate fit``)."""
+
+    def error_ratio(self, engine: str, serving: str, quantile: float) -> float:
+        """Measured / predicted TPOT at ``quantile`` for pools of ``engine`` serving ``agg`` or ``disagg``
+        (interpolated between stored quantiles; the hardware's ``all`` class where the engine has none)."""
+        table = self.error_quantiles.get(f"{engine}/{serving}") or self.error_quantiles.get("all")
+        if not table:
+            return 1.0
+        pts = sorted((float(k[1:]) / 100.0, v) for k, v in table.items())
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        if quantile <= xs[0]:
+            return ys[0]
+        if quantile >= xs[-1]:
+            return ys[-1]
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+            if x0 <= quantile <= x1:
+                return y0 + (y1 - y0) * (quantile - x0) / (x1 - x0)
+        return ys[-1]
 
     def for_engine(self, engine: str | None) -> EngineEfficiency:
         if engine and engine in self.by_engine:

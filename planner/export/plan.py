@@ -117,6 +117,9 @@ def plan_markdown(plan: Plan) -> str:
         if p.role != "prefill":
             lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
         L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
+        if p.margin_derate != 1.0:
+            L.append(f"- capacity derated by {p.margin_derate:.3f} (the model's measured error at the scenario's margin "
+                     f"quantile for {p.hardware} {p.engine}): {pr.requests_per_s * p.margin_derate:,.2f} req/s at the prediction")
         L.append(
             f"- capacity {pr.requests_per_s:,.2f} req/s ({pr.requests_per_s_per_replica:,.3f} per replica), "
             f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s, "
@@ -125,8 +128,11 @@ def plan_markdown(plan: Plan) -> str:
         L.append("")
     L += ["## Workloads", "", "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | serving |", "|---|---:|---:|---|---|---|"]
     for w in plan.workloads:
+        cap = f"{w.served_requests_per_s:,.2f}"
+        if w.served_at_prediction_rps is not None:
+            cap += f" ({w.served_at_prediction_rps:,.2f} at the prediction)"
         L.append(
-            f"| {w.name} | {w.requests_per_s:g} | {w.served_requests_per_s:,.2f} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
+            f"| {w.name} | {w.requests_per_s:g} | {cap} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
             f"{_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | {w.serving} |"
         )
     if plan.resilience is not None:

@@ -303,7 +303,24 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
     data = {k: np.concatenate(v) for k, v in cols.items()}
     data.update({k: pd.Categorical.from_codes(np.concatenate(v), categories[k]) for k, v in labels.items()})
     rows = pd.DataFrame(data)
+    rows["margin_derate"] = margin_derate(rs, rows)
     return CandidatePool(rows, evaluated, dropped, sc.utilisation_cap)
+
+
+def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
+    """Per row, the factor its capacity is divided by under the scenario's ``margin.quantile``: the measured /
+    predicted TPOT at that quantile for its hardware, engine and serving mode (at least 1: a model that was
+    pessimistic there does not earn extra capacity). 1 everywhere without a margin."""
+    out = np.ones(len(rows))
+    m = rs.scenario.margin
+    if m is None or rows.empty:
+        return out
+    hw = {h.id: h for h in rs.hardware}
+    keys = pd.DataFrame({"h": rows["hardware"].astype(str), "e": rows["engine"].astype(str),
+                         "s": np.where(rows["role"].astype(str) == "aggregated", "agg", "disagg")})
+    for (h, e, srv), idx in keys.groupby(["h", "e", "s"]).groups.items():
+        out[np.asarray(idx)] = max(1.0, hw[h].efficiency.error_ratio(e, srv, m.quantile))
+    return out
 
 
 BOUNDS = ("compute", "memory", "communication")
@@ -363,7 +380,7 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     dropped["ttft_slo"] = int(bad_ttft.sum())
     keep = ~(bad_tpot | bad_ttft)
     rows = r[keep].copy()
-    rows["requests_per_s"] = lam[keep]
+    rows["requests_per_s"] = lam[keep] / (rows["margin_derate"].to_numpy() if "margin_derate" in rows else 1.0)
     rows["ttft_s"] = t[keep]
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
