@@ -124,6 +124,10 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
     plan.software = software_versions()
+    if data.pool_type_usd_per_hour:
+        plan.assumptions.append(
+            f"{len(plan.pools)} pool types at ${data.pool_type_usd_per_hour:,.2f}/h each of operating cost "
+            f"(limits.pool_type_usd_per_hour: weighed in the choice, not in the fleet's $/h)")
     plan.solver.mip_gap_target = opts.mip_gap
     plan.solver.time_limit_s = opts.time_limit_s
     plan.solver.candidates_s = t1 - t0

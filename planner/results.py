@@ -161,6 +161,9 @@ class Pool(_M):
     expert_placement: ExpertPlacementOut | None = None
     margin_derate: float = 1.0
     """Capacity divided by this factor: the model's measured error at the scenario's margin quantile."""
+    router_share: float = 1.0
+    """Share of its workload's requests of this role the router sends here (by capacity; with prefix reuse,
+    the share of prefix families hashed to this pool)."""
 
 
 class WorkloadOut(_M):
@@ -355,6 +358,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         )
         queue[pid] = (float(r["ttft_base_s"]), float(r["queue_work_s"]), float(r["queue_servers"]))
     _apply_load(sc.workloads, pools, queue)
+    _router_shares(pools)
     placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
     assumptions = list(data.notes)
     for h, k in needed.items():
@@ -443,6 +447,17 @@ def role_loads(workloads, pools: list[Pool]) -> dict[tuple[str, str], float]:
             if cap > 0:
                 out[(w.name, role)] = min(routed / cap, 1.0)
     return out
+
+
+def _router_shares(pools: list[Pool]) -> None:
+    """Each pool's share of its workload's requests of its role, in proportion to capacity (all pools of a
+    role run at the same utilisation that way)."""
+    tot: dict[tuple[str, str], float] = defaultdict(float)
+    for p in pools:
+        tot[(p.workload, p.role)] += p.predicted.requests_per_s
+    for p in pools:
+        t = tot[(p.workload, p.role)]
+        p.router_share = p.predicted.requests_per_s / t if t > 0 else 0.0
 
 
 def _apply_load(workloads, pools: list[Pool], queue: dict[str, tuple[float, float, float]]) -> None:
@@ -764,6 +779,16 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         mu = next((v for k, v in sc.limits.max_units.items() if k == g.hardware or k in hw.aliases), None)
         if mu is not None:
             add(f"{g.hardware}: inventory", g.count <= mu, f"{g.count} of {mu} units")
+    lim = sc.limits
+    if lim.max_hardware_types is not None:
+        kinds = sorted({g.hardware for g in plan.units if g.count})
+        add("limits.max_hardware_types", len(kinds) <= lim.max_hardware_types,
+            f"{len(kinds)} hardware kinds ({', '.join(kinds)}) of at most {lim.max_hardware_types}")
+    if lim.max_pool_types_per_workload is not None:
+        for w in sc.workloads:
+            n = sum(1 for p in plan.pools if p.workload == w.name)
+            add(f"{w.name}: pool types", n <= lim.max_pool_types_per_workload,
+                f"{n} pool types of at most {lim.max_pool_types_per_workload}")
     k = sc.resilience.lose_units
     if k:
         left = capacity_after_losing(plan, k)

@@ -68,6 +68,12 @@ class Limits(Strict):
     """Purchase units available per hardware id."""
     power_kw: Annotated[float, Field(gt=0, le=1e9)] | None = None
     budget_usd_per_hour: Annotated[float, Field(gt=0, le=1e12)] | None = None
+    max_hardware_types: Annotated[int, Field(ge=1, le=100)] | None = None
+    """At most this many hardware kinds in the whole fleet (fewer spares, drivers and runbooks)."""
+    max_pool_types_per_workload: Annotated[int, Field(ge=1, le=100)] | None = None
+    """At most this many pool types (hardware x engine x layout x batch x tiers) serving one workload."""
+    pool_type_usd_per_hour: Annotated[float, Field(ge=0, le=1e6)] = 0.0
+    """Fixed cost of operating each pool type the plan uses (its own images, alerts, on-call), $/h."""
 
 
 class Resilience(Strict):

@@ -117,6 +117,10 @@ def plan_markdown(plan: Plan) -> str:
         if p.role != "prefill":
             lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
         L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
+        peers = [q for q in plan.pools if q.workload == p.workload and q.role == p.role]
+        if len(peers) > 1:
+            how = "prefix families hashed" if p.prefix_tier != "none" else "requests"
+            L.append(f"- router: {p.router_share:.1%} of {p.workload}'s {p.role} {how} go here (by capacity)")
         if p.margin_derate != 1.0:
             L.append(f"- capacity derated by {p.margin_derate:.3f} (the model's measured error at the scenario's margin "
                      f"quantile for {p.hardware} {p.engine}): {pr.requests_per_s * p.margin_derate:,.2f} req/s at the prediction")

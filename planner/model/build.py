@@ -43,6 +43,7 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     define_budget(m)
     define_prefix_cache_capacity(m)
     define_resilience(m)
+    define_simplicity(m)
     define_objective(m)
     return m
 
@@ -266,10 +267,46 @@ def define_resilience(m) -> None:
     m.resilience = pyo.Constraint(m.RES, rule=survive)
 
 
+def define_simplicity(m) -> None:
+    """Operational simplicity (each part only where the scenario asks for it):
+
+    - ``sum_h v[h] <= max_hardware_types`` with ``u[h] <= U v[h]`` (``v`` binary: hardware ``h`` is bought);
+    - ``sum_{r of w} z[r] <= max_pool_types_per_workload`` with ``x[r] <= X_r z[r]`` (``z`` binary: row ``r``,
+      a pool type, is used); each used pool type costs ``pool_type_usd_per_hour`` in the objective.
+
+    ``U`` is the hardware's unit limit (else 10^7 units); ``X_r`` is ten times the replicas row ``r`` needs
+    to carry its workload's whole demand, ``k + 1`` times over with ``resilience.lose_units = k``."""
+    d = m._data
+    if d.max_hardware_types is not None:
+        m.hw_used = pyo.Var(m.H, within=pyo.Binary, doc="hardware bought at all")
+        m.hw_used_link = pyo.Constraint(
+            m.H, rule=lambda m, h: m.u[h] <= (d.hardware[h].max_units or 10**7) * m.hw_used[h])
+        m.hardware_types = pyo.Constraint(expr=sum(m.hw_used[h] for h in m.H) <= d.max_hardware_types)
+    if d.max_pool_types_per_workload is None and not d.pool_type_usd_per_hour:
+        return
+    a = m._arr
+    rate = a["rate"] / m._unit
+    m.row_used = pyo.Var(m.R, within=pyo.Binary, doc="candidate row (pool type) used")
+
+    def link(m, i):
+        need = pyo.value(m.demand[a["workload"][i]]) / m._unit * (d.lose_units + 1) / max(rate[i], 1e-12)
+        return m.x[i] <= (10.0 * np.ceil(need) + 10.0) * m.row_used[i]
+
+    m.row_used_link = pyo.Constraint(m.R, rule=link)
+    if d.max_pool_types_per_workload is not None:
+        def per_workload(m, w):
+            rows = [i for (kind, *rest), rs in m._rows_of.items() if kind == "role" and rest[0] == w for i in rs]
+            return sum(m.row_used[i] for i in rows) <= d.max_pool_types_per_workload
+
+        m.pool_types = pyo.Constraint(m.W, rule=per_workload)
+
+
 def define_objective(m) -> None:
     a = m._arr
     chip_usd = sum(EPSILON * a["slots"][i] * m.usd_per_chip_hour[a["hardware"][i]] * m.x[i] for i in m.R)
     cost = fleet_usd_per_hour(m) + chip_usd
+    if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
+        cost = cost + m._data.pool_type_usd_per_hour * sum(m.row_used[i] for i in m.R)
     if m._elastic:
         hw = m._data.hardware
         short = sum(m.extra_units[h] / max(1, hw[h].max_units or 1) for h in m.H)

@@ -55,6 +55,9 @@ class PlanData:
     notes: list[str] = field(default_factory=list)
     lose_units: int = 0
     """Purchase units whose loss every workload must survive (``resilience.lose_units``)."""
+    max_hardware_types: int | None = None
+    max_pool_types_per_workload: int | None = None
+    pool_type_usd_per_hour: float = 0.0
 
 
 def chip_power_kw(hw: HardwareSpec) -> tuple[float | None, bool]:
@@ -116,8 +119,10 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     }
     rows = table.rows.reset_index(drop=True)
     roles = tuple(r for r in ("aggregated", "prefill", "decode") if not rows.empty and (rows["role"] == r).any())
-    return PlanData(rows, hardware, workloads, sc.limits.power_kw, sc.limits.budget_usd_per_hour, roles, notes,
-                    sc.resilience.lose_units)
+    lim = sc.limits
+    return PlanData(rows, hardware, workloads, lim.power_kw, lim.budget_usd_per_hour, roles, notes,
+                    sc.resilience.lose_units, lim.max_hardware_types, lim.max_pool_types_per_workload,
+                    lim.pool_type_usd_per_hour)
 
 
 def row_arrays(data: PlanData) -> dict[str, np.ndarray]:

@@ -129,3 +129,56 @@ def test_margin_quantile_bounds():
     for q in (0, 1, 1.5, -0.1):
         with pytest.raises(ValidationError):
             Scenario.model_validate({**BASE, "margin": {"quantile": q}})
+
+
+TWO = {
+    **BASE, "hardware": ["h100-sxm", "h200-sxm", "b200-sxm", "mi300x"], "weights": ["bf16", "fp8"],
+    "workloads": [
+        {"name": "chat", "requests_per_s": 300, "input_tokens": 1500, "output_tokens": 300,
+         "slo": {"ttft_ms": 1500, "tpot_ms": 40}},
+        {"name": "batch", "requests_per_s": 100, "input_tokens": 4000, "output_tokens": 800,
+         "slo": {"ttft_ms": 10000, "tpot_ms": 100}},
+    ],
+}
+
+
+def _two(catalog, **changes):
+    doc = json.loads(json.dumps(TWO))
+    doc.update(changes)
+    rs = resolve_scenario(Scenario.model_validate(doc), catalog, Path("two.yaml"))
+    return make_plan(rs, PlanOptions(analysis=False, time_limit_s=60, mip_gap=1e-6)).plan
+
+
+def test_one_hardware_type_is_the_best_single_hardware_plan(catalog):
+    """Brute force: with max_hardware_types 1 the plan costs the cheapest of the single-hardware plans."""
+    limited = _two(catalog, limits={"max_hardware_types": 1})
+    assert len({g.hardware for g in limited.units}) == 1 and limited.recheck.ok
+    singles = []
+    for h in TWO["hardware"]:
+        try:
+            singles.append(_two(catalog, hardware=[h]).objective.usd_per_hour)
+        except InfeasibleError:
+            continue
+    assert limited.objective.usd_per_hour == pytest.approx(min(singles), rel=1e-6)
+    assert _two(catalog).objective.usd_per_hour <= limited.objective.usd_per_hour + 1e-9
+
+
+def test_pool_types_per_workload_and_router_shares(catalog):
+    free = _two(catalog)
+    one = _two(catalog, limits={"max_pool_types_per_workload": 1})
+    assert one.recheck.ok
+    for w in ("chat", "batch"):
+        assert sum(1 for p in one.pools if p.workload == w) == 1
+    assert one.objective.usd_per_hour >= free.objective.usd_per_hour - 1e-9
+    for plan in (free, one):
+        shares: dict = defaultdict(float)
+        for p in plan.pools:
+            shares[(p.workload, p.role)] += p.router_share
+        assert all(v == pytest.approx(1.0) for v in shares.values())
+
+
+def test_pool_type_cost_trades_pools_for_dollars(catalog):
+    free = _two(catalog)
+    costly = _two(catalog, limits={"pool_type_usd_per_hour": 1000.0})
+    assert len(costly.pools) <= len(free.pools)
+    assert len(costly.pools) == len({p.workload for p in costly.pools})  # one pool per workload pays off
