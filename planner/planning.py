@@ -21,6 +21,7 @@ from planner.errors import InfeasibleError, PlanCheckError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.build import fleet_kw
 from planner.model.data import drop_unpowered
+from planner.model.periods import Tiers
 from planner.perf.candidates import (
     CandidatePool,
     CandidateTable,
@@ -33,6 +34,8 @@ from planner.perf.layout import describe_layout
 from planner.results import (
     SCHEMA_VERSION,
     Binding,
+    PeriodOut,
+    PeriodUnits,
     Plan,
     ResilienceOut,
     RunnerUp,
@@ -151,6 +154,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             lose_units=data.lose_units, capacity_after_worst_loss_rps={w: c for w, (c, _) in left.items()},
             worst_units={w: u for w, (_, u) in left.items()},
             headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
+    if any(w.profile is not None for w in rs.scenario.workloads):
+        plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap)
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -164,6 +169,79 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     t4 = time.perf_counter()
     timings = {"candidates_s": t1 - t0, "build_s": t2 - t1, "solve_s": res.wall_s, "analysis_s": t4 - t3, "total_s": t4 - t0}
     return Planned(plan, table, data, timings, files)
+
+
+def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
+    """Reserved (the plan's price), on-demand and spot per hardware: the scenario's ``price_tiers``, else the
+    catalog's ``price.on_demand`` / ``price.spot``; a tier neither gives is not offered."""
+    out = {}
+    over = rs.scenario.price_tiers
+    for hw in rs.hardware:
+        sc_t = next((v for k, v in over.items() if k == hw.id or k in hw.aliases), None)
+        od = sc_t.on_demand if sc_t and sc_t.on_demand else (hw.price.on_demand if hw.price else None)
+        sp = sc_t.spot if sc_t and sc_t.spot else (hw.price.spot if hw.price else None)
+        out[hw.id] = Tiers(rs.prices[hw.id], od.usd_per_chip_hour if od else None, sp.usd_per_chip_hour if sp else None,
+                           sp.preemption_rate if sp else 0.0)
+    return out
+
+
+def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: float, mip_gap: float) -> None:
+    """Re-plan a traffic profile period by period with price tiers (:mod:`planner.model.periods`); every
+    period's fleet is extracted and re-checked like a plan of that period's demand."""
+    from planner.model.periods import build_periods_model, period_values
+
+    sc = rs.scenario
+    T = max(len(w.profile) for w in sc.workloads if w.profile is not None)
+    demand = {w.name: list(w.profile) if w.profile is not None else [w.requests_per_s] * T for w in sc.workloads}
+    tiers = price_tiers(rs)
+    m = build_periods_model(data, demand, tiers)
+    res = Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(m)
+    if res.status == "infeasible":
+        raise InfeasibleError("the traffic profile cannot be served in some period within the limits "
+                              "(the peak plan can: check limits.max_units against the tiers)")
+    if not res.has_solution:
+        raise SolverLimitError(f"no plan for the traffic profile within --time-limit ({res.termination})")
+    out = []
+    for t, (x, u, usd) in enumerate(period_values(m)):
+        req = {w: demand[w][t] for w in demand}
+        ok = _recheck_period(rs, data, table, x, u, req, res)
+        cap = {}
+        for w in demand:
+            by: dict[str, float] = {}
+            for i, n in x.items():
+                r = data.rows.loc[i]
+                if str(r["workload"]) == w:
+                    by[str(r["role"])] = by.get(str(r["role"]), 0.0) + float(r["requests_per_s"]) * n
+            cap[w] = by.get("aggregated", 0.0) + min(by.get("prefill", 0.0), by.get("decode", 0.0))
+        units = [PeriodUnits(hardware=h, chips_per_unit=data.hardware[h].chips_per_unit, reserved=a, on_demand=b, spot=c)
+                 for h, (a, b, c) in u.items() if a + b + c]
+        out.append(PeriodOut(period=t, requests_per_s=req, capacity_rps=cap, units=units, usd_per_hour=usd, recheck_ok=ok))
+    plan.periods = out
+    plan.periods_solver = {"status": res.status, "mip_gap": res.mip_gap, "wall_s": res.wall_s,
+                           "rows": len(data.rows), "periods": T}
+    plan.usd_per_day = sum(p.usd_per_hour for p in out) * 24.0 / T
+    plan.flat_peak_usd_per_day = plan.objective.usd_per_hour * 24.0
+    if not all(p.recheck_ok for p in out):
+        bad = [p.period for p in out if not p.recheck_ok]
+        raise PlanCheckError(f"the fleet of period(s) {bad[:5]} fails its re-check by the performance model; no plan written")
+
+
+def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, float], res) -> bool:
+    """The period's fleet as a plan of that period's demand, re-checked by the performance model alone."""
+    from dataclasses import replace as dc_replace
+
+    if not x:
+        return all(v <= 0 for v in req.values())
+    sc = rs.scenario
+    wls = [w.model_copy(update={"requests_per_s": max(req[w.name], 1e-9), "profile": None}) for w in sc.workloads]
+    rs_t = dc_replace(rs, scenario=sc.model_copy(update={"workloads": wls}))
+    data_t = prepare(rs_t, table)
+    total = {h: a + b + c for h, (a, b, c) in u.items()}
+    try:
+        plan_t = extract(rs_t, data_t, x, total, res)
+        return recheck(plan_t, rs_t).ok
+    except Exception:  # noqa: BLE001 - a period that cannot even be extracted fails its check
+        return False
 
 
 def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: float) -> dict[int, int]:

@@ -237,6 +237,24 @@ class ResilienceOut(_M):
     """What the resilience costs: this plan's $/h less the plan without it (None when not priced)."""
 
 
+class PeriodUnits(_M):
+    hardware: str
+    chips_per_unit: int
+    reserved: int
+    on_demand: int = 0
+    spot: int = 0
+
+
+class PeriodOut(_M):
+    period: int
+    requests_per_s: dict[str, float]
+    capacity_rps: dict[str, float]
+    units: list[PeriodUnits]
+    usd_per_hour: float
+    recheck_ok: bool
+    """The period's fleet re-checked by the performance model alone (SLOs, memory, demand, placement)."""
+
+
 class Plan(_M):
     schema_version: str = SCHEMA_VERSION
     scenario: dict
@@ -253,6 +271,13 @@ class Plan(_M):
     sources: list[dict] = []
     recheck: Recheck | None = None
     resilience: ResilienceOut | None = None
+    periods: list[PeriodOut] = []
+    """With a traffic profile: the fleet of every period (the pools above are the peak period's)."""
+    usd_per_day: float | None = None
+    periods_solver: dict | None = None
+    """Status, gap and wall time of the multi-period solve."""
+    flat_peak_usd_per_day: float | None = None
+    """What provisioning the peak all day at the reserved price costs (this plan's pools, 24 hours)."""
     software: dict[str, str] = {}
     """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
 

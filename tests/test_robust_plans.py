@@ -182,3 +182,68 @@ def test_pool_type_cost_trades_pools_for_dollars(catalog):
     costly = _two(catalog, limits={"pool_type_usd_per_hour": 1000.0})
     assert len(costly.pools) <= len(free.pools)
     assert len(costly.pools) == len({p.workload for p in costly.pools})  # one pool per workload pays off
+
+
+DAY = [20, 15, 10, 8, 8, 10, 20, 40, 60, 80, 90, 100, 100, 95, 90, 85, 80, 75, 70, 60, 50, 40, 30, 25]
+
+
+def test_flat_profile_is_todays_plan(catalog):
+    base = plan_of(catalog, hardware=["h100-sxm"])
+    flat = plan_of(catalog, hardware=["h100-sxm"],
+                   workloads=[{**BASE["workloads"][0], "requests_per_s": [50.0] * 24}])
+    assert len(flat.periods) == 24 and all(p.recheck_ok for p in flat.periods)
+    assert flat.usd_per_day == pytest.approx(24 * base.objective.usd_per_hour, rel=1e-9)
+    for p in flat.periods:
+        assert p.usd_per_hour == pytest.approx(base.objective.usd_per_hour, rel=1e-9)
+        assert sum(u.reserved for u in p.units) == sum(g.count for g in base.units)
+
+
+def test_profile_with_tiers_saves_against_the_flat_peak(catalog):
+    plan = plan_of(catalog, price_tiers={"h100-sxm": {"spot": {"usd_per_chip_hour": 2.5, "preemption_rate": 0.1}}},
+                   workloads=[{**BASE["workloads"][0], "requests_per_s": DAY}])
+    assert plan.usd_per_day < plan.flat_peak_usd_per_day
+    assert plan.objective.usd_per_hour * 24 == pytest.approx(plan.flat_peak_usd_per_day)
+    assert any(u.spot for p in plan.periods for u in p.units)
+    for p in plan.periods:
+        assert p.recheck_ok and p.capacity_rps["chat"] >= p.requests_per_s["chat"] * (1 - 1e-9)
+        # spot capacity counts net of preemption: chips of replicas fit in reserved + on-demand + 90% of spot
+    # more expensive spot never lowers the day's cost
+    dear = plan_of(catalog, price_tiers={"h100-sxm": {"spot": {"usd_per_chip_hour": 4.0, "preemption_rate": 0.1}}},
+                   workloads=[{**BASE["workloads"][0], "requests_per_s": DAY}])
+    assert dear.usd_per_day >= plan.usd_per_day - 1e-6
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("period,requests_per_s\n0,10\n2,20\n", "missing or repeated"),
+    ("period,requests_per_s\n0,10\n1,-5\n", "must not be negative"),
+    ("hour,rps\n0,10\n", "period,requests_per_s"),
+])
+def test_bad_profile_files(tmp_path, text, needle):
+    from planner.catalog.scenario import load_scenario
+    from planner.errors import InputError
+
+    (tmp_path / "t.csv").write_text(text)
+    doc = {**BASE, "workloads": [{**BASE["workloads"][0], "requests_per_s": {"file": "t.csv"}}]}
+    (tmp_path / "s.yaml").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=needle):
+        load_scenario(tmp_path / "s.yaml")
+
+
+def test_profile_file_and_bad_profiles(tmp_path):
+    from pydantic import ValidationError
+
+    from planner.catalog.scenario import load_scenario
+
+    (tmp_path / "t.csv").write_text("period,requests_per_s\n2,30\n1,20\n0,10\n")
+    doc = {**BASE, "workloads": [{**BASE["workloads"][0], "requests_per_s": {"file": "t.csv"}}]}
+    (tmp_path / "s.yaml").write_text(json.dumps(doc))
+    sc = load_scenario(tmp_path / "s.yaml")
+    assert sc.workloads[0].profile == [10.0, 20.0, 30.0] and sc.workloads[0].requests_per_s == 30.0
+    for bad in ([10, -1], [0, 0], [10, "x"], []):
+        with pytest.raises(ValidationError):
+            Scenario.model_validate({**BASE, "workloads": [{**BASE["workloads"][0], "requests_per_s": bad}]})
+    two = {**BASE["workloads"][0], "name": "b", "requests_per_s": [1, 2, 3]}
+    with pytest.raises(ValidationError, match="same number of periods"):
+        Scenario.model_validate({**BASE, "workloads": [{**BASE["workloads"][0], "requests_per_s": [1, 2]}, two]})
+    with pytest.raises(ValidationError):  # a tier without a price
+        Scenario.model_validate({**BASE, "price_tiers": {"h100-sxm": {"spot": {"preemption_rate": 0.1}}}})

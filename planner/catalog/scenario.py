@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
+import pandas as pd
 from pydantic import Field, ValidationError, model_validator
 
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
@@ -38,13 +39,47 @@ class Slo(Strict):
     tpot_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
 
 
+MAX_PERIODS = 168
+"""Periods a traffic profile may have (hourly over a week)."""
+
+
 class Workload(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
     requests_per_s: Annotated[float, Field(gt=0, le=MAX_DEMAND_RPS)]
+    """Peak requests/s. Written as a list (one value per period of equal length, e.g. 24 hourly values) or
+    ``{file: traffic.csv}`` (columns ``period,requests_per_s``), it is a traffic profile: ``profile`` holds
+    the values and this field their peak."""
+    profile: list[Annotated[float, Field(ge=0, le=MAX_DEMAND_RPS)]] | None = Field(default=None, min_length=1,
+                                                                                   max_length=MAX_PERIODS)
     input_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     output_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     prefix_cache: PrefixCache = PrefixCache()
     slo: Slo
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("requests_per_s"), list):
+            values = data["requests_per_s"]
+            data = {**data, "profile": values}
+            nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if len(nums) != len(values):
+                raise ValueError("requests_per_s: a profile holds numbers only (requests/s per period)")
+            data["requests_per_s"] = max(nums) if nums else 0.0
+        return data
+
+
+class TierPrice(Strict):
+    usd_per_chip_hour: Annotated[float, Field(gt=0, le=1e4)]
+    preemption_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Share of the capacity bought at this tier that is lost to preemption at any time (spot)."""
+
+
+class PriceTiers(Strict):
+    """Prices beside the reserved one (the hardware's price, held all day): capacity bought per period."""
+
+    on_demand: TierPrice | None = None
+    spot: TierPrice | None = None
 
 
 class ExpertLoad(Strict):
@@ -98,7 +133,10 @@ class Scenario(Strict):
     hardware: list[str] | None = Field(default=None, min_length=1)
     """Candidate hardware ids (default: every entry with a price)."""
     prices: dict[str, Annotated[float, Field(gt=0, le=1e4)]] = Field(default_factory=dict)
-    """USD per chip-hour overrides."""
+    """USD per chip-hour overrides (the reserved price: held all day)."""
+    price_tiers: dict[str, PriceTiers] = Field(default_factory=dict)
+    """Per hardware id: on-demand and spot prices for capacity bought per period of a traffic profile
+    (overrides the catalog's ``price.tiers``)."""
     engine: str | None = None
     """Serving engine every pool must run (a catalog engine id: sglang, vllm, trtllm, atom); default: the
     planner chooses per pool among the engines that run on each hardware."""
@@ -123,6 +161,13 @@ class Scenario(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
+        lengths = {len(w.profile) for w in self.workloads if w.profile is not None}
+        if len(lengths) > 1:
+            raise ValueError(f"every workload's profile needs the same number of periods (got {sorted(lengths)})")
+        if lengths and (self.resilience.lose_units or self.limits.max_pool_types_per_workload
+                        or self.limits.max_hardware_types or self.limits.pool_type_usd_per_hour):
+            raise ValueError("a traffic profile is planned without resilience and pool-type limits for now; "
+                             "plan the peak (a single requests_per_s) with them")
         k = self.resilience.lose_units
         mu = self.limits.max_units
         if k and self.hardware is not None and all(h in mu for h in self.hardware):
@@ -157,10 +202,37 @@ def load_scenario(path: Path | str) -> Scenario:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields at top level")
+    for i, w in enumerate(data.get("workloads") or []):
+        if isinstance(w, dict) and isinstance(w.get("requests_per_s"), dict):
+            w["requests_per_s"] = read_profile(w["requests_per_s"], path, f"workloads.{i}.requests_per_s")
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
         raise InputError(format_validation_error(path, err)) from None
+
+
+def read_profile(spec: dict, path: Path, field: str) -> list[float]:
+    """``{file: traffic.csv}`` -> requests/s per period (CSV columns ``period,requests_per_s``, periods
+    0..n-1 or 1..n, each once, in any order)."""
+    from planner.catalog.inputs import read_csv
+
+    if set(spec) != {"file"} or not isinstance(spec["file"], str):
+        raise InputError(f"{path}: field '{field}': a profile file is written {{file: traffic.csv}}")
+    f = (path.parent / spec["file"]) if not Path(spec["file"]).is_absolute() else Path(spec["file"])
+    df = read_csv(f)
+    if list(df.columns)[:2] != ["period", "requests_per_s"]:
+        raise InputError(f"{f}: expected the columns period,requests_per_s")
+    per = pd.to_numeric(df["period"], errors="coerce")
+    rps = pd.to_numeric(df["requests_per_s"], errors="coerce")
+    if per.isna().any() or rps.isna().any() or not np.isfinite(rps).all():
+        raise InputError(f"{f}: every row needs a whole period number and a finite requests_per_s")
+    if (rps < 0).any():
+        raise InputError(f"{f}: requests_per_s must not be negative (period {int(per[rps < 0].iloc[0])})")
+    p = sorted(per.astype(int))
+    if p not in (list(range(len(p))), list(range(1, len(p) + 1))):
+        raise InputError(f"{f}: periods must be 0..n-1 or 1..n, each once (missing or repeated periods)")
+    order = np.argsort(per.to_numpy())
+    return [float(x) for x in rps.to_numpy()[order]]
 
 
 def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = None) -> ResolvedScenario:

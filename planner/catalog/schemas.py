@@ -35,13 +35,25 @@ class Strict(BaseModel):
 # --------------------------------------------------------------------------------------------------
 
 
+class Tier(Strict):
+    usd_per_chip_hour: Pos
+    preemption_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Share of the capacity bought at this tier that preemption takes away at any time (spot)."""
+    as_of: dt.date
+    source: str = Field(min_length=3)
+
+
 class Price(Strict):
     usd_per_chip_hour: Pos
-    """Price of one chip for one hour, all-in (host, network and facility share included)."""
+    """Price of one chip for one hour, all-in (host, network and facility share included): the reserved
+    price (capacity held all day)."""
     as_of: dt.date
     source: str = Field(min_length=3)
     alternatives: str = ""
     """Other quotes and why this one was picked."""
+    on_demand: Tier | None = None
+    """Capacity bought by the hour (what a traffic profile's off-peak-to-peak difference may use)."""
+    spot: Tier | None = None
 
 
 class PurchaseUnit(Strict):

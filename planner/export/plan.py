@@ -31,6 +31,15 @@ def _usd_tok(x: float) -> str:
     return f"${x:,.4f}" if abs(x) < 1 else f"${x:,.2f}"
 
 
+def _periods_status(plan: Plan) -> str:
+    ps = plan.periods_solver or {}
+    gap = ps.get("mip_gap")
+    if ps.get("status") == "optimal":
+        return f"The period plan is proven optimal ({ps.get('wall_s', 0):.1f} s)."
+    return (f"The period plan is feasible, within {gap:.2%} of optimal when the time limit stopped the solver "
+            f"({ps.get('wall_s', 0):.1f} s)." if gap is not None else "The period plan is feasible.")
+
+
 def summary(plan: Plan) -> str:
     sc = plan.scenario
     o = plan.objective
@@ -149,6 +158,23 @@ def plan_markdown(plan: Plan) -> str:
                      f"(demand {w.requests_per_s:g} req/s)")
         head = "not priced (analysis off)" if r.headroom_usd_per_hour is None else f"${r.headroom_usd_per_hour:,.2f}/h"
         L.append(f"- the headroom costs {head} over the cheapest plan without it")
+    if plan.periods:
+        T = len(plan.periods)
+        saving = 1.0 - plan.usd_per_day / plan.flat_peak_usd_per_day if plan.flat_peak_usd_per_day else 0.0
+        L += ["", "## Fleet over the day", "",
+              f"Traffic follows a profile of {T} periods ({24 / T:g} h each). The pools above are the peak period's "
+              f"fleet; provisioned flat all day it costs ${plan.flat_peak_usd_per_day:,.2f}/day. Buying reserved units "
+              f"for the whole day and on-demand or spot units per period costs **${plan.usd_per_day:,.2f}/day** "
+              f"({saving:.1%} less). Every period's fleet is re-checked by the performance model alone. "
+              + _periods_status(plan), "",
+              "![fleet per period](periods.png)", "",
+              "| period | requests/s | capacity req/s | units (reserved + on-demand + spot) | $/h | re-check |",
+              "|---:|---|---|---|---:|---|"]
+        for p in plan.periods:
+            req = ", ".join(f"{w} {v:g}" for w, v in p.requests_per_s.items())
+            cap = ", ".join(f"{w} {v:,.1f}" for w, v in p.capacity_rps.items())
+            units = "; ".join(f"{u.hardware} {u.reserved}+{u.on_demand}+{u.spot}" for u in p.units) or "none"
+            L.append(f"| {p.period} | {req} | {cap} | {units} | {_usd(p.usd_per_hour)} | {'ok' if p.recheck_ok else 'FAILED'} |")
     o = plan.objective
     L += ["", "## Cost per token", ""]
     L.append(
@@ -261,6 +287,11 @@ def write_plan(plan: Plan, out_dir: Path, *, force: bool = False, files: dict[st
     with staged(out_dir, force=force, unit=True, kind="plan", legacy=legacy_plan_files) as stage:
         for name, text in (files or {}).items():
             atomic_write_text(stage / name, text)
+        if plan.periods:
+            from planner.catalog.writer import atomic_write_bytes
+            from planner.export.plots import periods_png
+
+            atomic_write_bytes(stage / "periods.png", periods_png(plan))
         atomic_write_text(stage / "plan.json", plan_json(plan))
         atomic_write_text(stage / "plan.md", plan_markdown(plan))
     return out_dir / "plan.md", out_dir / "plan.json"

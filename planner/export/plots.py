@@ -109,3 +109,34 @@ def tornado_chart(df: pd.DataFrame, path: Path, swing: float = 0.2) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)
+
+
+def periods_png(plan) -> bytes:
+    """Chips bought per period by tier (stacked bars) under the demand of every workload (line)."""
+    import io
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    T = len(plan.periods)
+    t = np.arange(T)
+    chips = {u.hardware: u.chips_per_unit for p in plan.periods for u in p.units}
+    bottom = np.zeros(T)
+    for tier in ("reserved", "on_demand", "spot"):
+        for h in sorted({u.hardware for p in plan.periods for u in p.units}):
+            per = chips[h]
+            vals = np.array([sum(getattr(u, tier) for u in p.units if u.hardware == h) * per for p in plan.periods], float)
+            if vals.any():
+                ax.bar(t, vals, bottom=bottom, label=f"{h} {tier.replace('_', '-')}")
+                bottom += vals
+    ax.set_xlabel("period")
+    ax.set_ylabel("chips bought")
+    ax2 = ax.twinx()
+    for w in plan.periods[0].requests_per_s:
+        ax2.plot(t, [p.requests_per_s[w] for p in plan.periods], "k-", lw=1.5)
+    ax2.set_ylabel("requests/s (line)")
+    ax.set_title(f"Fleet over the day: \\${plan.usd_per_day:,.0f}/day vs \\${plan.flat_peak_usd_per_day:,.0f} flat at the peak")
+    ax.legend(fontsize=7, loc="upper left")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()

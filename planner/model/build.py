@@ -87,18 +87,24 @@ def define_parameters(m, data: PlanData) -> None:
 def define_variables(m, data: PlanData) -> None:
     m.x = pyo.Var(m.R, within=pyo.NonNegativeIntegers, doc="replicas per candidate row")
     m.u = pyo.Var(m.H, within=pyo.NonNegativeIntegers, doc="purchase units per hardware")
-    m.s_agg = pyo.Var(m.W, within=pyo.NonNegativeReals, doc="requests/s served by aggregated pools")
-    m.s_dis = pyo.Var(m.W, within=pyo.NonNegativeReals, doc="requests/s served by disaggregated pools")
-    if "aggregated" not in data.roles:
-        for w in m.W:
-            m.s_agg[w].fix(0)
-    if "prefill" not in data.roles or "decode" not in data.roles:
-        for w in m.W:
-            m.s_dis[w].fix(0)
+    define_streams(m, data, m.W)
     if m._elastic:
         m.extra_units = pyo.Var(m.H, within=pyo.NonNegativeReals)
         m.extra_kw = pyo.Var(within=pyo.NonNegativeReals)
         m.extra_usd = pyo.Var(within=pyo.NonNegativeReals)
+
+
+def define_streams(m, data: PlanData, *index) -> None:
+    """``s_agg`` and ``s_dis`` over ``index`` (workloads, or workloads x periods): requests/s served by
+    aggregated and by disaggregated pools; fixed at 0 where the candidate table has no row of that kind."""
+    m.s_agg = pyo.Var(*index, within=pyo.NonNegativeReals, doc="requests/s served by aggregated pools")
+    m.s_dis = pyo.Var(*index, within=pyo.NonNegativeReals, doc="requests/s served by disaggregated pools")
+    if "aggregated" not in data.roles:
+        for k in m.s_agg:
+            m.s_agg[k].fix(0)
+    if "prefill" not in data.roles or "decode" not in data.roles:
+        for k in m.s_dis:
+            m.s_dis[k].fix(0)
 
 
 def _served(m, w, role):
