@@ -155,7 +155,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             worst_units={w: u for w, (_, u) in left.items()},
             headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
     if any(w.profile is not None for w in rs.scenario.workloads):
-        plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap)
+        plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, model)
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -185,9 +185,12 @@ def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
     return out
 
 
-def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: float, mip_gap: float) -> None:
+def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: float, mip_gap: float,
+                 peak_model=None) -> None:
     """Re-plan a traffic profile period by period with price tiers (:mod:`planner.model.periods`); every
-    period's fleet is extracted and re-checked like a plan of that period's demand."""
+    period's fleet is extracted and re-checked like a plan of that period's demand. The peak plan held all
+    day (reserved units, the peak's replicas in every period) is handed to the solver as its first
+    incumbent where it is feasible."""
     from planner.model.periods import build_periods_model, period_values
 
     sc = rs.scenario
@@ -195,7 +198,8 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
     demand = {w.name: list(w.profile) if w.profile is not None else [w.requests_per_s] * T for w in sc.workloads}
     tiers = price_tiers(rs)
     m = build_periods_model(data, demand, tiers)
-    res = Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(m)
+    start = _flat_peak_start(m, peak_model, demand) if peak_model is not None else None
+    res = Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(m, start=start)
     if res.status == "infeasible":
         raise InfeasibleError("the traffic profile cannot be served in some period within the limits "
                               "(the peak plan can: check limits.max_units against the tiers)")
@@ -224,6 +228,28 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
     if not all(p.recheck_ok for p in out):
         bad = [p.period for p in out if not p.recheck_ok]
         raise PlanCheckError(f"the fleet of period(s) {bad[:5]} fails its re-check by the performance model; no plan written")
+
+
+def _flat_peak_start(m, peak, demand: dict[str, list[float]]) -> dict:
+    """The peak plan in every period: its units reserved, its replicas everywhere, each period's demand
+    split between aggregated and disaggregated serving as at the peak."""
+    from pyomo.common.collections import ComponentMap
+
+    start = ComponentMap()
+    for h in m.H:
+        start[m.ur[h]] = round(pyo.value(peak.u[h]) or 0)
+    for i in m.R:
+        n = round(pyo.value(peak.x[i]) or 0)
+        for t in m.T:
+            start[m.x[i, t]] = n
+    for w in m.W:
+        agg, dis = pyo.value(peak.s_agg[w]) or 0.0, pyo.value(peak.s_dis[w]) or 0.0
+        top = max(demand[w]) or 1.0
+        for t in m.T:
+            f = demand[w][t] / top
+            start[m.s_agg[w, t]] = agg * f
+            start[m.s_dis[w, t]] = dis * f
+    return start
 
 
 def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, float], res) -> bool:
