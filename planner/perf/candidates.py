@@ -348,14 +348,26 @@ def planned_load(rows: pd.DataFrame, ttft_limit_s, cap: float) -> tuple[np.ndarr
     lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
     queued = work > 0
     slack = lim - base
-    # Highest queue utilisation whose wait fits the slack (the wait grows with utilisation): bisection.
-    lo, hi = np.zeros_like(base), np.ones_like(base)
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        fits = queue_wait(mid, c, work) <= slack
-        lo = np.where(fits, mid, lo)
-        hi = np.where(fits, hi, mid)
-    lam_slo = np.where(queued, lo * c / np.maximum(work, 1e-30), np.inf)
+    # Highest queue utilisation whose wait fits the slack (the wait grows with utilisation). Only rows whose
+    # wait at the utilisation cap exceeds the slack need it; one server is the exact M/D/1
+    # ``rho work / (2 (1 - rho)) <= slack``, i.e. ``rho = 2 slack / (work + 2 slack)``; more servers bisect.
+    cs = np.maximum(c, 1.0)
+    at_cap = np.clip(cap * full * work / cs, 0.0, 1.0)
+    need = queued & (slack >= 0) & (queue_wait(at_cap, c, work) > slack)
+    rho = np.ones_like(base)
+    one = need & (cs <= 1.0)
+    rho[one] = 2.0 * slack[one] / (work[one] + 2.0 * slack[one])
+    many = np.flatnonzero(need & (cs > 1.0))
+    if many.size:
+        cm, wm, sm = c[many], work[many], slack[many]
+        lo, hi = np.zeros(many.size), np.ones(many.size)
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            fits = queue_wait(mid, cm, wm) <= sm
+            lo = np.where(fits, mid, lo)
+            hi = np.where(fits, hi, mid)
+        rho[many] = lo
+    lam_slo = np.where(need, rho * cs / np.maximum(work, 1e-30), np.inf)
     lam = np.minimum(cap * full, lam_slo)
     lam = np.where(slack >= 0, lam, np.nan)
     t = np.where(queued, base + queue_wait(lam * work / np.maximum(c, 1.0), c, work), base)
