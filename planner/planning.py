@@ -442,11 +442,16 @@ class _Ctx:
         finally:
             param.set_value(old)
 
-    def _quick(self) -> Solver:
+    def _quick(self, *, fresh: bool = False) -> Solver:
+        """A solver for one analysis re-solve within what is left of the time limit: the main solve's persistent
+        instance (only the changes reach HiGHS) for the plan's own model, a fresh one (``fresh``) for another."""
         left = self.deadline - time.perf_counter()
         if left < 0.05:
             raise OutOfTime
-        return Solver(time_limit_s=min(left, SENSITIVITY_TIME_LIMIT_S), mip_gap=max(self.opts.mip_gap, 1e-4))
+        limit, gap = min(left, SENSITIVITY_TIME_LIMIT_S), max(self.opts.mip_gap, 1e-4)
+        if fresh:
+            return Solver(time_limit_s=limit, mip_gap=gap)
+        return self.solver.limited(time_limit_s=limit, mip_gap=gap)
 
     def admits_cheaper(self, workload: str, slo: tuple[float, float]) -> bool:
         """Whether a looser SLO admits a row cheaper per request/s than the dearest pool of that
@@ -470,7 +475,7 @@ class _Ctx:
             return None
         data = prepare(self.rs, table)
         m = build_model(data)
-        r = self._quick().solve(m)
+        r = self._quick(fresh=True).solve(m)
         return _fleet_cost(m, data) if r.has_solution else None
 
 

@@ -45,6 +45,14 @@ class Solver:
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
 
+    def limited(self, *, time_limit_s: float, mip_gap: float) -> Solver:
+        """This solver with other limits, sharing its persistent HiGHS instance: a re-solve of the model it
+        holds sends HiGHS only what changed (parameters, fixed variables, deactivated constraints) instead
+        of reloading the whole model."""
+        other = object.__new__(Solver)
+        other.time_limit_s, other.mip_gap, other.threads, other._opt = time_limit_s, mip_gap, self.threads, self._opt
+        return other
+
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None) -> SolveResult:
         """Solve ``model``; ``start`` maps Pyomo variables to a feasible assignment handed to HiGHS
         as its first incumbent (a MIP start)."""

@@ -70,6 +70,7 @@ WEIRD = st.one_of(
     st.booleans(),
     st.none(),
     st.lists(st.integers(-3, 3), max_size=3),
+    st.lists(st.floats(0, 50), min_size=2, max_size=6),  # a traffic profile
     st.dictionaries(st.sampled_from(["a", "ttft_ms", "hit_rate"]), st.integers(-5, 5), max_size=2),
 )
 
@@ -78,6 +79,10 @@ EXTRA_PATHS = [
     "prices", "expert_load", "workloads.0.prefix_cache", "workloads.0.prefix_cache.working_set_gb",
     "workloads.0.prefix_cache.hit_rate", "workloads.0.slo.ttft_ms", "workloads.0.slo.tpot_ms", "workloads.1",
     "hardware.0", "weights.0", "kv_cache.0", "serving.0", "model",
+    "resilience", "resilience.lose_units", "margin", "margin.quantile", "price_tiers",
+    "price_tiers.h100-sxm.spot", "price_tiers.h100-sxm.spot.usd_per_chip_hour",
+    "price_tiers.h100-sxm.spot.preemption_rate", "limits.max_hardware_types",
+    "limits.max_pool_types_per_workload", "limits.pool_type_usd_per_hour", "workloads.0.profile",
 ]
 
 

@@ -369,3 +369,16 @@ def test_sweep_point_order_groups_work_and_keeps_product_order():
     assert sorted(p[0] for p in pts) == list(range(6))
     by_index = {i: inputs for i, inputs, _ in pts}
     assert by_index[1] == {"workloads.chat.requests_per_s": 10.0, "workloads.chat.input_tokens": 1000.0}
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("name: x\nmodel: llama-3.1-8b\nworkloads: 1\n", "workloads"),
+    ("name: x\nmodel: llama-3.1-8b\nworkloads: [{name: a, requests_per_s: {file: 3}}]\n", "requests_per_s"),
+    ("name: x\nmodel: llama-3.1-8b\nworkloads: [{name: a, requests_per_s: [1, -2]}]\n", "profile"),
+])
+def test_malformed_workloads_and_profiles(tmp_path, capsys, text, needle):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    code, _, err = cli(capsys, "plan", p)
+    assert code == 1
+    one_line_error(err, needle)

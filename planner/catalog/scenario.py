@@ -202,7 +202,8 @@ def load_scenario(path: Path | str) -> Scenario:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields at top level")
-    for i, w in enumerate(data.get("workloads") or []):
+    wls = data.get("workloads")
+    for i, w in enumerate(wls if isinstance(wls, list) else []):
         if isinstance(w, dict) and isinstance(w.get("requests_per_s"), dict):
             w["requests_per_s"] = read_profile(w["requests_per_s"], path, f"workloads.{i}.requests_per_s")
     try:
