@@ -63,6 +63,9 @@ class PlanOptions:
     """Also write the MILP in LP format here (readable names), before solving."""
     expert_time_limit_s: float = 3.0
     """Time limit of each expert-placement MILP (MoE pools with expert parallelism)."""
+    expert_mip_gap: float = 1e-3
+    """Relative gap on the imbalance at which expert placement stops: 0.1% of the expert part of a step,
+    far below the performance model's own error (the search otherwise spends its whole budget for nothing)."""
 
 
 @dataclass
@@ -156,7 +159,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
     if any(w.profile is not None for w in rs.scenario.workloads):
         plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, model)
-    files = place_pool_experts(rs, plan, opts.expert_time_limit_s)
+    files = place_pool_experts(rs, plan, opts.expert_time_limit_s, opts.expert_mip_gap)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
     plan.recheck = recheck(plan, rs)
@@ -298,7 +301,7 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
             m.u[h].unfix()
 
 
-def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float) -> dict[str, str]:
+def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float, mip_gap: float = 1e-3) -> dict[str, str]:
     """Run the expert-placement MILP for every expert-parallel pool (one per distinct stage size and
     redundancy) and attach its map file; the candidate rows priced the step time with the faster
     heuristic placement the MILP starts from, so the MILP's imbalance is never above it."""
@@ -315,7 +318,7 @@ def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float) -> dict[
             continue
         key = (ep_.gpus, ep_.redundant_experts)
         if key not in done:
-            r = place_experts(load, ep_.gpus, ep_.redundant_experts, time_limit_s=time_limit_s)
+            r = place_experts(load, ep_.gpus, ep_.redundant_experts, time_limit_s=time_limit_s, mip_gap=mip_gap)
             name = f"experts-ep{ep_.gpus}-r{ep_.redundant_experts}.json"
             doc = placement_map(LayeredPlacement([0], [r], True), model_id=rs.model.id,
                                 moe_layers=model_stats(rs.model).moe_layers)
