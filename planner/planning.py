@@ -17,7 +17,7 @@ import pyomo.environ as pyo
 
 from planner.catalog.scenario import ResolvedScenario, with_engine
 from planner.catalog.writer import atomic_write_with
-from planner.errors import InfeasibleError, PlanCheckError, SolverLimitError
+from planner.errors import InfeasibleError, PlanCheckError, PlannerError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.build import fleet_kw
 from planner.model.data import drop_unpowered
@@ -268,9 +268,9 @@ def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, floa
     total = {h: a + b + c for h, (a, b, c) in u.items()}
     try:
         plan_t = extract(rs_t, data_t, x, total, res)
-        return recheck(plan_t, rs_t).ok
-    except Exception:  # noqa: BLE001 - a period that cannot even be extracted fails its check
+    except PlannerError:  # a period whose fleet cannot even be laid out fails its check
         return False
+    return recheck(plan_t, rs_t).ok
 
 
 def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: float) -> dict[int, int]:

@@ -247,3 +247,19 @@ def test_profile_file_and_bad_profiles(tmp_path):
         Scenario.model_validate({**BASE, "workloads": [{**BASE["workloads"][0], "requests_per_s": [1, 2]}, two]})
     with pytest.raises(ValidationError):  # a tier without a price
         Scenario.model_validate({**BASE, "price_tiers": {"h100-sxm": {"spot": {"preemption_rate": 0.1}}}})
+
+
+def test_price_tier_typo_and_margin_without_measured_error(catalog, tmp_path):
+    """A tier for hardware the catalog does not know is a typo, not something to ignore; a margin on hardware
+    without stored error quantiles would derate nothing, so it is refused."""
+    from planner.errors import InputError
+
+    sc = Scenario.model_validate({**BASE, "price_tiers": {"h100-sx": {"on_demand": {"usd_per_chip_hour": 5.0}}}})
+    with pytest.raises(InputError, match="field 'price_tiers.h100-sx'"):
+        resolve_scenario(sc, catalog, Path("t.yaml"))
+    hw = catalog.get_hardware("h100-sxm")
+    bare = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"error_quantiles": {}})})
+    cat = catalog.__class__(**{**catalog.__dict__, "hardware": {**catalog.hardware, "h100-sxm": bare}})
+    sc = Scenario.model_validate({**BASE, "hardware": ["h100-sxm"], "margin": {"quantile": 0.9}})
+    with pytest.raises(InputError, match="margin.quantile.*h100-sxm"):
+        resolve_scenario(sc, cat, Path("t.yaml"))

@@ -253,7 +253,7 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                     f"{where}: field 'hardware.{i}': {unknown_id_message('hardware', name, catalog.hardware)}"
                 )
             ids.append(hid)
-    for key, table in (("prices", sc.prices), ("limits.max_units", sc.limits.max_units)):
+    for key, table in (("prices", sc.prices), ("limits.max_units", sc.limits.max_units), ("price_tiers", sc.price_tiers)):
         for name in table:
             if catalog.hardware_id(name) is None:
                 raise InputError(f"{where}: field '{key}.{name}': {unknown_id_message('hardware', name, catalog.hardware)}")
@@ -295,6 +295,13 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
         prices[hid] = float(price)
     if not ids:
         raise InputError(f"{where}: field 'hardware': no candidate hardware")
+    if sc.margin is not None:
+        bare = [h for h in ids if not catalog.hardware[h].efficiency.error_quantiles]
+        if bare:
+            raise InputError(
+                f"{where}: field 'margin.quantile': no measured error for {', '.join(bare)} (efficiency.error_quantiles "
+                "is empty); run `planner calibrate margins --data FILE --write`, or drop the margin"
+            )
     return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
                             weights, load, engines, tuple(notes))
 

@@ -44,7 +44,7 @@ from planner.perf.layout import (
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import Setup, prefill_bound, prefill_time
+from planner.perf.roofline import Setup, prefill_pass
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
 from planner.units import MS, US
 
@@ -504,7 +504,7 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str)
             "host_kv_bytes_per_chip": 0.0,
         }
         if role == "prefill":
-            t_pf = prefill_time(setup, *L, I_new, 1.0, prefix=I * h)
+            t_pf, pf_bound, _ = prefill_pass(setup, *L, I_new, 1.0, prefix=I * h)
             rate_pf = prefill_capacity_rps(setup, *L, I_new)
             load_rps = np.where(t_load > 0, L[3] * L[2] / np.maximum(t_load, 1e-30), np.inf)
             t_req = np.maximum(t_pf, t_load)
@@ -519,7 +519,7 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str)
                 "input_share": 1.0,
                 "ok_memory": free >= 0,
             }
-            yield {"prefix_tier": tier, "kv_tier": "hbm", "bound": prefill_bound(setup, *L, I_new, 1.0, prefix=I * h)}, var
+            yield {"prefix_tier": tier, "kv_tier": "hbm", "bound": pf_bound}, var
             continue
         if h not in by_hit:
             st = agg_decode(setup, *L, B, I, O, new_tokens=I_new) if role == "aggregated" else decode_only

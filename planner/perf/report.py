@@ -15,7 +15,7 @@ from planner.perf.layout import (
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import Setup, decode_step, latency_floor, prefill_parts, prefill_time
+from planner.perf.roofline import Setup, decode_step, latency_floor, prefill_pass
 from planner.perf.serving import usd_per_mtok
 
 
@@ -217,9 +217,9 @@ def prefill_roofline(
     """Prefill throughput of ``prompts`` prompts of ``prompt_tokens`` new tokens in one pass of a replica."""
     L = (layout.tp, layout.ep, layout.pp, layout.dp)
     setup = replace(setup, expert_copies=_copies(setup, layout))
-    comp, mem, comm, over = (float(np.asarray(x)) for x in prefill_parts(setup, *L, prompt_tokens, prompts, prefix))
-    t = float(np.asarray(prefill_time(setup, *L, prompt_tokens, prompts, prefix)))  # overlap with setup.tbo
-    bound = "communication" if comm > max(comp, mem) else ("compute" if comp >= mem else "memory")
+    t_, bound_, parts = prefill_pass(setup, *L, prompt_tokens, prompts, prefix)  # overlap with setup.tbo
+    comp, mem, comm, over = (float(np.asarray(x)) for x in parts)
+    t, bound = float(np.asarray(t_)), str(np.asarray(bound_))
     hw = setup.hw
     tokens = prompts * prompt_tokens
     tps = tokens * layout.pp / t

@@ -490,29 +490,33 @@ def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
     return np.asarray(setup.spec_tokens, dtype=float) * per_draft
 
 
-def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
-    """Latency of one prefill forward pass (parts in :func:`prefill_parts`).
+def prefill_pass(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
+    """(latency, bound, parts) of one prefill forward pass; ``parts`` are :func:`prefill_parts`'
+    (compute, memory, communication, fixed overhead).
 
     Without overlap the expert exchange follows the compute: ``max(compute, memory) + comm + overhead``.
     With two micro-batch overlap (``setup.tbo``; expert-parallel layouts with attention data parallelism)
     one micro-batch's dispatch and combine run under the other's compute. A prefill pass is long, so both
     halves are about half of each part and the pass takes ``max(compute, memory, comm)`` plus twice the
-    fixed overheads (two micro-batches launch their kernels)."""
-    comp, mem, comm, overhead = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
+    fixed overheads (two micro-batches launch their kernels). The bound is the largest of compute, memory
+    and communication."""
+    parts = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
+    comp, mem, comm, overhead = parts
     work = np.maximum(comp, mem)
     tbo = _prefill_tbo(setup, ep, dp)
-    return np.where(tbo, np.maximum(work, comm) + 2.0 * overhead, work + comm + overhead)
+    t = np.where(tbo, np.maximum(work, comm) + 2.0 * overhead, work + comm + overhead)
+    bound = np.where(comm > work, "communication", np.where(comp >= mem, "compute", "memory"))
+    return t, bound, parts
+
+
+def prefill_time(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
+    """Latency of one prefill forward pass (see :func:`prefill_pass`)."""
+    return prefill_pass(setup, tp, ep, pp, dp, new_tokens, requests, prefix)[0]
 
 
 def _prefill_tbo(setup: Setup, ep, dp) -> np.ndarray:
     """Where two micro-batch overlap applies to a prefill pass: asked for, with EP and attention DP."""
     return (np.asarray(setup.tbo, dtype=float) > 0) & (np.asarray(ep, dtype=float) > 1) & (np.asarray(dp, dtype=float) > 1)
-
-
-def prefill_bound(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0) -> np.ndarray:
-    """Which resource bounds a prefill pass: ``compute``, ``memory`` or ``communication``."""
-    comp, mem, comm, _ = prefill_parts(setup, tp, ep, pp, dp, new_tokens, requests, prefix)
-    return np.where(comm > np.maximum(comp, mem), "communication", np.where(comp >= mem, "compute", "memory"))
 
 
 def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix=0.0):
