@@ -218,18 +218,33 @@ def sweep(
         int, typer.Option("--max-points", min=1, help="Refuse sweeps with more points than this (each is a MILP solve).")
     ] = 10_000,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing sweep.")] = False,
+    backend: Annotated[
+        str, typer.Option("--backend", help="local (--jobs processes here) or dask (a Dask cluster).")
+    ] = "local",
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", help="Dask scheduler address (tcp://HOST:8786); default: a local cluster of --jobs workers.")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Solve only the points the folder's parts/ does not hold yet (same scenario, values, options).")
+    ] = False,
 ) -> None:
     """Re-solve a scenario over the Cartesian product of --vary values; write sweep.csv and plots.
 
-    Ctrl-C stops the sweep and keeps the points already solved (the others read 'not run')."""
+    Points are saved to OUT/parts/*.parquet as they finish: Ctrl-C (or a crash) keeps them, and --resume
+    solves only the missing ones."""
     from planner.catalog.loader import read_yaml
     from planner.catalog.writer import atomic_write_text
     from planner.export import plots
     from planner.export.files import check_folder, owned_files, staged
     from planner.planning import PlanOptions
     from planner.sweep import check_sweep, iter_sweep, parse_vary, sweep_frame, tornado
+    from planner.sweep_store import PartStore, sweep_identity
 
     engine = _check_engine(engine)
+    if backend not in ("local", "dask"):
+        raise InputError(f"--backend: '{backend}' is not a backend; use local or dask")
+    if scheduler is not None and backend != "dask":
+        raise InputError("--scheduler: a scheduler address needs --backend dask")
     base = read_yaml(scenario)
     if not isinstance(base, dict):
         raise InputError(f"{scenario}: expected a mapping of fields at top level")
@@ -239,31 +254,43 @@ def sweep(
         raise InputError("--vary: each PATH at most once")
     target = out or Path("sweeps") / str(base.get("name", scenario.stem))
     check_folder(target, option="--out")
-    if not force:
+    if not force and not resume:
         for name in sorted(owned_files(target, lambda f: {n for n in SWEEP_FILES if (f / n).is_file()})):
             _refuse_overwrite(target / name, force)
     cat = _catalog()
     total = check_sweep(base, scenario, varies, cat, max_points)
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=False)
+    store = PartStore(target, sweep_identity(base, varies, opts, cat), resume=resume, force=force)
+    rows: dict[int, dict] = store.done() if resume else {}
+    rows = {i: r for i, r in rows.items() if i < total}
+    kept = len(rows)
     bar, update = _progress("sweep")
     t0 = time.perf_counter()
-    rows: dict[int, dict] = {}
     interrupted = False
+    buffer: list[tuple[int, dict]] = []
+    flushed = time.perf_counter()
     if bar:
         bar.start()
     try:
-        for idx, row in iter_sweep(base, scenario, varies, cat, catalog_root=_state["catalog"], jobs=jobs, opts=opts):
+        for idx, row in iter_sweep(base, scenario, varies, cat, catalog_root=_state["catalog"], jobs=jobs, opts=opts,
+                                   skip=set(rows), backend=backend, scheduler=scheduler):
             rows[idx] = row
+            if row.get("status") != "failed":  # a failed point is solved again by --resume
+                buffer.append((idx, row))
+            if len(buffer) >= 64 or time.perf_counter() - flushed > 5.0:
+                store.write(buffer)
+                buffer, flushed = [], time.perf_counter()
             update(len(rows), total)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        store.write(buffer)
         if bar:
             bar.stop()
     wall = time.perf_counter() - t0
     df = sweep_frame(rows, varies)
     written: list[Path] = []
-    with staged(target, force=force, unit=True, kind="sweep", written=written) as stage:
+    with staged(target, force=force or resume, unit=True, kind="sweep", written=written) as stage:
         atomic_write_text(stage / "sweep.csv", df.to_csv(index=False))
         if rows:
             plots.cost_vs_inputs(df, paths, stage / "cost.png")
@@ -292,12 +319,16 @@ def sweep(
                 plots.tornado_chart(td, stage / "tornado.png")
     ok = int(df["status"].isin(["optimal", "feasible"]).sum())
     if interrupted:
-        typer.echo(f"interrupted: kept {len(rows):,} of {total:,} points in {target / 'sweep.csv'} "
-                   "(the others read 'not run'); re-run the command to solve them all", err=True)
+        typer.echo(f"interrupted: kept {len(rows):,} of {total:,} points in {target / 'sweep.csv'} and "
+                   f"{store.folder} (the others read 'not run'); add --resume to the command to solve only those",
+                   err=True)
         raise typer.Exit(1)
-    solved = df[df["status"] != "not run"]
+    solved = df[~df["status"].isin(["not run", "failed"])]
+    failed = int((df["status"] == "failed").sum())
+    again = f", {kept:,} kept from {store.folder}" if kept else ""
+    lost = f"; {failed:,} failed (their workers died twice; --resume retries them)" if failed else ""
     typer.echo(
-        f"{len(df)} points ({ok} with a plan) in {wall:.1f} s with --jobs {jobs}: "
+        f"{len(df)} points ({ok} with a plan{again}{lost}) in {wall:.1f} s with --backend {backend} --jobs {jobs}: "
         f"build {solved['build_s'].sum():.1f} s, update {solved['update_s'].sum():.2f} s, solve {solved['solve_s'].sum():.1f} s "
         f"summed over points; wrote {', '.join(str(p) for p in written)}",
         err=True,

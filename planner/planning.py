@@ -63,6 +63,8 @@ class PlanOptions:
     """Also write the MILP in LP format here (readable names), before solving."""
     expert_time_limit_s: float = 3.0
     """Time limit of each expert-placement MILP (MoE pools with expert parallelism)."""
+    solver_threads: int | None = None
+    """HiGHS threads per solve (None: HiGHS's default; sweeps on a Dask cluster use one per worker)."""
     expert_mip_gap: float = 1e-3
     """Relative gap on the imbalance at which expert placement stops: 0.1% of the expert part of a step,
     far below the performance model's own error (the search otherwise spends its whole budget for nothing)."""
@@ -86,6 +88,7 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
         "scenario": rs.scenario.model_dump(mode="json"),
         "engine": engine,
         "model": rs.model.model_dump(mode="json"),
+        **({"models": [m.model_dump(mode="json") for m in rs.models]} if len(rs.models) > 1 else {}),
         "hardware": [h.model_dump(mode="json") for h in rs.hardware],
         "prices": rs.prices,
         "expert_load": None if rs.expert_load is None else hashlib.sha256(np.round(rs.expert_load, 12).tobytes()).hexdigest(),
@@ -158,7 +161,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             worst_units={w: u for w, (_, u) in left.items()},
             headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
     if any(w.profile is not None for w in rs.scenario.workloads):
-        plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, model)
+        plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s, opts.expert_mip_gap)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -189,7 +192,7 @@ def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
 
 
 def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: float, mip_gap: float,
-                 peak_model=None) -> None:
+                 peak: tuple[dict[int, int], dict[str, int]] | None = None) -> None:
     """Re-plan a traffic profile period by period with price tiers (:mod:`planner.model.periods`); every
     period's fleet is extracted and re-checked like a plan of that period's demand. The peak plan held all
     day (reserved units, the peak's replicas in every period) is handed to the solver as its first
@@ -201,7 +204,7 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
     demand = {w.name: list(w.profile) if w.profile is not None else [w.requests_per_s] * T for w in sc.workloads}
     tiers = price_tiers(rs)
     m = build_periods_model(data, demand, tiers)
-    start = _flat_peak_start(m, peak_model, demand) if peak_model is not None else None
+    start = _flat_peak_start(m, *peak, demand) if peak is not None else None
     res = Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(m, start=start)
     if res.status == "infeasible":
         raise InfeasibleError("the traffic profile cannot be served in some period within the limits "
@@ -233,25 +236,33 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
         raise PlanCheckError(f"the fleet of period(s) {bad[:5]} fails its re-check by the performance model; no plan written")
 
 
-def _flat_peak_start(m, peak, demand: dict[str, list[float]]) -> dict:
-    """The peak plan in every period: its units reserved, its replicas everywhere, each period's demand
-    split between aggregated and disaggregated serving as at the peak."""
+def _flat_peak_start(m, x: dict[int, int], u: dict[str, int], demand: dict[str, list[float]]) -> dict:
+    """The peak plan (replicas ``x``, units ``u``) in every period: its units reserved, its replicas everywhere,
+    each period's streams the peak's capacity scaled by the period's share of the peak demand. Taken from the
+    plan's own values, not the model's (the analysis re-solves leave other solutions loaded in it)."""
     from pyomo.common.collections import ComponentMap
 
+    a = m._arr
     start = ComponentMap()
     for h in m.H:
-        start[m.ur[h]] = round(pyo.value(peak.u[h]) or 0)
+        start[m.ur[h]] = u.get(h, 0)
     for i in m.R:
-        n = round(pyo.value(peak.x[i]) or 0)
         for t in m.T:
-            start[m.x[i, t]] = n
+            start[m.x[i, t]] = x.get(i, 0)
+    served: dict[tuple[str, str], float] = {}
+    for i, n in x.items():
+        key = (a["workload"][i], a["role"][i])
+        served[key] = served.get(key, 0.0) + a["rate"][i] * n / m._unit
     for w in m.W:
-        agg, dis = pyo.value(peak.s_agg[w]) or 0.0, pyo.value(peak.s_dis[w]) or 0.0
+        agg = served.get((w, "aggregated"), 0.0)
+        dis = min(served.get((w, "prefill"), 0.0), served.get((w, "decode"), 0.0))
         top = max(demand[w]) or 1.0
         for t in m.T:
             f = demand[w][t] / top
-            start[m.s_agg[w, t]] = agg * f
-            start[m.s_dis[w, t]] = dis * f
+            if not m.s_agg[w, t].fixed:
+                start[m.s_agg[w, t]] = agg * f
+            if not m.s_dis[w, t].fixed:
+                start[m.s_dis[w, t]] = dis * f
     return start
 
 
@@ -308,20 +319,22 @@ def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float, mip_gap:
     from planner.experts import LayeredPlacement, place_experts, placement_map
     from planner.perf.params import model_stats
 
-    moe = rs.model.architecture.moe
-    load = rs.expert_load if rs.expert_load is not None else (np.ones(moe.experts) if moe else None)
+    several = len(rs.models) > 1
     files: dict[str, str] = {}
-    done: dict[tuple[int, int], tuple[str, object]] = {}
+    done: dict[tuple[str, int, int], tuple[str, object]] = {}
     for p in plan.pools:
         ep_ = p.expert_placement
         if ep_ is None:
             continue
-        key = (ep_.gpus, ep_.redundant_experts)
+        model = rs.model_for(p.workload)
+        key = (model.id, ep_.gpus, ep_.redundant_experts)
         if key not in done:
+            load = rs.expert_load_for(model)
+            load = load if load is not None else np.ones(model.architecture.moe.experts)
             r = place_experts(load, ep_.gpus, ep_.redundant_experts, time_limit_s=time_limit_s, mip_gap=mip_gap)
-            name = f"experts-ep{ep_.gpus}-r{ep_.redundant_experts}.json"
-            doc = placement_map(LayeredPlacement([0], [r], True), model_id=rs.model.id,
-                                moe_layers=model_stats(rs.model).moe_layers)
+            name = f"experts-{model.id + '-' if several else ''}ep{ep_.gpus}-r{ep_.redundant_experts}.json"
+            doc = placement_map(LayeredPlacement([0], [r], True), model_id=model.id,
+                                moe_layers=model_stats(model).moe_layers)
             files[name] = json.dumps(doc) + "\n"
             done[key] = (name, r)
         name, r = done[key]
@@ -349,9 +362,10 @@ def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: Candid
         hw = ", ".join(h.id for h in rs.hardware)
         allr = pool.rows[pool.rows["workload"] == w.name] if not pool.rows.empty else pool.rows
         if allr.empty:
+            wm = rs.model_for(w.name)
             raise InfeasibleError(
-                f"{where}: no layout of {rs.model.id} fits in memory on {hw} (weights "
-                f"{', '.join(rs.weights)}, KV {', '.join(rs.scenario.kv_cache)}, up to the largest layout); "
+                f"{where}: no layout of {wm.id} fits in memory on {hw} (weights "
+                f"{', '.join(rs.weights_for(wm))}, KV {', '.join(rs.scenario.kv_cache)}, up to the largest layout); "
                 "allow more hardware, a smaller weight format or a shorter context"
             )
         needs = [r for r in roles if r != "prefill"]
@@ -627,6 +641,8 @@ def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
         "the target (M/D/c queueing in front of its prefill ranks).",
         "Replicas of different workloads do not share a pool; traffic is split over a workload's pools in proportion "
         "to their capacity, and prefixes are routed by family to the pools that cache them.",
+        *(["Pools of different models share purchase units chip by chip (a node's chips split between them); no chip "
+           "holds the weights of two models."] if len(rs.models) > 1 else []),
         "Prefix KV loaded from host DRAM or flash overlaps with the prefill of the new tokens layer by layer.",
         "KV spilled to host DRAM crosses the host link on every decode step, added to the step time.",
         "Disaggregated prefill ships each prompt's KV to its decode pool over scale-up inside a rack-scale domain, else scale-out.",
@@ -638,17 +654,19 @@ def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
         "efficiency factors per hardware and engine, see docs/validation.md for their error.",
         "Costs are whole purchase units at the catalog (or scenario) price per chip-hour; $/M tokens split between input and output by the time each pool spends on them.",
     ]
-    spec = rs.model.speculative
-    if spec is not None:
+    for model in rs.models:
+        spec = model.speculative
+        if spec is None:
+            continue
         out.append(
-            f"Speculative decoding ({spec.method}) accepts drafts at {', '.join(f'{a:g}' for a in spec.acceptance)} "
+            f"{model.id}: speculative decoding ({spec.method}) accepts drafts at {', '.join(f'{a:g}' for a in spec.acceptance)} "
             f"(per draft position, the last repeating; {spec.source.strip()}), scaled by each engine's fitted acceptance share."
         )
     return out
 
 
 def sources(rs: ResolvedScenario) -> list[dict]:
-    out = [{"id": rs.model.id, "kind": "model", "source": rs.model.source, "as_of": str(rs.model.as_of)}]
+    out = [{"id": m.id, "kind": "model", "source": m.source, "as_of": str(m.as_of)} for m in rs.models]
     for h in rs.hardware:
         price = h.price
         out.append({

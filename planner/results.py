@@ -22,7 +22,7 @@ from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 """2.1: ``software`` (planner, solver and Pyomo versions); a change of the contract changes this."""
 REL_TOL = 1e-6
 
@@ -124,6 +124,8 @@ class Pool(_M):
     id: str
     role: Literal["aggregated", "prefill", "decode"]
     workload: str
+    model: str = ""
+    """Catalog id of the model the pool serves (its workload's model)."""
     hardware: str
     engine: str
     """Serving engine the pool runs (its launch flags follow from it)."""
@@ -168,6 +170,8 @@ class Pool(_M):
 
 class WorkloadOut(_M):
     name: str
+    model: str = ""
+    """Catalog id of the model serving the workload."""
     requests_per_s: float
     served_requests_per_s: float
     served_at_prediction_rps: float | None = None
@@ -305,7 +309,7 @@ def solution_values(model) -> tuple[dict[int, int], dict[str, int]]:
 
 
 def _expert_out(rs: ResolvedScenario, r) -> ExpertPlacementOut | None:
-    moe = rs.model.architecture.moe
+    moe = rs.model_for(str(r["workload"])).architecture.moe
     if moe is None or int(r["ep"]) <= 1:
         return None
     gpus = int(r["tp"]) * int(r["attn_dp"])
@@ -330,11 +334,13 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         pid = f"{w.name}-{role}-{len([p for p in pools if p.workload == w.name and p.role == role]) + 1}"
         hw = hw_by_id[str(r["hardware"])]
         spec_n = int(r["spec"]) if role != "prefill" else 0
+        model = rs.model_for(w.name)
         pools.append(
             Pool(
                 id=pid,
                 role=role,
                 workload=w.name,
+                model=model.id,
                 hardware=str(r["hardware"]),
                 engine=str(r["engine"]),
                 factors=str(r["factors"]),
@@ -348,8 +354,8 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                 scale_out=bool(r["scale_out"]),
                 batch=int(r["batch"]),
                 spec_tokens=spec_n,
-                spec_method=rs.model.speculative.method if spec_n and rs.model.speculative else None,
-                tokens_per_step=float(_tokens_per_step(rs, hw, str(r["engine"]), spec_n)),
+                spec_method=model.speculative.method if spec_n and model.speculative else None,
+                tokens_per_step=float(_tokens_per_step(model, hw, str(r["engine"]), spec_n)),
                 two_batch_overlap=bool(int(r["tbo"])) if role != "prefill" else False,
                 weights_dtype=str(r["weights_dtype"]),
                 weights_mode=str(r["weights_mode"]),
@@ -415,10 +421,11 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         for p in mine:
             p.usd_per_hour = g.usd_per_hour * p.slots_per_replica * p.replicas / slots if slots else 0.0
     objective = _objective(sc.workloads, pools, usd)
-    workloads = [_workload_out(w, pools) for w in sc.workloads]
+    workloads = [_workload_out(w, pools, rs.model_for(w.name).id) for w in sc.workloads]
     status = solve.status if solve.status in ("optimal", "feasible") else "feasible"
     return Plan(
-        scenario={"name": sc.name, "model": rs.model.id, "path": str(rs.path) if rs.path else None},
+        scenario={"name": sc.name, "model": rs.model.id, "models": [m.id for m in rs.models],
+                  "path": str(rs.path) if rs.path else None},
         status=status,
         objective=objective,
         solver=SolverInfo(
@@ -446,12 +453,12 @@ def unvalidated(hw) -> str | None:
     return f"unvalidated: factors transferred from {src} (no measured rows for {hw.id})"
 
 
-def _tokens_per_step(rs: ResolvedScenario, hw, engine: str, spec: int) -> float:
+def _tokens_per_step(model, hw, engine: str, spec: int) -> float:
     if spec <= 0:
         return 1.0
     from planner.perf.roofline import Setup
 
-    s = Setup.make(rs.model, hw, eff=hw.efficiency.for_engine(engine), spec_tokens=float(spec))
+    s = Setup.make(model, hw, eff=hw.efficiency.for_engine(engine), spec_tokens=float(spec))
     return float(np.asarray(s.tokens_per_step))
 
 
@@ -524,7 +531,7 @@ def served_requests(pools: list[Pool], workload: str) -> tuple[float, float, flo
     return tot["aggregated"], tot["prefill"], tot["decode"]
 
 
-def _workload_out(w, pools: list[Pool]) -> WorkloadOut:
+def _workload_out(w, pools: list[Pool], model: str) -> WorkloadOut:
     mine = [p for p in pools if p.workload == w.name]
     agg, pre, dec = served_requests(pools, w.name)
     ttft = max([p.predicted.ttft_s for p in mine if p.role != "decode"], default=0.0)
@@ -538,6 +545,7 @@ def _workload_out(w, pools: list[Pool]) -> WorkloadOut:
     derated = any(p.margin_derate != 1.0 for p in mine)
     return WorkloadOut(
         name=w.name,
+        model=model,
         requests_per_s=w.requests_per_s,
         served_requests_per_s=agg + min(pre, dec),
         served_at_prediction_rps=raw["aggregated"] + min(raw["prefill"], raw["decode"]) if derated else None,
@@ -721,9 +729,13 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
         hw = hw_by_id[p.hardware]
         w = wl[p.workload]
         lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.attn_dp, p.layout.redundant_experts)
+        model = rs.model_for(p.workload)
+        if p.model and p.model != model.id:
+            add(f"{p.id}: model", False, f"the pool serves {p.model}, its workload {p.workload} is served by {model.id}")
+            continue
         try:
-            check_layout(rs.model, lay)
-            add(f"{p.id}: layout", True, f"{lay.describe()} valid for {rs.model.id}")
+            check_layout(model, lay)
+            add(f"{p.id}: layout", True, f"{lay.describe()} valid for {model.id}")
         except Exception as err:  # noqa: BLE001 - reported as a failed check
             add(f"{p.id}: layout", False, str(err))
             continue
@@ -732,7 +744,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
             f"{p.engine} runs on {hw.id} and serves {p.weights_dtype} weights ({p.weights_mode})")
         # The plan is re-evaluated with exactly the factors it was solved with: the pool's engine on its hardware.
         ev = evaluate_point(
-            rs.model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
+            model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
             eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
             spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
             moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,

@@ -15,12 +15,15 @@ Workers (``jobs``) take contiguous chunks of the sorted points, so each builds e
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,8 @@ from planner.perf.candidates import evaluate_candidates, scenario_slos, select_c
 from planner.planning import PlanOptions, diagnose_candidates, diagnose_limits
 from planner.results import extract, solution_values
 from planner.solve import Solver
+
+_CHUNK_LOCK = threading.Lock()
 
 MUTABLE = ("requests_per_s", "working_set_gb", "prices", "max_units", "power_kw", "budget_usd_per_hour")
 
@@ -266,7 +271,8 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
             diagnose_candidates(rs2, pool, table)
             data = prepare(rs2, table)
             model = build_model(data)
-            grp = _Group(table, model, Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap))
+            grp = _Group(table, model, Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap,
+                                              threads=opts.solver_threads))
             _GROUPS[model_key] = grp
             build_s = time.perf_counter() - t0
         else:
@@ -295,11 +301,16 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
 
 
 def _run_chunk(args) -> list[tuple[int, dict]]:
-    points, catalog_root, path, opts = args
-    from planner.catalog import load_catalog
+    """Solve a chunk of points in a worker: ``(points, catalog, scenario path, options)``; ``catalog`` is a
+    :class:`Catalog` or the folder to load one from. One chunk at a time per process (the evaluated pools
+    and built models are cached per process)."""
+    points, catalog, path, opts = args
+    with _CHUNK_LOCK:
+        if not isinstance(catalog, Catalog):
+            from planner.catalog import load_catalog
 
-    catalog = load_catalog(catalog_root)
-    return [(idx, _solve_one(inputs, doc, catalog, path, opts)) for idx, inputs, doc in points]
+            catalog = load_catalog(catalog)
+        return [(idx, _solve_one(inputs, doc, catalog, path, opts)) for idx, inputs, doc in points]
 
 
 def _solve_one(inputs: dict, doc: dict, catalog: Catalog, path: Path, opts: PlanOptions) -> dict:
@@ -328,44 +339,111 @@ def check_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, ma
 
 
 def iter_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,
-               jobs: int = 1, opts: PlanOptions | None = None) -> Iterator[tuple[int, dict]]:
-    """Solve every point and yield ``(index, row)`` as points finish (index: product order), so a caller
-    can keep what is done when interrupted. Points stream from :func:`iter_points`; at most a few chunks
-    per worker are in flight."""
+               jobs: int = 1, opts: PlanOptions | None = None, skip: set[int] | frozenset[int] = frozenset(),
+               backend: str = "local", scheduler: str | None = None) -> Iterator[tuple[int, dict]]:
+    """Solve every point not in ``skip`` and yield ``(index, row)`` as points finish (index: product order), so
+    a caller can keep what is done when interrupted. Points stream from :func:`iter_points`; at most a few
+    chunks per worker are in flight. ``backend`` ``local`` runs ``jobs`` worker processes here (one process:
+    in this one); ``dask`` runs chunks on a Dask cluster (``scheduler``'s address, or a local cluster of
+    ``jobs`` workers), one HiGHS thread per worker. A chunk whose worker dies or fails is retried once, then
+    its points come back with status ``failed``."""
     opts = opts or PlanOptions(analysis=False)
     _POOLS.clear()
     _GROUPS.clear()
-    points = iter_points(base, varies)
-    total = count_points(varies)
+    points = (p for p in iter_points(base, varies) if p[0] not in skip)
+    total = count_points(varies) - len(skip)
+    if total <= 0:
+        return
     jobs = max(1, min(jobs, total))
-    if jobs == 1:
+    if backend == "local" and jobs == 1:
         for idx, inputs, doc in points:
             yield idx, _solve_one(inputs, doc, catalog, path, opts)
         return
     # contiguous chunks keep each group inside as few workers as possible; a few chunks per worker keep
     # the progress moving and bound the points held in memory
     size = max(1, min(64, math.ceil(total / (jobs * 4))))
-    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
+    if backend == "dask":
+        from planner.sweep_dask import DaskRunner
+
+        runner = DaskRunner(scheduler, jobs, catalog)
+        opts = dataclasses.replace(opts, solver_threads=1)
+    else:
+        runner = _LocalRunner(jobs, catalog_root)
     try:
-        pending = set()
+        pending: dict = {}
         while True:
-            while len(pending) < jobs * 2:
+            while len(pending) < runner.slots * 2:
                 chunk = list(itertools.islice(points, size))
                 if not chunk:
                     break
-                pending.add(ex.submit(_run_chunk, (chunk, catalog_root, path, opts)))
+                pending[runner.submit(chunk, path, opts)] = (chunk, 1)
             if not pending:
                 break
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                yield from f.result()
+            for f in runner.wait(list(pending)):
+                chunk, attempt = pending.pop(f)
+                try:
+                    yield from runner.result(f)
+                except Exception as err:  # noqa: BLE001 - a worker's failure becomes rows, never a lost point
+                    if attempt < 2:
+                        # the retry runs apart, so a point that kills its worker again takes no other point with it
+                        pending[runner.submit(chunk, path, opts, isolated=True)] = (chunk, attempt + 1)
+                        continue
+                    why = f"worker failed twice on this chunk: {type(err).__name__}: {err}".strip()
+                    for idx, inputs, _ in chunk:
+                        yield idx, {**inputs, "status": "failed", "diagnosis": why}
     except BaseException:
-        # interrupted (Ctrl-C) or a failed worker: stop the workers now instead of finishing their chunks
-        for proc in list(getattr(ex, "_processes", {}).values()):
-            proc.terminate()
-        ex.shutdown(wait=False, cancel_futures=True)
+        runner.close(abort=True)
         raise
-    ex.shutdown(wait=True)
+    runner.close(abort=False)
+
+
+class _LocalRunner:
+    """Worker processes on this machine. A worker that dies breaks its pool (every chunk in flight fails):
+    the pool is replaced, and each retried chunk runs in a one-worker pool of its own."""
+
+    def __init__(self, jobs: int, catalog_root: Path | None):
+        self.slots = jobs
+        self._root = catalog_root
+        self._ex = self._pool(jobs)
+        self._apart: dict = {}
+
+    @staticmethod
+    def _pool(n: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=n, initializer=_quiet_worker)
+
+    def submit(self, chunk, path, opts, isolated: bool = False):
+        args = (chunk, self._root, path, opts)
+        if isolated:
+            ex = self._pool(1)
+            f = ex.submit(_run_chunk, args)
+            self._apart[f] = ex
+            return f
+        try:
+            return self._ex.submit(_run_chunk, args)
+        except BrokenProcessPool:
+            self._ex.shutdown(wait=False, cancel_futures=True)
+            self._ex = self._pool(self.slots)
+            return self._ex.submit(_run_chunk, args)
+
+    @staticmethod
+    def wait(futures):
+        done, _ = wait(futures, return_when=FIRST_COMPLETED)
+        return done
+
+    def result(self, f):
+        ex = self._apart.pop(f, None)
+        try:
+            return f.result()
+        finally:
+            if ex is not None:
+                ex.shutdown(wait=False)
+
+    def close(self, abort: bool) -> None:
+        for ex in [self._ex, *self._apart.values()]:
+            if abort:  # interrupted (Ctrl-C) or failed: stop the workers now instead of finishing their chunks
+                for proc in list((getattr(ex, "_processes", None) or {}).values()):
+                    proc.terminate()
+            ex.shutdown(wait=not abort, cancel_futures=True)
 
 
 def _quiet_worker() -> None:

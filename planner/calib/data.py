@@ -91,6 +91,8 @@ def read_rows(path: Path | str, *, measured: bool = False) -> pd.DataFrame:
         for col in MEASURED:
             if col not in df.columns:
                 raise InputError(f"{path}: column '{col}' is missing (fitting and validation need measured values)")
+    if df.empty:
+        raise InputError(f"{path}: no rows below the header; add measured rows")
     return df
 
 

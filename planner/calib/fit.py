@@ -196,7 +196,7 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     norm = norm[ok].copy()
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
     # not drowned by a large one of small benchmark batches); weights average 1.
-    counts = norm["src"].map(norm["src"].value_counts())
+    counts = norm["src"].map(norm["src"].value_counts()).astype(float)
     norm["w"] = len(norm) / (norm["src"].nunique() * counts)
     return norm, int((~ok).sum())
 

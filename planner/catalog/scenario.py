@@ -45,6 +45,9 @@ MAX_PERIODS = 168
 
 class Workload(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    model: str | None = None
+    """Model this workload is served by (a catalog id or alias; default: the scenario's ``model``). Workloads of
+    different models form one fleet: their pools share purchase units chip by chip."""
     requests_per_s: Annotated[float, Field(gt=0, le=MAX_DEMAND_RPS)]
     """Peak requests/s. Written as a list (one value per period of equal length, e.g. 24 hourly values) or
     ``{file: traffic.csv}`` (columns ``period,requests_per_s``), it is a traffic profile: ``profile`` holds
@@ -126,9 +129,10 @@ class Margin(Strict):
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     description: str = ""
-    model: str
+    model: str | None = None
+    """Model of every workload that names none (required unless each workload names its own)."""
     weights: list[Dtype] | None = Field(default=None, min_length=1)
-    """Allowed weight formats (default: the model's native format)."""
+    """Allowed weight formats (default: each model's native format)."""
     kv_cache: list[Dtype] = Field(default_factory=lambda: ["bf16"], min_length=1)
     hardware: list[str] | None = Field(default=None, min_length=1)
     """Candidate hardware ids (default: every entry with a price)."""
@@ -151,12 +155,18 @@ class Scenario(Strict):
     """Derate every candidate's capacity by the model's measured error at ``margin.quantile`` (default: none,
     capacity at the prediction)."""
     expert_load: ExpertLoad | None = None
-    """MoE only: routed-token skew over experts; sets the imbalance of every expert-parallel layout
-    and lets the planner buy redundant expert slots (default: uniform routing)."""
+    """MoE only: routed-token skew over the experts of the scenario's ``model``; sets the imbalance of every
+    expert-parallel layout and lets the planner buy redundant expert slots (default: uniform routing)."""
     workloads: list[Workload] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
+        if self.model is None:
+            bare = [w.name for w in self.workloads if w.model is None]
+            if bare:
+                raise ValueError(f"give 'model' (the default) or a model for every workload (none for: {', '.join(bare)})")
+            if self.expert_load is not None:
+                raise ValueError("expert_load describes the scenario's 'model'; give one to use it")
         names = [w.name for w in self.workloads]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -185,6 +195,7 @@ class ResolvedScenario:
     scenario: Scenario
     path: Path | None
     model: ModelSpec
+    """The scenario's model (the default of its workloads; with no default, the first workload's)."""
     hardware: tuple[HardwareSpec, ...]
     prices: dict[str, float]
     """USD per chip-hour of every candidate hardware (catalog price or override)."""
@@ -195,6 +206,28 @@ class ResolvedScenario:
     """Engines a pool may run (the scenario's engine alone, or every catalog engine)."""
     notes: tuple[str, ...] = ()
     """What resolution left out and why (reported in the plan's assumptions)."""
+    workload_models: dict[str, ModelSpec] | None = None
+    """Model of each workload by name (None: every workload is served by ``model``)."""
+
+    def model_for(self, workload: str) -> ModelSpec:
+        """The model a workload is served by."""
+        return self.model if self.workload_models is None else self.workload_models.get(workload, self.model)
+
+    @property
+    def models(self) -> tuple[ModelSpec, ...]:
+        """Every distinct model of the fleet, the scenario's model first."""
+        out = {self.model.id: self.model}
+        for m in (self.workload_models or {}).values():
+            out.setdefault(m.id, m)
+        return tuple(out.values())
+
+    def weights_for(self, model: ModelSpec) -> tuple[str, ...]:
+        """Weight formats a model may be served in: the scenario's list, or the model's native format."""
+        return tuple(self.scenario.weights) if self.scenario.weights else (model.weights_dtype,)
+
+    def expert_load_for(self, model: ModelSpec) -> np.ndarray | None:
+        """Routed-token shares over the model's experts (the scenario's ``expert_load`` belongs to its model)."""
+        return self.expert_load if model.id == self.model.id else None
 
 
 def load_scenario(path: Path | str) -> Scenario:
@@ -238,10 +271,17 @@ def read_profile(spec: dict, path: Path, field: str) -> list[float]:
 
 def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = None) -> ResolvedScenario:
     where = str(path) if path is not None else f"scenario {sc.name}"
-    mid = catalog.model_id(sc.model)
-    if mid is None:
-        raise InputError(f"{where}: field 'model': {unknown_id_message('model', sc.model, catalog.models)}")
-    model = catalog.models[mid]
+
+    def look_up(name: str, field: str) -> ModelSpec:
+        mid = catalog.model_id(name)
+        if mid is None:
+            raise InputError(f"{where}: field '{field}': {unknown_id_message('model', name, catalog.models)}")
+        return catalog.models[mid]
+
+    per = {w.name: look_up(w.model, f"workloads.{i}.model") for i, w in enumerate(sc.workloads) if w.model is not None}
+    model = look_up(sc.model, "model") if sc.model is not None else per[sc.workloads[0].name]
+    by_workload = {w.name: per.get(w.name, model) for w in sc.workloads}
+    workload_models = by_workload if len({m.id for m in by_workload.values()}) > 1 else None
     if sc.hardware is None:
         ids = [h.id for h in catalog.hardware.values() if h.price is not None or h.id in sc.prices]
     else:
@@ -259,10 +299,11 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                 raise InputError(f"{where}: field '{key}.{name}': {unknown_id_message('hardware', name, catalog.hardware)}")
     weights = tuple(sc.weights) if sc.weights else (model.weights_dtype,)
     for i, w in enumerate(sc.workloads):
-        if w.input_tokens + w.output_tokens > model.max_context_tokens:
+        wm = by_workload[w.name]
+        if w.input_tokens + w.output_tokens > wm.max_context_tokens:
             raise InputError(
                 f"{where}: field 'workloads.{i}': input_tokens + output_tokens = {w.input_tokens + w.output_tokens:,} "
-                f"exceeds the {model.max_context_tokens:,}-token context of {model.id}"
+                f"exceeds the {wm.max_context_tokens:,}-token context of {wm.id}"
             )
     load = _expert_load(sc, model, where, Path(path).parent if path else Path("."))
     notes: list[str] = []
@@ -303,7 +344,7 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                 "is empty); run `planner calibrate margins --data FILE --write`, or drop the margin"
             )
     return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
-                            weights, load, engines, tuple(notes))
+                            weights, load, engines, tuple(notes), workload_models)
 
 
 def _runnable(ids: list[str], engine: EngineSpec, catalog, where: str, what: str) -> tuple[list[str], list[str]]:

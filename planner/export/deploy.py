@@ -122,11 +122,11 @@ class Deployment:
 
 def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None) -> list[Deployment]:
     """Every pool of ``plan`` as a :class:`Deployment` (the catalog supplies checkpoint ids and host sizes)."""
-    model = catalog.get_model(plan.scenario["model"])
-    moe = model.architecture.moe
     out = []
     for p in plan.pools:
-        out.append(_one(plan, p, catalog, model, moe, plan_dir))
+        # Plans before schema 2.2 name one model for the whole scenario; later ones name each pool's.
+        model = catalog.get_model(p.model or plan.scenario["model"])
+        out.append(_one(plan, p, catalog, model, model.architecture.moe, plan_dir))
     return out
 
 

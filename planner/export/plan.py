@@ -44,8 +44,10 @@ def summary(plan: Plan) -> str:
     sc = plan.scenario
     o = plan.objective
     fleet = ", ".join(f"{g.count} {g.kind}{'s' if g.count != 1 else ''} of {g.hardware} ({g.chips} chips)" for g in plan.units)
+    several = len(sc.get("models") or []) > 1
+    model_of = {p.workload: p.model for p in plan.pools}
     wl = "; ".join(
-        f"{w.name} {w.requests_per_s:g} req/s ({w.input_tokens:,} in / {w.output_tokens:,} out tokens, {w.serving})"
+        (f"{w.name} ({model_of.get(w.name, '?')}) " if several else f"{w.name} ") + f"{w.requests_per_s:g} req/s ({w.input_tokens:,} in / {w.output_tokens:,} out tokens, {w.serving})"
         for w in plan.workloads
     )
     gap = plan.solver.mip_gap
@@ -58,7 +60,7 @@ def summary(plan: Plan) -> str:
     unval = sorted({p.hardware for p in plan.pools if p.unvalidated})
     caveat = f" Unvalidated hardware (factors transferred, no measured rows): {', '.join(unval)}." if unval else ""
     return (
-        f"Serve {sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
+        f"Serve {', '.join(sc['models']) if several else sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
         f"{_usd_tok(o.usd_per_mtok)} per million tokens ({_usd_tok(o.usd_per_mtok_input)} input, {_usd_tok(o.usd_per_mtok_output)} output); "
         f"{proof} (HiGHS, gap {gap if gap is not None else float('nan'):.1e}, {plan.solver.wall_s:.2f} s). "
         f"{claim}; {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
@@ -83,7 +85,8 @@ def plan_markdown(plan: Plan) -> str:
         lay = p.layout
         mem = p.memory_per_chip_bytes
         pr = p.predicted
-        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''} on {p.hardware} with {p.engine}", ""]
+        of = f" of {p.model}" if len(sc.get("models") or []) > 1 else ""
+        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''}{of} on {p.hardware} with {p.engine}", ""]
         L.append(
             f"- layout: {lay.notation} = {p.chips_per_replica} GPU{'s' if p.chips_per_replica != 1 else ''} per replica "
             f"(one engine instance; tp {lay.tp}, ep {lay.ep}, pp {lay.pp}, attn_dp {lay.attn_dp}"

@@ -229,12 +229,13 @@ def roles_for(serving) -> list[str]:
     return roles
 
 
-def weight_options(rs: ResolvedScenario, hw: HardwareSpec, engine: EngineSpec) -> list[tuple[str, str]]:
-    """(weight format, mode) pairs of the scenario that ``engine`` serves on ``hw``: ``native`` where the
-    hardware has units for the format, ``weight-only`` where the engine dequantises it into bf16 maths."""
+def weight_options(rs: ResolvedScenario, model: ModelSpec, hw: HardwareSpec, engine: EngineSpec) -> list[tuple[str, str]]:
+    """(weight format, mode) pairs of the scenario that ``engine`` serves ``model`` in on ``hw``: ``native``
+    where the hardware has units for the format, ``weight-only`` where the engine dequantises it into bf16
+    maths."""
     out = []
-    for w in rs.weights:
-        dense, expert = P.resolve_dtypes(rs.model, w)
+    for w in rs.weights_for(model):
+        dense, expert = P.resolve_dtypes(model, w)
         modes = {engine.weight_mode(hw, d) for d in {dense, expert}}
         if None in modes:
             continue
@@ -262,42 +263,43 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
     labels: dict[str, list] = {k: [] for k in LABELS}
     categories: dict[str, list] = {"bound": list(BOUNDS)}
     evaluated = dropped = 0
-    for hw in rs.hardware:
-        for choice in engine_choices(rs, hw, engine):
-            grid = _grid(rs.model, hw, choice.engine, rs.expert_load)
-            gcols = {k: grid[k].to_numpy() for k in grid.columns}
-            prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
-            kvs = kv_options(sc.kv_cache, choice.engine)
-            for (wdt, mode), kdt in itertools.product(weight_options(rs, hw, choice.engine), kvs):
-                setup = Setup.make(rs.model, hw, weights=wdt, kv=kdt, eff=choice.eff)
-                for w in sc.workloads:
-                    for role in roles_for(sc.serving):
-                        for tags, var in _variants(setup, gcols, w, role):
-                            ok = np.broadcast_to(var.pop("ok_memory"), prefill_rows.shape)
-                            evaluated += int(prefill_rows.sum()) if role == "prefill" else len(ok)
-                            if role == "prefill":
-                                dropped += int((prefill_rows & ~ok).sum())
-                                ok = ok & prefill_rows
+    groups = [(m, [w for w in sc.workloads if rs.model_for(w.name).id == m.id]) for m in rs.models]
+    for hw, choice, (model, wls) in ((h, c, g) for h in rs.hardware for c in engine_choices(rs, h, engine)
+                                     for g in groups):
+        grid = _grid(model, hw, choice.engine, rs.expert_load_for(model))
+        gcols = {k: grid[k].to_numpy() for k in grid.columns}
+        prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
+        kvs = kv_options(sc.kv_cache, choice.engine)
+        for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine), kvs):
+            setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff)
+            for w in wls:
+                for role in roles_for(sc.serving):
+                    for tags, var in _variants(setup, gcols, w, role):
+                        ok = np.broadcast_to(var.pop("ok_memory"), prefill_rows.shape)
+                        evaluated += int(prefill_rows.sum()) if role == "prefill" else len(ok)
+                        if role == "prefill":
+                            dropped += int((prefill_rows & ~ok).sum())
+                            ok = ok & prefill_rows
+                        else:
+                            dropped += int((~ok).sum())
+                        n = int(ok.sum())
+                        if n == 0:
+                            continue
+                        for k, v in {**gcols, **var}.items():
+                            cols.setdefault(k, []).append(np.broadcast_to(v, ok.shape)[ok])
+                        tags = {**tags, "workload": w.name, "model": model.id, "role": role, "hardware": hw.id, "engine": choice.engine.id,
+                                "weights_dtype": wdt, "weights_mode": mode, "kv_dtype": kdt,
+                                "factors": "fitted" if choice.fitted else "hardware default"}
+                        for k in LABELS:
+                            if k == "bound":
+                                b = np.broadcast_to(tags[k], ok.shape)[ok]
+                                labels[k].append((b == "memory") * 1 + (b == "communication") * 2)
                             else:
-                                dropped += int((~ok).sum())
-                            n = int(ok.sum())
-                            if n == 0:
-                                continue
-                            for k, v in {**gcols, **var}.items():
-                                cols.setdefault(k, []).append(np.broadcast_to(v, ok.shape)[ok])
-                            tags = {**tags, "workload": w.name, "role": role, "hardware": hw.id, "engine": choice.engine.id,
-                                    "weights_dtype": wdt, "weights_mode": mode, "kv_dtype": kdt,
-                                    "factors": "fitted" if choice.fitted else "hardware default"}
-                            for k in LABELS:
-                                if k == "bound":
-                                    b = np.broadcast_to(tags[k], ok.shape)[ok]
-                                    labels[k].append((b == "memory") * 1 + (b == "communication") * 2)
-                                else:
-                                    cats = categories.setdefault(k, [])
-                                    if tags[k] not in cats:
-                                        cats.append(tags[k])
-                                    labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
-                            cols.setdefault("usd_per_hour", []).append(gcols["chips"][ok] * rs.prices[hw.id])
+                                cats = categories.setdefault(k, [])
+                                if tags[k] not in cats:
+                                    cats.append(tags[k])
+                                labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
+                        cols.setdefault("usd_per_hour", []).append(gcols["chips"][ok] * rs.prices[hw.id])
     if not cols:
         return CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap)
     data = {k: np.concatenate(v) for k, v in cols.items()}
@@ -324,7 +326,7 @@ def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
 
 
 BOUNDS = ("compute", "memory", "communication")
-LABELS = ("workload", "role", "hardware", "engine", "weights_dtype", "weights_mode", "kv_dtype", "kv_tier",
+LABELS = ("workload", "model", "role", "hardware", "engine", "weights_dtype", "weights_mode", "kv_dtype", "kv_tier",
           "prefix_tier", "bound", "factors")
 
 
