@@ -345,6 +345,9 @@ def price_curve_cmd(
     output_tokens: Annotated[int, typer.Option("--output-tokens", help="Output tokens per request.")] = 500,
     ttft_ms: Annotated[float, typer.Option("--ttft-ms", min=1.0, help="TTFT every point must meet.")] = 5000.0,
     engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
+    margin_quantile: Annotated[
+        float | None, typer.Option("--margin-quantile", help="Price capacity at the model's measured error at this quantile (0-1), as a scenario's margin.quantile.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Cheapest $/M output tokens at each interactivity level, and what 1.5x-3x the speed costs."""
@@ -357,7 +360,7 @@ def price_curve_cmd(
     for h in hardware or []:
         _flag("--hardware", cat.get_hardware, h)
     pc = price_curve(cat, model, hardware, input_tokens=input_tokens, output_tokens=output_tokens,
-                     ttft_ms=ttft_ms, engine=engine)
+                     ttft_ms=ttft_ms, engine=engine, margin_quantile=margin_quantile)
     if as_json:
         _echo_json(pc.to_json())
         return

@@ -84,9 +84,13 @@ def speed_tiers(front: pd.DataFrame, multiples=SPEED_MULTIPLES) -> list[dict]:
 
 def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None, *, input_tokens: int = 2000,
                 output_tokens: int = 500, ttft_ms: float = 5000.0, engine: str | None = None,
-                weights: list[str] | None = None) -> PriceCurve:
+                weights: list[str] | None = None, margin_quantile: float | None = None) -> PriceCurve:
+    """``margin_quantile``: price each point at the capacity that holds when the performance model errs as it
+    did at that quantile of its class's measured rows (a scenario's ``margin.quantile``)."""
     if input_tokens < 1 or output_tokens < 1:
         raise InputError("--input-tokens and --output-tokens must be at least 1")
+    if margin_quantile is not None and not 0.0 < margin_quantile < 1.0:
+        raise InputError(f"--margin-quantile: {margin_quantile:g} is not a quantile; give a value in (0, 1), e.g. 0.9")
     doc = {
         "name": "price-curve",
         "model": model,
@@ -99,6 +103,8 @@ def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None,
         doc["hardware"] = list(hardware)
     if weights:
         doc["weights"] = list(weights)
+    if margin_quantile is not None:
+        doc["margin"] = {"quantile": margin_quantile}
     rs = resolve_scenario(Scenario.model_validate(doc), catalog, None)
     pool = evaluate_candidates(rs, engine)
     if pool.rows.empty:

@@ -263,3 +263,23 @@ def test_price_tier_typo_and_margin_without_measured_error(catalog, tmp_path):
     sc = Scenario.model_validate({**BASE, "hardware": ["h100-sxm"], "margin": {"quantile": 0.9}})
     with pytest.raises(InputError, match="margin.quantile.*h100-sxm"):
         resolve_scenario(sc, cat, Path("t.yaml"))
+
+
+def test_price_curve_with_a_margin_never_costs_less(catalog):
+    """The price curve accepts the margin: every interactivity level costs at least as much at the 0.9 error
+    quantile as at the prediction (capacity is divided by a derate >= 1), and strictly more somewhere."""
+    import numpy as np
+
+    from planner.errors import InputError
+    from planner.pricing import price_curve
+
+    base = price_curve(catalog, "llama-3.1-70b", ["h100-sxm"]).points
+    safe = price_curve(catalog, "llama-3.1-70b", ["h100-sxm"], margin_quantile=0.9).points
+    for speed in base["tokens_per_s_per_user"]:
+        # the cheapest point at least this fast, on each curve
+        b = base[base["tokens_per_s_per_user"] >= speed]["usd_per_mtok_output"].min()
+        s = safe[safe["tokens_per_s_per_user"] >= speed]["usd_per_mtok_output"].min()
+        assert np.isnan(s) or s >= b * (1 - 1e-9)
+    assert safe["usd_per_mtok_output"].min() > base["usd_per_mtok_output"].min()
+    with pytest.raises(InputError, match="--margin-quantile"):
+        price_curve(catalog, "llama-3.1-70b", ["h100-sxm"], margin_quantile=1.0)
