@@ -3,8 +3,6 @@ a Dask LocalCluster backend, and a worker that dies retried once and then report
 
 from __future__ import annotations
 
-import os
-
 import pandas as pd
 import pytest
 from test_robustness import cli, one_line_error, scenario
@@ -118,29 +116,44 @@ def test_unreachable_scheduler_is_named(tmp_path, capsys):
     one_line_error(err, "--backend", "local or dask")
 
 
-def test_a_worker_that_dies_is_retried_once_then_reported(tmp_path, capsys, monkeypatch):
-    """A point whose worker process dies (os._exit, as a crash or the OOM killer would) is retried once in a
-    worker of its own, then written as 'failed'; every other point is solved. Worker processes fork from this
-    one, so they run the patched function."""
-    real = sw._solve_one
+DEADLY = """
+import os, sys
+import planner.sweep as sw
+from planner.cli import main
 
-    def deadly(inputs, doc, catalog, path, opts):
-        if inputs.get("workloads.chat.requests_per_s") == 30:
-            os._exit(3)
-        return real(inputs, doc, catalog, path, opts)
+real = sw._solve_one
 
-    monkeypatch.setattr(sw, "_solve_one", deadly)
+def deadly(inputs, doc, catalog, path, opts):
+    if inputs.get("workloads.chat.requests_per_s") == 30:
+        os._exit(3)  # the worker process dies, as a crash or the OOM killer would end it
+    return real(inputs, doc, catalog, path, opts)
+
+sw._solve_one = deadly
+main(sys.argv[1:])
+"""
+
+
+def test_a_worker_that_dies_is_retried_once_then_reported(tmp_path):
+    """A point whose worker process dies is retried once in a worker of its own, then written as 'failed';
+    every other point is solved. Runs in a fresh process (workers fork from it, so they run the patched
+    function; forking this test process, which has run Dask's threads, could deadlock)."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("worker processes run the patched function only when forked")
     out = tmp_path / "sw"
-    code, _, err = cli(capsys, "sweep", scenario(tmp_path), "--vary", VALUES, "--out", out, "--no-tornado",
-                       "--jobs", "2")
-    assert code == 0, err
+    p = subprocess.run([sys.executable, "-c", DEADLY, "sweep", str(scenario(tmp_path)), "--vary", VALUES, "--out",
+                        str(out), "--no-tornado", "--jobs", "2"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
     df = pd.read_csv(out / "sweep.csv")
     assert len(df) == 6
     bad = df[df["status"] == "failed"]
     assert bad["workloads.chat.requests_per_s"].tolist() == [30]
     assert "failed twice" in bad["diagnosis"].iloc[0]
     assert set(df.drop(bad.index)["status"]) == {"optimal"}
-    assert "1 failed" in err
+    assert "1 failed" in p.stderr
     # the failed point is not in the parts: --resume solves it again
     kept = pd.concat([pd.read_parquet(f) for f in (out / PARTS).glob("part-*.parquet")])
     assert 2 not in set(kept["point"]) and len(kept) == 5
