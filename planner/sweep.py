@@ -382,15 +382,16 @@ def iter_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, 
             for f in runner.wait(list(pending)):
                 chunk, attempt = pending.pop(f)
                 try:
-                    yield from runner.result(f)
+                    rows = runner.result(f)
                 except Exception as err:  # noqa: BLE001 - a worker's failure becomes rows, never a lost point
                     if attempt < 2:
                         # the retry runs apart, so a point that kills its worker again takes no other point with it
                         pending[runner.submit(chunk, path, opts, isolated=True)] = (chunk, attempt + 1)
                         continue
                     why = f"worker failed twice on this chunk: {type(err).__name__}: {err}".strip()
-                    for idx, inputs, _ in chunk:
-                        yield idx, {**inputs, "status": "failed", "diagnosis": why}
+                    rows = [(idx, {**inputs, "status": "failed", "diagnosis": why}) for idx, inputs, _ in chunk]
+                # yielded outside the try: what the caller does with a row is no worker failure
+                yield from rows
     except BaseException:
         runner.close(abort=True)
         raise

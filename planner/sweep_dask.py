@@ -23,7 +23,10 @@ class DaskRunner:
         if scheduler:
             try:
                 self.client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-            except (OSError, TimeoutError, ValueError) as err:
+            except ValueError as err:
+                raise InputError(f"--scheduler {scheduler}: not a scheduler address ({err}); write it tcp://HOST:8786, "
+                                 "or leave --scheduler out for a local cluster") from None
+            except (OSError, TimeoutError) as err:
                 raise InputError(
                     f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
                     f"({type(err).__name__}); check the address (tcp://HOST:8786) or leave --scheduler out for a "

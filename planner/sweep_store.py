@@ -73,7 +73,9 @@ class PartStore:
                 old = json.loads(manifest.read_text())
             except (OSError, ValueError):
                 old = None
-            if resume:
+            if not self.done():
+                pass  # a sweep that stopped before its first point (e.g. an unreachable scheduler): nothing to keep
+            elif resume:
                 if not isinstance(old, dict):
                     raise InputError(f"{manifest}: unreadable; it cannot say what the parts were solved from "
                                      "(start over with --force)")

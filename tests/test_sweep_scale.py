@@ -113,6 +113,10 @@ def test_unreachable_scheduler_is_named(tmp_path, capsys):
                        tmp_path / "sw", "--no-tornado", "--backend", "dask", "--scheduler", "tcp://127.0.0.1:9")
     assert code == 1
     one_line_error(err, "--scheduler tcp://127.0.0.1:9", "no Dask scheduler")
+    # the failed start kept no points, so it does not block the next sweep into that folder
+    code, _, err = cli(capsys, "sweep", scenario(tmp_path), "--vary", "workloads.chat.requests_per_s=10", "--out",
+                       tmp_path / "sw", "--no-tornado")
+    assert code == 0, err
     code, _, err = cli(capsys, "sweep", scenario(tmp_path), "--vary", "workloads.chat.requests_per_s=10", "--out",
                        tmp_path / "sw", "--backend", "ray")
     assert code == 1
