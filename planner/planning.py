@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pyomo.environ as pyo
+from pyomo.common.collections import ComponentMap
 
 from planner.catalog.scenario import ResolvedScenario, with_engine
 from planner.catalog.writer import atomic_write_with
 from planner.errors import InfeasibleError, PlanCheckError, PlannerError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
+from planner.model.bounds import greedy_start, snapshot, solve_from
 from planner.model.build import fleet_kw
 from planner.model.data import drop_unpowered
 from planner.model.periods import Tiers
@@ -97,6 +99,21 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def relaxed_slos(slos: dict[str, tuple[float, float]], workload: str, k: int) -> dict[str, tuple[float, float]]:
+    """``slos`` with ``workload``'s TTFT (``k = 0``) or TPOT (``k = 1``) limit ``RELAX`` looser."""
+    out = dict(slos)
+    lim = list(out[workload])
+    lim[k] *= 1 + RELAX
+    out[workload] = tuple(lim)
+    return out
+
+
+def slo_levels(slos: dict[str, tuple[float, float]], analysis: bool) -> list[dict[str, tuple[float, float]]]:
+    """The SLO sets a plan's candidate pool must answer exactly: the scenario's, and with the analysis each
+    workload's TPOT and TTFT ``RELAX`` looser (what :func:`binding_constraints` prices)."""
+    return [slos] + ([relaxed_slos(slos, w, k) for w in slos for k in (1, 0)] if analysis else [])
+
+
 def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     opts = opts or PlanOptions()
     t0 = time.perf_counter()
@@ -105,8 +122,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     engine = opts.engine or rs.scenario.engine
     digest = input_hash(rs, engine)
     rs, notes = drop_unpowered(rs)
-    pool = evaluate_candidates(rs, engine)
     slos = scenario_slos(rs.scenario.workloads)
+    pool = evaluate_candidates(rs, engine, slo_levels(slos, opts.analysis))
     table = select_candidates(pool, slos)
     t1 = time.perf_counter()
     diagnose_candidates(rs, pool, table)
@@ -118,7 +135,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
-    res = solver.solve(model)
+    res = solve_from(solver, model, greedy_start(model))
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
     if not res.has_solution:
@@ -128,7 +145,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
         )
     deadline = t2 + opts.time_limit_s  # --time-limit bounds every solve of the command together
     x, u = solution_values(model)
-    x = fewest_replicas(model, x, u, max(deadline - time.perf_counter(), 0.0))
+    base = snapshot(model)
+    x = fewest_replicas(model, x, u, max(deadline - time.perf_counter(), 0.0), solver)
     plan = extract(rs, data, x, u, res)
     plan.scenario["input_hash"] = digest
     plan.scenario["engine"] = engine
@@ -145,7 +163,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     t3 = time.perf_counter()
     ctx = None
     if opts.analysis:
-        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline)
+        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline, base)
         try:
             plan.binding_constraints = binding_constraints(ctx)
             plan.runner_up = runner_up(ctx)
@@ -284,7 +302,8 @@ def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, floa
     return recheck(plan_t, rs_t).ok
 
 
-def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: float) -> dict[int, int]:
+def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: float,
+                    solver: Solver | None = None) -> dict[int, int]:
     """Among plans of the optimal fleet, the one whose replicas occupy the fewest chips: a second solve with
     the purchase units fixed at the optimum (the cost's tie-break term is below the solver's gap tolerance,
     so the first solve may leave idle replicas in units it has to buy anyway). Keeps ``x`` if that solve
@@ -299,7 +318,9 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
     m.cost.deactivate()
     m.chips_used = pyo.Objective(expr=sum(a["slots"][i] * m.x[i] for i in m.R), sense=pyo.minimize)
     try:
-        r = Solver(time_limit_s=min(time_limit_s, SENSITIVITY_TIME_LIMIT_S), mip_gap=1e-6).solve(m)
+        limit = min(time_limit_s, SENSITIVITY_TIME_LIMIT_S)
+        sv = solver.limited(time_limit_s=limit, mip_gap=1e-6) if solver else Solver(time_limit_s=limit, mip_gap=1e-6)
+        r = sv.solve(m)
         if r.has_solution:
             x2, _ = solution_values(m)
             if sum(a["slots"][i] * n for i, n in x2.items()) < used - 1e-9:
@@ -444,20 +465,28 @@ class _Ctx:
     plan: Plan
     opts: PlanOptions
     deadline: float = float("inf")
+    base: ComponentMap | None = None
+    """The plan's solution (every variable of the model), the start of the re-solves of relaxations."""
 
     @property
     def cost(self) -> float:
         return self.plan.objective.usd_per_hour
 
     def resolve_with(self, param, value) -> float | None:
-        """Fleet $/h with one mutable parameter changed (then restored)."""
+        """Fleet $/h with one mutable parameter changed (then restored); each change the analysis makes (less
+        demand, a smaller working set, a higher limit) relaxes the model."""
         old = pyo.value(param)
         param.set_value(value)
         try:
-            r = self._quick().solve(self.model)
+            r = self.solve_relaxed()
             return _fleet_cost(self.model, self.data) if r.has_solution else None
         finally:
             param.set_value(old)
+
+    def solve_relaxed(self) -> SolveResult:
+        """Re-solve the plan's model after a change that relaxes it: where the plan stays feasible it is the
+        first incumbent and its cost bounds the units and replicas (:func:`planner.model.bounds.solve_from`)."""
+        return solve_from(self._quick(), self.model, self.base)
 
     def _quick(self, *, fresh: bool = False) -> Solver:
         """A solver for one analysis re-solve within what is left of the time limit: the main solve's persistent
@@ -492,8 +521,37 @@ class _Ctx:
             return None
         data = prepare(self.rs, table)
         m = build_model(data)
-        r = self._quick(fresh=True).solve(m)
+        # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
+        # and, mapped onto the new rows, is the first incumbent.
+        r = solve_from(self._quick(fresh=True), m, self._base_on(m))
         return _fleet_cost(m, data) if r.has_solution else None
+
+    def _base_on(self, m) -> ComponentMap | None:
+        """The plan's solution on the model ``m`` of another candidate table of the same pool (rows matched by
+        their pool position), or ``None`` where a row of the plan is not in it."""
+        if self.base is None:
+            return None
+        old = self.model
+        where = {int(p): j for j, p in enumerate(m._data.rows["pool_row"].to_numpy())}
+        pos = self.data.rows["pool_row"].to_numpy()
+        start = ComponentMap()
+        for i in old.R:
+            n = self.base[old.x[i]]
+            if n > 0.5:
+                j = where.get(int(pos[i]))
+                if j is None:
+                    return None
+                start[m.x[j]] = n
+        for name in ("u", "s_agg", "s_dis", "uses", "hw_used"):
+            if hasattr(m, name) and hasattr(old, name):
+                mine, theirs = getattr(m, name), getattr(old, name)
+                for k in mine:
+                    if k in theirs:
+                        start[mine[k]] = self.base[theirs[k]]
+        if hasattr(m, "row_used"):
+            for i in m.R:
+                start[m.row_used[i]] = float(start.get(m.x[i], 0.0) > 0.5)
+        return start
 
 
 def _fleet_cost(m, data: PlanData) -> float:
@@ -514,10 +572,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
     for w in sc.workloads:
         slos = scenario_slos(sc.workloads)
         for which, k, unit, scale in (("tpot", 1, "ms", 1e3), ("ttft", 0, "ms", 1e3)):
-            relaxed = dict(slos)
-            lim = list(relaxed[w.name])
-            lim[k] *= 1 + RELAX
-            relaxed[w.name] = tuple(lim)
+            relaxed = relaxed_slos(slos, w.name, k)
             if not ctx.admits_cheaper(w.name, relaxed[w.name]):
                 continue
             saved = _saved(base, ctx.cost_with_slos(relaxed))
@@ -588,7 +643,7 @@ def resilience_cost(ctx: _Ctx) -> float | None:
     m.resilience.deactivate()
     m.uses_link.deactivate()
     try:
-        r = ctx._quick().solve(m)
+        r = ctx.solve_relaxed()
         return max(ctx.cost - _fleet_cost(m, ctx.data), 0.0) if r.has_solution else None
     except OutOfTime:
         return None

@@ -100,8 +100,10 @@ class Solver:
 
         def solve_with_start():
             cols = opt._pyomo_var_to_solver_var_map
-            idx = np.array([cols[id(v)] for v, _ in start.items()], dtype=np.int32)
-            val = np.array([float(x) for _, x in start.items()], dtype=np.double)
+            # variables HiGHS was not given (fixed, or in no active constraint) have no column
+            known = [(cols[id(v)], float(x)) for v, x in start.items() if id(v) in cols]
+            idx = np.array([i for i, _ in known], dtype=np.int32)
+            val = np.array([x for _, x in known], dtype=np.double)
             sol = highspy.HighsSolution()
             n = opt._solver_model.getNumCol()
             values = np.zeros(n)

@@ -68,6 +68,12 @@ class CandidatePool:
     evaluated: int
     dropped_memory: int
     utilisation_cap: float = 0.8
+    levels: tuple[dict[str, tuple[float, float]], ...] = ()
+    """The SLO levels the pool was streamed for (see :func:`evaluate_candidates`); empty: every row that fits."""
+    fit: int = 0
+    """Rows that fit in memory, kept or not."""
+    base_slo_drops: dict[str, int] = field(default_factory=dict)
+    """Rows that fit in memory but miss the first level's TPOT (``tpot_slo``) or TTFT (``ttft_slo``)."""
 
 
 @dataclass
@@ -254,15 +260,25 @@ def kv_options(allowed, engine: EngineSpec) -> list[str]:
     return [min(ok, key=dtype_bytes)] if ok else []
 
 
-def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> CandidatePool:
+def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
+                        levels: list[dict[str, tuple[float, float]]] | None = None) -> CandidatePool:
     """Evaluate every role x hardware x engine x layout x batch x dtype x tier x decoding row of a
-    scenario; keep those that fit in memory."""
+    scenario; keep those that fit in memory.
+
+    With ``levels`` (SLO sets, ``{workload: (ttft_s, tpot_s)}``, the first the scenario's own) the rows are
+    filtered and pruned as they are evaluated, chunk by chunk: a row is kept when some level admits it and
+    it is not dominated (:func:`prune_dominated`) among the chunk's rows that level admits, or when it is a
+    chunk's fastest (TPOT, and TTFT within the first level's TPOT: what a diagnosis of an impossible SLO
+    names). :func:`select_candidates` at any of those levels then returns exactly the rows it returns from
+    the whole pool (dominance is transitive, so a row dominated in its chunk is dominated in the whole),
+    and memory follows the rows kept, not the rows evaluated."""
     sc = rs.scenario
     engine = engine or sc.engine
     cols: dict[str, list] = {}
     labels: dict[str, list] = {k: [] for k in LABELS}
     categories: dict[str, list] = {"bound": list(BOUNDS)}
-    evaluated = dropped = 0
+    evaluated = dropped = fit = 0
+    slo_drops = {"tpot_slo": 0, "ttft_slo": 0}
     groups = [(m, [w for w in sc.workloads if rs.model_for(w.name).id == m.id]) for m in rs.models]
     for hw, choice, (model, wls) in ((h, c, g) for h in rs.hardware for c in engine_choices(rs, h, engine)
                                      for g in groups):
@@ -283,30 +299,79 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None) -> Cand
                         else:
                             dropped += int((~ok).sum())
                         n = int(ok.sum())
+                        fit += n
                         if n == 0:
                             continue
-                        for k, v in {**gcols, **var}.items():
-                            cols.setdefault(k, []).append(np.broadcast_to(v, ok.shape)[ok])
+                        chunk = {k: np.broadcast_to(v, ok.shape)[ok] for k, v in {**gcols, **var}.items()}
+                        b = np.broadcast_to(tags["bound"], ok.shape)[ok]
+                        chunk["bound"] = ((b == "memory") * 1 + (b == "communication") * 2).astype(np.int16)
+                        if levels:
+                            sel, drops = _stream_filter(chunk, role, w.name, levels, sc.utilisation_cap,
+                                                        _derate(rs, hw, choice.engine.id, role))
+                            for k, v in drops.items():
+                                slo_drops[k] += v
+                            n = int(sel.sum())
+                            chunk = {k: v[sel] for k, v in chunk.items()}
+                        labels["bound"].append(chunk.pop("bound"))
+                        for k, v in chunk.items():
+                            cols.setdefault(k, []).append(v)
                         tags = {**tags, "workload": w.name, "model": model.id, "role": role, "hardware": hw.id, "engine": choice.engine.id,
                                 "weights_dtype": wdt, "weights_mode": mode, "kv_dtype": kdt,
                                 "factors": "fitted" if choice.fitted else "hardware default"}
                         for k in LABELS:
-                            if k == "bound":
-                                b = np.broadcast_to(tags[k], ok.shape)[ok]
-                                labels[k].append((b == "memory") * 1 + (b == "communication") * 2)
-                            else:
+                            if k != "bound":
                                 cats = categories.setdefault(k, [])
                                 if tags[k] not in cats:
                                     cats.append(tags[k])
                                 labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
-                        cols.setdefault("usd_per_hour", []).append(gcols["chips"][ok] * rs.prices[hw.id])
+                        cols.setdefault("usd_per_hour", []).append(chunk["chips"] * rs.prices[hw.id])
+    pool = CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap, tuple(levels or ()), fit,
+                         slo_drops if levels else {})
     if not cols:
-        return CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap)
+        return pool
     data = {k: np.concatenate(v) for k, v in cols.items()}
     data.update({k: pd.Categorical.from_codes(np.concatenate(v), categories[k]) for k, v in labels.items()})
-    rows = pd.DataFrame(data)
-    rows["margin_derate"] = margin_derate(rs, rows)
-    return CandidatePool(rows, evaluated, dropped, sc.utilisation_cap)
+    pool.rows = pd.DataFrame(data)
+    pool.rows["margin_derate"] = margin_derate(rs, pool.rows)
+    return pool
+
+
+def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, levels, cap: float,
+                   derate: float) -> tuple[np.ndarray, dict[str, int]]:
+    """Rows of one evaluated chunk (one workload, role, hardware, prefix tier) that some SLO level needs (see
+    :func:`evaluate_candidates`), and how many miss the first level's TPOT and TTFT."""
+    tp = chunk["tpot_s"]
+    keep = np.zeros(len(tp), dtype=bool)
+    pairs = list(dict.fromkeys(lv[workload] for lv in levels))
+    # Only rows within some level's TPOT need their load (the M/D/c bisection is the costly part).
+    cand = np.flatnonzero(tp <= max(t for _, t in pairs))
+    sub = {k: chunk[k][cand] for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
+    loads = {ttft: planned_load(sub, ttft, cap)[0] for ttft in dict.fromkeys(f for f, _ in pairs)}
+    drops = {}
+    for i, (ttft, tpot) in enumerate(pairs):
+        lam = loads[ttft]
+        bad_tpot = tp[cand] > tpot
+        ok = ~bad_tpot & (lam > 0)
+        if i == 0:
+            n_tpot = int((tp > tpot).sum())
+            drops = {"tpot_slo": n_tpot, "ttft_slo": len(tp) - n_tpot - int(ok.sum())}
+        idx = cand[ok]
+        if idx.size:
+            keep[idx[nondominated(chunk["slots"][idx], lam[ok] / derate, chunk["prefix_bytes_per_replica"][idx],
+                                  tp[idx])]] = True
+    if role != "prefill":
+        keep[np.argmin(tp)] = True
+    first = tp <= pairs[0][1]
+    if role != "decode" and first.any():
+        keep[np.flatnonzero(first)[np.argmin(chunk["ttft_base_s"][first])]] = True
+    return keep, drops
+
+
+def _derate(rs: ResolvedScenario, hw: HardwareSpec, engine: str, role: str) -> float:
+    m = rs.scenario.margin
+    if m is None:
+        return 1.0
+    return max(1.0, hw.efficiency.error_ratio(engine, "agg" if role == "aggregated" else "disagg", m.quantile))
 
 
 def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
@@ -314,14 +379,13 @@ def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
     predicted TPOT at that quantile for its hardware, engine and serving mode (at least 1: a model that was
     pessimistic there does not earn extra capacity). 1 everywhere without a margin."""
     out = np.ones(len(rows))
-    m = rs.scenario.margin
-    if m is None or rows.empty:
+    if rs.scenario.margin is None or rows.empty:
         return out
     hw = {h.id: h for h in rs.hardware}
     keys = pd.DataFrame({"h": rows["hardware"].astype(str), "e": rows["engine"].astype(str),
-                         "s": np.where(rows["role"].astype(str) == "aggregated", "agg", "disagg")})
-    for (h, e, srv), idx in keys.groupby(["h", "e", "s"]).groups.items():
-        out[np.asarray(idx)] = max(1.0, hw[h].efficiency.error_ratio(e, srv, m.quantile))
+                         "r": rows["role"].astype(str)})
+    for (h, e, role), idx in keys.groupby(["h", "e", "r"]).groups.items():
+        out[np.asarray(idx)] = _derate(rs, hw[h], e, role)
     return out
 
 
@@ -339,14 +403,12 @@ def queue_wait(rho, servers, work_s):
     return np.power(rho, np.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho)) * np.asarray(work_s, dtype=float) / 2.0
 
 
-def planned_load(rows: pd.DataFrame, ttft_limit_s, cap: float) -> tuple[np.ndarray, np.ndarray]:
+def planned_load(rows, ttft_limit_s, cap: float) -> tuple[np.ndarray, np.ndarray]:
     """(requests/s per replica, TTFT at that load) of each row: the highest request rate whose TTFT under
     open arrivals stays within ``ttft_limit_s`` and whose utilisation stays within ``cap`` (NaN rate where
     even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap."""
-    full = rows["capacity_rps"].to_numpy(float)
-    base = rows["ttft_base_s"].to_numpy(float)
-    work = rows["queue_work_s"].to_numpy(float)
-    c = rows["queue_servers"].to_numpy(float)
+    full, base, work, c = (np.asarray(rows[k], dtype=float)
+                           for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers"))
     lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
     queued = work > 0
     slack = lim - base
@@ -394,11 +456,16 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     dropped["ttft_slo"] = int(bad_ttft.sum())
     keep = ~(bad_tpot | bad_ttft)
     rows = r[keep].copy()
+    rows["pool_row"] = rows.index.to_numpy()  # the row's position in the pool: one identity across SLO levels
     rows["requests_per_s"] = lam[keep] / (rows["margin_derate"].to_numpy() if "margin_derate" in rows else 1.0)
     rows["ttft_s"] = t[keep]
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
         rows, dropped["dominated"] = prune_dominated(rows)
+    if pool.levels and pool.base_slo_drops and slos == pool.levels[0]:
+        # counted as the rows were streamed: the pool no longer holds most of the rows that missed or were dominated
+        dropped.update(pool.base_slo_drops)
+        dropped["dominated"] = pool.fit - pool.base_slo_drops["tpot_slo"] - pool.base_slo_drops["ttft_slo"] - len(rows)
     return CandidateTable(rows.reset_index(drop=True), dropped, pool.evaluated)
 
 
@@ -426,37 +493,51 @@ def prune_dominated(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """
     if df.empty:
         return df, 0
-    d = df.sort_values(
-        PRUNE_KEYS + ["slots", "requests_per_s", "prefix_bytes_per_replica", "tpot_s"],
-        ascending=[True] * len(PRUNE_KEYS) + [True, False, False, True],
-        kind="mergesort",
-    )
-    # Within one footprint: the Pareto front of (rate, capacity); rows are sorted by rate descending.
-    gid = d.groupby(PRUNE_KEYS + ["slots"], observed=True, sort=False).ngroup()
-    cap = d["prefix_bytes_per_replica"]
-    prev_cap = cap.groupby(gid).cummax().groupby(gid).shift(1).fillna(-np.inf)
-    d = d[cap > prev_cap]
-    keep: list[int] = []
-    for _, g in d.groupby(PRUNE_KEYS, observed=True, sort=False):
-        s = g["slots"].to_numpy()
-        q = g["requests_per_s"].to_numpy()
-        c = g["prefix_bytes_per_replica"].to_numpy()
-        kept: list[int] = []
-        for i in range(len(g)):
-            dominated = False
-            for j in kept:
-                if s[j] >= s[i]:
-                    continue
-                k = s[i] / s[j]
-                kr = round(k)
-                if abs(k - kr) < 1e-9 and kr * q[j] >= q[i] * (1 - 1e-12) and kr * c[j] >= c[i] * (1 - 1e-12):
-                    dominated = True
-                    break
-            if not dominated:
-                kept.append(i)
-        keep.extend(g.index[kept])
-    out = df.loc[sorted(keep)]
+    keep = np.zeros(len(df), dtype=bool)
+    s, q = df["slots"].to_numpy(float), df["requests_per_s"].to_numpy(float)
+    c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_s"].to_numpy(float)
+    for idx in df.groupby(PRUNE_KEYS, observed=True, sort=False).indices.values():
+        keep[idx[nondominated(s[idx], q[idx], c[idx], t[idx])]] = True
+    out = df[keep]
     return out, len(df) - len(out)
+
+
+def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
+    """Mask of the rows of one (workload, role, hardware, prefix tier) group that :func:`prune_dominated`
+    keeps: rows in order of footprint (ascending), rate and capacity (descending), TPOT (ascending), then
+    position; a row goes when an earlier row of its footprint has at least its capacity (it has at least its
+    rate), or a kept row of a footprint ``k`` times smaller, ``k`` whole, gives at least its rate and capacity
+    ``k`` times over. Vectorised per footprint: the kept rows of the footprints dividing it, scaled, form one
+    staircase of rate against capacity, and each row is one binary search into it."""
+    n = len(slots)
+    order = np.lexsort((np.arange(n), tpot, -capacity, -rate, slots))
+    S, Q, C = slots[order], rate[order], capacity[order]
+    sizes, starts = np.unique(S, return_index=True)
+    ends = np.append(starts[1:], n)
+    ratio = sizes[:, None] / sizes[None, :]
+    whole = np.rint(ratio)
+    divides = (np.abs(ratio - whole) < 1e-9) & (whole > 1)
+    kept_at: list[tuple[np.ndarray, np.ndarray]] = []
+    keep = np.zeros(n, dtype=bool)
+    for i, (a, b) in enumerate(zip(starts, ends)):
+        cc = C[a:b]
+        prev = np.empty_like(cc)
+        prev[0] = -np.inf
+        np.maximum.accumulate(cc[:-1], out=prev[1:])
+        idx = np.arange(a, b)[cc > prev]
+        js = [j for j in np.flatnonzero(divides[i, :i]) if kept_at[j][0].size]
+        if idx.size and js:
+            # Every kept row of a footprint dividing this one, taken k times: one staircase of rate against capacity.
+            kq = np.concatenate([whole[i, j] * kept_at[j][0] for j in js])
+            kc = np.concatenate([whole[i, j] * kept_at[j][1] for j in js])
+            by = np.argsort(-kq, kind="stable")
+            kq, kc = kq[by], np.maximum.accumulate(kc[by])
+            cnt = np.searchsorted(-kq, -(Q[idx] * (1 - 1e-12)), side="right")
+            covered = (cnt > 0) & (kc[np.maximum(cnt - 1, 0)] >= C[idx] * (1 - 1e-12))
+            idx = idx[~covered]
+        kept_at.append((Q[idx], C[idx]))
+        keep[order[idx]] = True
+    return keep
 
 
 def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str):

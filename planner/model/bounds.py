@@ -1,0 +1,179 @@
+"""Incumbents and cost bounds for the deployment MILP (:mod:`planner.model.build`).
+
+HiGHS proves a plan optimal faster when its integer variables are bounded and it starts from a good
+plan. Both come from one fact: a plan of cost ``C`` that is known to be feasible caps what the optimum
+can buy, ``u[h] <= floor(C / unit price of h)`` and ``x[r] <= floor(chips of those units / slots of r)``
+(the objective is the fleet's dollars plus non-negative tie-break and pool-type terms, so the optimum's
+fleet costs at most ``C``). The bounds never cut off an optimum; they are valid
+
+- for the model itself, once a feasible plan is in hand (:func:`greedy_start`: each workload served by
+  its cheapest row or prefill/decode pair, checked against every constraint of the model);
+- for a changed model where a known plan is still feasible (the base plan after a looser SLO, a higher
+  limit, a constraint dropped), so its cost caps the new optimum. :func:`solve_from` checks that the plan
+  is feasible in the model as it is before it bounds anything: less demand, for one, is not always a
+  relaxation (a prefix-caching replica then carries a larger share of the traffic and must hold a larger
+  share of the prefixes).
+
+They are not valid where a change can make the optimum dearer (a hardware excluded, more demand), so they
+are applied for one solve and lifted again (:func:`cost_bounds`).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.common.collections import ComponentMap
+
+FEASIBILITY_TOL = 1e-6
+
+
+def snapshot(m) -> ComponentMap:
+    """Every variable's current value (a solved model's solution) as a MIP start."""
+    return ComponentMap((v, v.value if v.value is not None else 0.0) for v in m.component_data_objects(pyo.Var))
+
+
+def objective_at(m, values: ComponentMap) -> float:
+    """The active objective at ``values`` (variables missing from ``values`` count as 0)."""
+    with _assigned(m, values):
+        return float(pyo.value(next(m.component_data_objects(pyo.Objective, active=True))))
+
+
+def is_feasible(m, values: ComponentMap, tol: float = FEASIBILITY_TOL) -> bool:
+    """Whether ``values`` meet every active constraint and variable bound (relative tolerance ``tol``) and are
+    whole where the variable is integer."""
+    for v in m.component_data_objects(pyo.Var):
+        x = values.get(v, 0.0) if not v.fixed else v.value
+        if x is None:
+            return False
+        if (v.lb is not None and x < v.lb - tol) or (v.ub is not None and x > v.ub + tol):
+            return False
+        if v.is_integer() and abs(x - round(x)) > tol:
+            return False
+    with _assigned(m, values):
+        for c in m.component_data_objects(pyo.Constraint, active=True):
+            body = pyo.value(c.body)
+            scale = tol * max(1.0, abs(body))
+            if (c.has_lb() and body < pyo.value(c.lower) - scale) or (c.has_ub() and body > pyo.value(c.upper) + scale):
+                return False
+    return True
+
+
+@contextmanager
+def _assigned(m, values: ComponentMap):
+    free = [v for v in m.component_data_objects(pyo.Var) if not v.fixed]
+    old = [v.value for v in free]
+    try:
+        for v in free:
+            v.set_value(values.get(v, 0.0), skip_validation=True)
+        yield
+    finally:
+        for v, x in zip(free, old):
+            v.set_value(x, skip_validation=True)
+
+
+@contextmanager
+def cost_bounds(m, cost: float | None):
+    """Upper bounds on ``u`` and ``x`` implied by a feasible plan of objective ``cost`` (see the module
+    docstring), for the solves inside the ``with``; the variables' own bounds come back after it. A bound
+    never goes below the variable's current lower bound or fixed value."""
+    if cost is None or not math.isfinite(cost):
+        yield
+        return
+    data, a = m._data, m._arr
+    old = ComponentMap()
+    units = {}
+    for h in m.H:
+        price = pyo.value(m.usd_per_chip_hour[h]) * data.hardware[h].chips_per_unit
+        units[h] = math.floor(cost / price * (1 + 1e-9)) if price > 0 else None
+    try:
+        for h, cap in units.items():
+            if cap is not None:
+                _tighten(m.u[h], cap, old)
+        chips = {h: (None if units[h] is None else units[h] * data.hardware[h].chips_per_unit) for h in m.H}
+        slots = a["slots"]
+        for i in m.R:
+            c = chips[a["hardware"][i]]
+            if c is not None:
+                _tighten(m.x[i], math.floor(c / slots[i] * (1 + 1e-9)), old)
+        yield
+    finally:
+        for v, ub in old.items():
+            v.setub(ub)
+
+
+def _tighten(v, ub: int, old: ComponentMap) -> None:
+    if v.fixed or (v.ub is not None and v.ub <= ub):
+        return
+    old[v] = v.ub
+    v.setub(max(ub, v.lb or 0))
+
+
+def greedy_start(m) -> ComponentMap | None:
+    """A feasible plan to start from, or ``None``: each workload served whole by the option (an aggregated
+    row, or a prefill and a decode row) with the fewest chips of capacity per request/s, replicas rounded up,
+    units rounded up to hold them, every indicator set to match. Kept only if it meets every constraint of
+    the model (limits, N+k, prefix capacity, pool-type caps can rule it out)."""
+    a, unit, data = m._arr, m._unit, m._data
+    rate = a["rate"] / unit
+    slots = a["slots"]
+    price = {h: pyo.value(m.usd_per_chip_hour[h]) for h in m.H}
+    x = np.zeros(len(rate))
+    vals = ComponentMap()
+    for w in m.W:
+        demand = pyo.value(m.demand[w]) / unit
+        k = data.lose_units + 1
+
+        def best(role):
+            rows = m._rows_of.get(("role", w, role), [])
+            if a["prefix"].any():
+                ws = pyo.value(m.working_set_gb[w])
+                rows = [i for i in rows if not a["prefix"][i] or ws <= 0
+                        or a["pcap"][i] / 1e9 / ws >= rate[i] / max(demand, 1e-30)]
+            if not rows:
+                return None
+            return min(rows, key=lambda i: slots[i] * price[a["hardware"][i]] / max(rate[i], 1e-30))
+
+        def cost(i):
+            return math.ceil(k * demand / max(rate[i], 1e-30)) * slots[i] * price[a["hardware"][i]]
+
+        agg, pre, dec = best("aggregated"), best("prefill"), best("decode")
+        opts = []
+        if agg is not None and not m.s_agg[w].fixed:
+            opts.append((cost(agg), [agg], "agg"))
+        if pre is not None and dec is not None and not m.s_dis[w].fixed:
+            opts.append((cost(pre) + cost(dec), [pre, dec], "dis"))
+        if not opts:
+            return None
+        _, rows, kind = min(opts, key=lambda o: o[0])
+        for i in rows:
+            x[i] = max(x[i], math.ceil(k * demand / max(rate[i], 1e-30)))
+        vals[m.s_agg[w]] = demand if kind == "agg" else 0.0
+        vals[m.s_dis[w]] = demand if kind == "dis" else 0.0
+    for i in m.R:
+        vals[m.x[i]] = float(x[i])
+    for h in m.H:
+        used = sum(slots[i] * x[i] for i in m._rows_of.get(("hw", h), []))
+        vals[m.u[h]] = float(math.ceil(used / data.hardware[h].chips_per_unit - 1e-9))
+    if hasattr(m, "uses"):
+        for (w, role, h) in m.RES:
+            vals[m.uses[w, role, h]] = float(any(x[i] > 0 and a["hardware"][i] == h for i in m._rows_of[("role", w, role)]))
+    if hasattr(m, "hw_used"):
+        for h in m.H:
+            vals[m.hw_used[h]] = float(vals[m.u[h]] > 0)
+    if hasattr(m, "row_used"):
+        for i in m.R:
+            vals[m.row_used[i]] = float(x[i] > 0)
+    return vals if is_feasible(m, vals) else None
+
+
+def solve_from(solver, m, start: ComponentMap | None):
+    """Solve ``m`` with ``solver`` from ``start`` where it is a feasible plan of ``m`` as the model stands:
+    then it is the first incumbent and its cost bounds the units and replicas; otherwise a plain solve."""
+    if start is None or not is_feasible(m, start):
+        return solver.solve(m)
+    with cost_bounds(m, objective_at(m, start)):
+        return solver.solve(m, start)
+

@@ -1,0 +1,73 @@
+"""Incumbents and cost bounds (issue 18, item 1): a greedy plan is feasible or refused, bounds from a feasible
+plan's cost never change the optimum (checked against enumeration), and they are lifted after the solve."""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+import pytest
+
+from planner.model.bounds import cost_bounds, greedy_start, is_feasible, objective_at, snapshot, solve_from
+from planner.model.build import build_model
+from planner.results import solution_values
+from planner.solve import Solver
+from tests.test_milp import _brute, _random_instance
+
+
+def _usd(m, data):
+    _, u = solution_values(m)
+    return sum(u[h] * hd.usd_per_unit_hour for h, hd in data.hardware.items())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_start_and_cost_bounds_keep_the_enumerated_optimum(seed):
+    data = _random_instance(seed)
+    brute = _brute(data, xmax=3)
+    m = build_model(data)
+    start = greedy_start(m)
+    if start is not None:
+        assert is_feasible(m, start)
+        cost = objective_at(m, start)
+        assert brute is not None and cost >= brute - 1e-9  # a feasible plan costs at least the optimum
+    ubs = [v.ub for v in m.component_data_objects(pyo.Var)]
+    with cost_bounds(m, objective_at(m, start) if start is not None else None):
+        if start is not None:
+            assert any(m.u[h].ub is not None for h in m.H)
+        res = Solver(mip_gap=0.0).solve(m, start)
+    assert [v.ub for v in m.component_data_objects(pyo.Var)] == ubs  # lifted again
+    if brute is None:
+        assert res.status == "infeasible" and start is None
+    else:
+        assert res.status == "optimal" and _usd(m, data) == pytest.approx(brute, rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4, 5, 8, 9])
+def test_relaxation_solved_with_the_base_plan_as_start_and_bound(seed):
+    """Less demand: re-solved from the base plan (under its cost's bounds where it is still feasible: not always,
+    a prefix-caching replica then carries a larger share), the optimum is the enumerated one."""
+    data = _random_instance(seed)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+    res = solver.solve(m)
+    if res.status != "optimal":
+        pytest.skip("no plan at this seed")
+    base = snapshot(m)
+    w = next(iter(data.workloads))
+    m.demand[w] = data.workloads[w].requests_per_s * 0.6
+    if seed == 4:  # its plan caches prefixes: with less demand a replica's share (and prefix load) grows
+        assert not is_feasible(m, base)
+    r2 = solve_from(solver, m, base)
+    relaxed = _random_instance(seed)
+    wd = relaxed.workloads[w]
+    relaxed.workloads[w] = type(wd)(wd.name, wd.requests_per_s * 0.6, wd.input_tokens, wd.output_tokens, wd.working_set_bytes)
+    assert r2.status == "optimal" and _usd(m, data) == pytest.approx(_brute(relaxed, xmax=3), rel=1e-12, abs=1e-9)
+
+
+def test_infeasible_assignment_is_refused():
+    data = _random_instance(1)
+    m = build_model(data)
+    zero = snapshot(m)  # nothing bought, nothing served
+    assert not is_feasible(m, zero)
+    start = greedy_start(m)
+    assert start is not None
+    start[m.u[next(iter(m.H))]] = 0.5  # not whole
+    assert not is_feasible(m, start)
