@@ -70,7 +70,7 @@ def _assigned(m, values: ComponentMap):
             v.set_value(values.get(v, 0.0), skip_validation=True)
         yield
     finally:
-        for v, x in zip(free, old):
+        for v, x in zip(free, old, strict=True):
             v.set_value(x, skip_validation=True)
 
 
@@ -118,40 +118,32 @@ def greedy_start(m) -> ComponentMap | None:
     the model (limits, N+k, prefix capacity, pool-type caps can rule it out)."""
     a, unit, data = m._arr, m._unit, m._data
     rate = a["rate"] / unit
-    slots = a["slots"]
     price = {h: pyo.value(m.usd_per_chip_hour[h]) for h in m.H}
     x = np.zeros(len(rate))
     vals = ComponentMap()
+    k = data.lose_units + 1
     for w in m.W:
         demand = pyo.value(m.demand[w]) / unit
-        k = data.lose_units + 1
+        best = {role: _cheapest_row(m, w, role, rate, demand, price) for role in ("aggregated", "prefill", "decode")}
 
-        def best(role):
-            rows = m._rows_of.get(("role", w, role), [])
-            if a["prefix"].any():
-                ws = pyo.value(m.working_set_gb[w])
-                rows = [i for i in rows if not a["prefix"][i] or ws <= 0
-                        or a["pcap"][i] / 1e9 / ws >= rate[i] / max(demand, 1e-30)]
-            if not rows:
-                return None
-            return min(rows, key=lambda i: slots[i] * price[a["hardware"][i]] / max(rate[i], 1e-30))
+        def replicas(i, demand=demand):
+            return math.ceil(k * demand / max(rate[i], 1e-30))
 
-        def cost(i):
-            return math.ceil(k * demand / max(rate[i], 1e-30)) * slots[i] * price[a["hardware"][i]]
-
-        agg, pre, dec = best("aggregated"), best("prefill"), best("decode")
         opts = []
-        if agg is not None and not m.s_agg[w].fixed:
-            opts.append((cost(agg), [agg], "agg"))
-        if pre is not None and dec is not None and not m.s_dis[w].fixed:
-            opts.append((cost(pre) + cost(dec), [pre, dec], "dis"))
+        if best["aggregated"] is not None and not m.s_agg[w].fixed:
+            i = best["aggregated"]
+            opts.append((replicas(i) * a["slots"][i] * price[a["hardware"][i]], [i], "agg"))
+        if best["prefill"] is not None and best["decode"] is not None and not m.s_dis[w].fixed:
+            pair = [best["prefill"], best["decode"]]
+            opts.append((sum(replicas(i) * a["slots"][i] * price[a["hardware"][i]] for i in pair), pair, "dis"))
         if not opts:
             return None
         _, rows, kind = min(opts, key=lambda o: o[0])
         for i in rows:
-            x[i] = max(x[i], math.ceil(k * demand / max(rate[i], 1e-30)))
+            x[i] = max(x[i], replicas(i))
         vals[m.s_agg[w]] = demand if kind == "agg" else 0.0
         vals[m.s_dis[w]] = demand if kind == "dis" else 0.0
+    slots = a["slots"]
     for i in m.R:
         vals[m.x[i]] = float(x[i])
     for h in m.H:
@@ -176,4 +168,17 @@ def solve_from(solver, m, start: ComponentMap | None):
         return solver.solve(m)
     with cost_bounds(m, objective_at(m, start)):
         return solver.solve(m, start)
+
+
+def _cheapest_row(m, w, role, rate, demand, price) -> int | None:
+    """The row of ``(w, role)`` with the fewest dollars of chip capacity per request/s; a prefix-caching row
+    only where one replica can hold its share of the working set."""
+    a = m._arr
+    rows = m._rows_of.get(("role", w, role), [])
+    ws = pyo.value(m.working_set_gb[w])
+    if ws > 0:
+        rows = [i for i in rows if not a["prefix"][i] or a["pcap"][i] / 1e9 / ws >= rate[i] / max(demand, 1e-30)]
+    if not rows:
+        return None
+    return min(rows, key=lambda i: a["slots"][i] * price[a["hardware"][i]] / max(rate[i], 1e-30))
 

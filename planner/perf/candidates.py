@@ -519,7 +519,7 @@ def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
     divides = (np.abs(ratio - whole) < 1e-9) & (whole > 1)
     kept_at: list[tuple[np.ndarray, np.ndarray]] = []
     keep = np.zeros(n, dtype=bool)
-    for i, (a, b) in enumerate(zip(starts, ends)):
+    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
         cc = C[a:b]
         prev = np.empty_like(cc)
         prev[0] = -np.inf
