@@ -135,7 +135,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
-    res = solve_from(solver, model, greedy_start(model))
+    res = solve_from(solver, model, greedy_start(model), heuristics=False)
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
     if not res.has_solution:
@@ -486,7 +486,7 @@ class _Ctx:
     def solve_relaxed(self) -> SolveResult:
         """Re-solve the plan's model after a change that relaxes it: where the plan stays feasible it is the
         first incumbent and its cost bounds the units and replicas (:func:`planner.model.bounds.solve_from`)."""
-        return solve_from(self._quick(), self.model, self.base)
+        return solve_from(self._quick(), self.model, self.base, heuristics=False)
 
     def _quick(self, *, fresh: bool = False) -> Solver:
         """A solver for one analysis re-solve within what is left of the time limit: the main solve's persistent
@@ -523,7 +523,7 @@ class _Ctx:
         m = build_model(data)
         # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
         # and, mapped onto the new rows, is the first incumbent.
-        r = solve_from(self._quick(fresh=True), m, self._base_on(m))
+        r = solve_from(self._quick(fresh=True), m, self._base_on(m), heuristics=False)
         return _fleet_cost(m, data) if r.has_solution else None
 
     def _base_on(self, m) -> ComponentMap | None:
@@ -661,7 +661,7 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
     m = ctx.model
     m.u[main].fix(0)
     try:
-        r = ctx._quick().solve(m)
+        r = solve_from(ctx._quick(), m, greedy_start(m))
         if not r.has_solution:
             return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
         usd = _fleet_cost(m, ctx.data)

@@ -21,6 +21,10 @@ DEFAULT_MIP_GAP = 1e-4
 DEFAULT_TIME_LIMIT_S = 60.0
 
 
+HEURISTICS = tuple(f"mip_heuristic_run_{h}" for h in ("rins", "rens", "root_reduced_cost", "zi_round", "shifting",
+                                                        "feasibility_jump"))
+
+
 @dataclass(frozen=True)
 class SolveResult:
     status: str
@@ -37,20 +41,26 @@ class SolveResult:
 
 
 class Solver:
-    def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None):
+    def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None,
+                 heuristics: bool = True):
         self.time_limit_s = time_limit_s
         self.mip_gap = mip_gap
         self.threads = threads
+        self.heuristics = heuristics
+        """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known;
+        a re-solve that starts from one (a relaxation of a solved plan) proves its optimum several times faster
+        without them. Only the speed changes, never the answer."""
         self._opt = SolverFactory("highs")
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
 
-    def limited(self, *, time_limit_s: float, mip_gap: float) -> Solver:
+    def limited(self, *, time_limit_s: float, mip_gap: float, heuristics: bool | None = None) -> Solver:
         """This solver with other limits, sharing its persistent HiGHS instance: a re-solve of the model it
         holds sends HiGHS only what changed (parameters, fixed variables, deactivated constraints) instead
         of reloading the whole model."""
         other = object.__new__(Solver)
         other.time_limit_s, other.mip_gap, other.threads, other._opt = time_limit_s, mip_gap, self.threads, self._opt
+        other.heuristics = self.heuristics if heuristics is None else heuristics
         return other
 
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None) -> SolveResult:
@@ -66,6 +76,8 @@ class Solver:
             time_limit=self.time_limit_s,
             rel_gap=self.mip_gap,
             threads=self.threads,
+            # set every time: a persistent HiGHS instance keeps options from one solve to the next
+            solver_options={k: self.heuristics for k in HEURISTICS},
         )
         wall = time.perf_counter() - t0
         term = res.termination_condition

@@ -161,20 +161,23 @@ def greedy_start(m) -> ComponentMap | None:
     return vals if is_feasible(m, vals) else None
 
 
-def solve_from(solver, m, start: ComponentMap | None):
+def solve_from(solver, m, start: ComponentMap | None, *, heuristics: bool = True):
     """Solve ``m`` with ``solver`` from ``start`` where it is a feasible plan of ``m`` as the model stands:
-    then it is the first incumbent and its cost bounds the units and replicas; otherwise a plain solve."""
+    then it is the first incumbent and its cost bounds the units and replicas, and with ``heuristics=False``
+    (a start known to be good: a solved plan's) HiGHS spends no time searching for other incumbents;
+    otherwise a plain solve."""
     if start is None or not is_feasible(m, start):
         return solver.solve(m)
     with cost_bounds(m, objective_at(m, start)):
-        return solver.solve(m, start)
+        return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=heuristics).solve(m, start)
 
 
 def _cheapest_row(m, w, role, rate, demand, price) -> int | None:
     """The row of ``(w, role)`` with the fewest dollars of chip capacity per request/s; a prefix-caching row
     only where one replica can hold its share of the working set."""
     a = m._arr
-    rows = m._rows_of.get(("role", w, role), [])
+    shut = {h for h in m.H if m.u[h].fixed and not m.u[h].value}  # hardware left out (a runner-up's re-solve)
+    rows = [i for i in m._rows_of.get(("role", w, role), []) if a["hardware"][i] not in shut]
     ws = pyo.value(m.working_set_gb[w])
     if ws > 0:
         rows = [i for i in rows if not a["prefix"][i] or a["pcap"][i] / 1e9 / ws >= rate[i] / max(demand, 1e-30)]

@@ -346,10 +346,18 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, level
     # Only rows within some level's TPOT need their load (the M/D/c bisection is the costly part).
     cand = np.flatnonzero(tp <= max(t for _, t in pairs))
     sub = {k: chunk[k][cand] for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
-    loads = {ttft: planned_load(sub, ttft, cap)[0] for ttft in dict.fromkeys(f for f, _ in pairs)}
+    loads: dict[float, np.ndarray] = {}
+    for ttft in dict.fromkeys(f for f, _ in pairs):
+        lam = planned_load(sub, ttft, cap)[0]
+        # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
+        loads[ttft] = next((v for v in loads.values() if np.array_equal(v, lam, equal_nan=True)), lam)
     drops = {}
+    done: set[tuple[int, float]] = set()
     for i, (ttft, tpot) in enumerate(pairs):
         lam = loads[ttft]
+        if (id(lam), tpot) in done:
+            continue
+        done.add((id(lam), tpot))
         bad_tpot = tp[cand] > tpot
         ok = ~bad_tpot & (lam > 0)
         if i == 0:

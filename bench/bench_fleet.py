@@ -1,0 +1,114 @@
+"""Benchmark of `planner plan` at fleet scale: N workloads on one Qwen3-235B fleet (figures for issue notes,
+never a timed test).
+
+    python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G]
+
+For each N (default 3 10 30) a scenario is generated from the three archetypes of
+``catalogs/scenarios/multi-workload.yaml`` (interactive chat with prefix reuse, a batch API, long context),
+each copy with its own lengths, rate and SLOs (deterministic), and planned by the CLI in a fresh process,
+as a user runs it. Reported: CPU time (user + system) and wall of that process, its peak RSS, the plan's
+status and MIP gap, and the rows evaluated and kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ARCHETYPES = [
+    {"name": "chat", "requests_per_s": 200, "input_tokens": 1500, "output_tokens": 400,
+     "prefix_cache": {"hit_rate": 0.4, "working_set_gb": 500}, "slo": {"ttft_ms": 1000, "tpot_ms": 40}},
+    {"name": "batch", "requests_per_s": 100, "input_tokens": 3000, "output_tokens": 800,
+     "slo": {"ttft_ms": 60000, "tpot_ms": 200}},
+    {"name": "long", "requests_per_s": 4, "input_tokens": 100000, "output_tokens": 1000,
+     "prefix_cache": {"hit_rate": 0.5, "working_set_gb": 5000}, "slo": {"ttft_ms": 20000, "tpot_ms": 80}},
+]
+SCALE = [1.0, 0.6, 1.5, 0.8, 1.25]
+"""Per copy: factors on rate, lengths and SLOs, so that no two workloads are the same problem."""
+
+
+def scenario(n: int) -> dict:
+    wls = []
+    for i in range(n):
+        a = ARCHETYPES[i % 3]
+        f = SCALE[(i // 3) % len(SCALE)]
+        g = SCALE[(i // 3 + 2) % len(SCALE)]
+        w = {
+            "name": f"{a['name']}-{i}",
+            "requests_per_s": round(a["requests_per_s"] * f, 3),
+            "input_tokens": min(int(a["input_tokens"] * g), 120000),  # within the model's 128k context
+            "output_tokens": int(a["output_tokens"] * f),
+            "slo": {"ttft_ms": round(a["slo"]["ttft_ms"] * g), "tpot_ms": round(a["slo"]["tpot_ms"] * f)},
+        }
+        if "prefix_cache" in a:
+            w["prefix_cache"] = dict(a["prefix_cache"])
+        wls.append(w)
+    return {
+        "name": f"fleet-{n}",
+        "description": f"{n} workloads on one Qwen3-235B fleet (bench/bench_fleet.py)",
+        "model": "qwen3-235b-a22b",
+        "weights": ["bf16", "fp8", "fp4"],
+        "kv_cache": ["fp8", "bf16"],
+        "hardware": ["h100-sxm", "h200-sxm", "b200-sxm", "gb200-nvl72", "mi355x"],
+        "serving": ["aggregated", "disaggregated"],
+        "utilisation_cap": 0.8,
+        "limits": {"power_kw": 3000 * max(1, n // 3)},
+        "workloads": wls,
+    }
+
+
+def run(n: int, analysis: bool, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"fleet-{n}.yaml"
+        path.write_text(yaml.safe_dump(scenario(n), sort_keys=False))
+        out = Path(d) / "plan"
+        cmd = [sys.executable, "-m", "planner", "plan", str(path), "--out", str(out), *extra]
+        if not analysis:
+            cmd.append("--no-analysis")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        res = {"n": n, "rc": p.returncode, "wall_s": wall,
+               "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+               "max_rss_mb": after.ru_maxrss / 1024, "message": (p.stdout + p.stderr).strip().splitlines()[-1:]}
+        if p.returncode == 0:
+            plan = json.loads((out / "plan.json").read_text())
+            s = plan["solver"]
+            res.update(status=plan["status"], gap=s.get("mip_gap"), usd_per_hour=plan["objective"]["usd_per_hour"],
+                       evaluated=s["candidates"]["evaluated"], kept=s["candidates"]["kept"],
+                       bindings=len(plan.get("binding_constraints") or []))
+        return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="*", type=int, default=[3, 10, 30])
+    ap.add_argument("--no-analysis", action="store_true")
+    ap.add_argument("--time-limit", type=float)
+    ap.add_argument("--mip-gap", type=float)
+    a = ap.parse_args()
+    extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else [])
+    for n in a.n:
+        r = run(n, not a.no_analysis, extra)
+        if r["rc"] != 0:
+            print(f"{n:3d} workloads: exit {r['rc']} after {r['wall_s']:.1f} s: {r['message']}")
+            continue
+        print(f"{n:3d} workloads: CPU {r['cpu_s']:.1f} s, wall {r['wall_s']:.1f} s, peak RSS {r['max_rss_mb']:.0f} MB, "
+              f"{r['status']} gap {r['gap'] if r['gap'] is None else format(r['gap'], '.1e')}, ${r['usd_per_hour']:,.2f}/h, "
+              f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints")
+
+
+if __name__ == "__main__":
+    main()
