@@ -135,7 +135,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
-    res = solve_from(solver, model, greedy_start(model), heuristics=False)
+    res = solve_from(solver, model, greedy_start(model))  # heuristics on: a greedy start is far from optimal
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
     if not res.has_solution:
@@ -467,6 +467,8 @@ class _Ctx:
     deadline: float = float("inf")
     base: ComponentMap | None = None
     """The plan's solution (every variable of the model), the start of the re-solves of relaxations."""
+    proven: bool = True
+    """Whether the last re-solve proved its optimum (else a saving found is a lower bound)."""
 
     @property
     def cost(self) -> float:
@@ -479,6 +481,7 @@ class _Ctx:
         param.set_value(value)
         try:
             r = self.solve_relaxed()
+            self.proven = r.status == "optimal"
             return _fleet_cost(self.model, self.data) if r.has_solution else None
         finally:
             param.set_value(old)
@@ -524,6 +527,7 @@ class _Ctx:
         # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
         # and, mapped onto the new rows, is the first incumbent.
         r = solve_from(self._quick(fresh=True), m, self._base_on(m), heuristics=False)
+        self.proven = r.status == "optimal"
         return _fleet_cost(m, data) if r.has_solution else None
 
     def _base_on(self, m) -> ComponentMap | None:
@@ -558,6 +562,11 @@ def _fleet_cost(m, data: PlanData) -> float:
     return float(sum(round(pyo.value(m.u[h])) * data.hardware[h].usd_per_unit_hour for h in m.H))
 
 
+def _saves(ctx: _Ctx) -> str:
+    """How a saving reads: exact, or a lower bound where the re-solve stopped at its time limit."""
+    return "saves" if ctx.proven else "saves at least"
+
+
 def _saved(base: float, new: float | None) -> float | None:
     if new is None:
         return None
@@ -582,15 +591,15 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                 out.append(Binding(
                     name=f"slo.{which}.{w.name}",
                     detail=f"{w.name}: {which.upper()} {got * scale:,.1f} {unit} against a {slos[w.name][k] * scale:,.0f} {unit} target; "
-                    f"{RELAX:.0%} looser saves ${saved:,.2f}/h",
-                    usd_per_hour_saved=saved,
+                    f"{RELAX:.0%} looser {_saves(ctx)} ${saved:,.2f}/h",
+                    usd_per_hour_saved=saved, saving_proven=ctx.proven,
                 ))
         saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX)))
-        worth = f"saves ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
+        worth = f"{_saves(ctx)} ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
         out.append(Binding(
             name=f"demand.{w.name}",
             detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic {worth}",
-            usd_per_hour_saved=saved,
+            usd_per_hour_saved=saved, saving_proven=ctx.proven or saved is None,
         ))
         wo = next(o for o in plan.workloads if o.name == w.name)
         if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
@@ -598,19 +607,20 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
             if saved and saved > 1e-6 * base:
                 out.append(Binding(
                     name=f"prefix_cache.{w.name}",
-                    detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller saves ${saved:,.2f}/h",
-                    usd_per_hour_saved=saved,
+                    detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller {_saves(ctx)} ${saved:,.2f}/h",
+                    usd_per_hour_saved=saved, saving_proven=ctx.proven,
                 ))
     if data.power_kw is not None:
         kw = sum(g.kw or 0.0 for g in plan.units)
         # With more than one unit's worth of slack, more power cannot change the plan.
         unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
+        ctx.proven = True
         saved = _saved(base, ctx.resolve_with(m.power_limit_kw, data.power_kw * (1 + RELAX))) if kw + unit_kw > data.power_kw else 0.0
         if (saved and saved > 1e-6 * base) or kw > data.power_kw * 0.98:
             out.append(Binding(
                 name="limits.power_kw",
-                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power saves ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved,
+                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {_saves(ctx)} ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved, saving_proven=ctx.proven,
             ))
     if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
         out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
@@ -619,12 +629,13 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
             continue
         used = next((g.count for g in plan.units if g.hardware == h), 0)
         more = max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))
+        ctx.proven = True
         saved = _saved(base, ctx.resolve_with(m.max_units[h], more)) if used >= hd.max_units else 0.0
         if used >= hd.max_units or (saved and saved > 1e-6 * base):
             out.append(Binding(
                 name=f"limits.max_units.{h}",
-                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} saves ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved,
+                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} {_saves(ctx)} ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved, saving_proven=ctx.proven,
             ))
     idle = [(g, g.chips - g.chips_used) for g in plan.units if g.chips > g.chips_used]
     if idle:

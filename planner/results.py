@@ -22,8 +22,9 @@ from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "2.2"
-"""2.1: ``software`` (planner, solver and Pyomo versions); a change of the contract changes this."""
+SCHEMA_VERSION = "2.3"
+"""2.1: ``software`` (planner, solver and Pyomo versions); 2.2: a ``model`` per pool and workload; 2.3:
+``binding_constraints[].saving_proven``. A change of the contract changes this."""
 REL_TOL = 1e-6
 
 
@@ -191,6 +192,9 @@ class Binding(_M):
     name: str
     detail: str
     usd_per_hour_saved: float | None = None
+    saving_proven: bool = True
+    """False where the re-solve stopped at its time limit before proving its optimum: the saving is then at
+    least ``usd_per_hour_saved`` (the detail says so)."""
 
 
 class PlacedGroup(_M):

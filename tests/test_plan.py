@@ -277,3 +277,29 @@ def test_packing_is_linear_in_replicas(catalog):
     assert chips == {"a": 4_000_000, "b": 333_333 * 2 * 3, "c": 7 * 16}
     need = (4_000_000 + 333_333 * 6 + 7 * 16) / 8
     assert needed["h200-sxm"] == sum(up.count for up in placement) and needed["h200-sxm"] <= int(need) + 2
+
+
+def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch):
+    """An analysis re-solve that stops at its time limit with a plan gives a saving that is only a lower
+    bound: the binding constraint says 'at least' and marks it unproven, never a plain 'saves'."""
+    import dataclasses
+
+    from planner import planning
+
+    original = planning.solve_from
+
+    def stopped(solver, m, start, *, heuristics=True):
+        r = original(solver, m, start, heuristics=heuristics)
+        # relaxations are the re-solves made without heuristics; pretend they ran out of time
+        return r if heuristics else dataclasses.replace(r, status="feasible")
+
+    monkeypatch.setattr(planning, "solve_from", stopped)
+    p = make_plan(_scenario(catalog, requests_per_s=600), PlanOptions()).plan
+    demand = next(b for b in p.binding_constraints if b.name == "demand.chat")
+    assert demand.usd_per_hour_saved is not None and demand.usd_per_hour_saved > 0
+    assert not demand.saving_proven and "saves at least $" in demand.detail
+    monkeypatch.setattr(planning, "solve_from", original)
+    exact = next(b for b in make_plan(_scenario(catalog, requests_per_s=600), PlanOptions()).plan.binding_constraints
+                 if b.name == "demand.chat")
+    assert exact.saving_proven and "saves $" in exact.detail
+    assert exact.usd_per_hour_saved == pytest.approx(demand.usd_per_hour_saved)
