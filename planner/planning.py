@@ -168,10 +168,13 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
             plan.binding_constraints = binding_constraints(ctx)
             plan.runner_up = runner_up(ctx)
         except OutOfTime:
-            plan.binding_constraints, plan.runner_up = [], None
+            # keep what was priced before the time ran out
+            plan.binding_constraints = sorted(ctx.priced, key=lambda b: -(b.usd_per_hour_saved or 0.0))
+            plan.runner_up = None
             plan.assumptions.append(
-                f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent before binding constraints "
-                "and the runner-up were priced; raise --time-limit to get them")
+                f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(ctx.priced)} "
+                "binding constraint(s) were priced (those are listed), before the rest and the runner-up; raise "
+                "--time-limit to get them")
     if data.lose_units:
         left = capacity_after_losing(plan, data.lose_units)
         plan.resilience = ResilienceOut(
@@ -469,6 +472,8 @@ class _Ctx:
     """The plan's solution (every variable of the model), the start of the re-solves of relaxations."""
     proven: bool = True
     """Whether the last re-solve proved its optimum (else a saving found is a lower bound)."""
+    priced: list = field(default_factory=list)
+    """Binding constraints priced so far (what an analysis cut short by the time limit still reports)."""
 
     @property
     def cost(self) -> float:
@@ -575,7 +580,7 @@ def _saved(base: float, new: float | None) -> float | None:
 
 def binding_constraints(ctx: _Ctx) -> list[Binding]:
     """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (re-solved)."""
-    out: list[Binding] = []
+    out: list[Binding] = ctx.priced
     plan, data, m, sc = ctx.plan, ctx.data, ctx.model, ctx.rs.scenario
     base = ctx.cost
     for w in sc.workloads:

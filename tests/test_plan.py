@@ -303,3 +303,27 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
                  if b.name == "demand.chat")
     assert exact.saving_proven and "saves $" in exact.detail
     assert exact.usd_per_hour_saved == pytest.approx(demand.usd_per_hour_saved)
+
+
+def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
+    """When --time-limit runs out mid-analysis the binding constraints priced so far are kept and the plan
+    says the analysis stopped; nothing is invented for the rest."""
+    from planner import planning
+
+    full = make_plan(_scenario(catalog, requests_per_s=600), PlanOptions()).plan
+    calls = {"n": 0}
+    original = planning._Ctx._quick
+
+    def quick(self, *, fresh=False):
+        calls["n"] += 1
+        if calls["n"] > 3:  # SLO re-solves, then demand; out of time at the prefix working set
+            raise planning.OutOfTime
+        return original(self, fresh=fresh)
+
+    monkeypatch.setattr(planning._Ctx, "_quick", quick)
+    cut = make_plan(_scenario(catalog, requests_per_s=600), PlanOptions()).plan
+    assert 1 <= len(cut.binding_constraints) < len(full.binding_constraints) + 1
+    assert cut.runner_up is None and any("analysis not completed" in a for a in cut.assumptions)
+    names = {b.name: b for b in full.binding_constraints}
+    for b in cut.binding_constraints:
+        assert b.name in names and b.usd_per_hour_saved == pytest.approx(names[b.name].usd_per_hour_saved)
