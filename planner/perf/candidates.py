@@ -514,37 +514,31 @@ def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
     """Mask of the rows of one (workload, role, hardware, prefix tier) group that :func:`prune_dominated`
     keeps: rows in order of footprint (ascending), rate and capacity (descending), TPOT (ascending), then
     position; a row goes when an earlier row of its footprint has at least its capacity (it has at least its
-    rate), or a kept row of a footprint ``k`` times smaller, ``k`` whole, gives at least its rate and capacity
-    ``k`` times over. Vectorised per footprint: the kept rows of the footprints dividing it, scaled, form one
-    staircase of rate against capacity, and each row is one binary search into it."""
+    rate), or a row of a footprint ``k`` times smaller, ``k`` whole, gives at least its rate and capacity
+    ``k`` times over. The first test leaves a few rows per footprint (the Pareto front of rate and capacity);
+    the second compares those all against all (dominance is transitive, so being dominated by any of them is
+    being dominated by one that is kept)."""
     n = len(slots)
     order = np.lexsort((np.arange(n), tpot, -capacity, -rate, slots))
     S, Q, C = slots[order], rate[order], capacity[order]
-    sizes, starts = np.unique(S, return_index=True)
-    ends = np.append(starts[1:], n)
-    ratio = sizes[:, None] / sizes[None, :]
-    whole = np.rint(ratio)
-    divides = (np.abs(ratio - whole) < 1e-9) & (whole > 1)
-    kept_at: list[tuple[np.ndarray, np.ndarray]] = []
-    keep = np.zeros(n, dtype=bool)
-    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+    _, starts = np.unique(S, return_index=True)
+    front = np.empty(n, dtype=bool)
+    for a, b in zip(starts, np.append(starts[1:], n), strict=True):
         cc = C[a:b]
         prev = np.empty_like(cc)
         prev[0] = -np.inf
         np.maximum.accumulate(cc[:-1], out=prev[1:])
-        idx = np.arange(a, b)[cc > prev]
-        js = [j for j in np.flatnonzero(divides[i, :i]) if kept_at[j][0].size]
-        if idx.size and js:
-            # Every kept row of a footprint dividing this one, taken k times: one staircase of rate against capacity.
-            kq = np.concatenate([whole[i, j] * kept_at[j][0] for j in js])
-            kc = np.concatenate([whole[i, j] * kept_at[j][1] for j in js])
-            by = np.argsort(-kq, kind="stable")
-            kq, kc = kq[by], np.maximum.accumulate(kc[by])
-            cnt = np.searchsorted(-kq, -(Q[idx] * (1 - 1e-12)), side="right")
-            covered = (cnt > 0) & (kc[np.maximum(cnt - 1, 0)] >= C[idx] * (1 - 1e-12))
-            idx = idx[~covered]
-        kept_at.append((Q[idx], C[idx]))
-        keep[order[idx]] = True
+        front[a:b] = cc > prev
+    P = np.flatnonzero(front)
+    keep = np.zeros(n, dtype=bool)
+    for lo in range(0, len(P), 1024):  # blocks of rows against every front row: memory stays small
+        i = P[lo:lo + 1024]
+        ratio = S[i][:, None] / S[P][None, :]
+        k = np.rint(ratio)
+        covered = ((np.abs(ratio - k) < 1e-9) & (k > 1)
+                   & (k * Q[P][None, :] >= Q[i][:, None] * (1 - 1e-12))
+                   & (k * C[P][None, :] >= C[i][:, None] * (1 - 1e-12))).any(axis=1)
+        keep[order[i[~covered]]] = True
     return keep
 
 
