@@ -527,6 +527,12 @@ class _Ctx:
         table = select_candidates(self.pool, slos)
         if table.rows.empty:
             return None
+        mine = self.data.rows
+        if len(table.rows) == len(mine) and all(
+                np.array_equal(table.rows[c].to_numpy(), mine[c].to_numpy()) for c in ("pool_row", "requests_per_s")):
+            # the looser SLO admits no row and raises no rate: the same model, the same optimum
+            self.proven = True
+            return self.cost
         data = prepare(self.rs, table)
         m = build_model(data)
         # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
