@@ -448,10 +448,26 @@ class _LocalRunner:
 
 
 def _quiet_worker() -> None:
-    """Workers leave Ctrl-C to the parent, which keeps the finished points and stops them."""
+    """Workers leave Ctrl-C to the parent, which keeps the finished points and stops them, and hold locks of
+    their own (:func:`own_solver_lock`)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    own_solver_lock()
+
+
+def own_solver_lock() -> None:
+    """Give this process a lock of its own for Pyomo's solver-output capture.
+
+    Pyomo guards ``capture_output`` (entered by every HiGHS solve) with a ``multiprocessing.Lock`` made at import,
+    which forked workers share with their parent and with each other. A worker terminated while it holds it (the
+    pool kills every worker when one dies) leaves it held for good, and every other worker then waits 200 s per
+    solve before failing. Each worker solves one point at a time, so a per-process lock loses nothing."""
+    import threading
+
+    from pyomo.common import dependencies
+
+    dependencies.capture_output_lock = threading.Lock()
 
 
 def run_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,

@@ -164,3 +164,32 @@ def test_a_worker_that_dies_is_retried_once_then_reported(tmp_path):
     # the failed point is not in the parts: --resume solves it again
     kept = pd.concat([pd.read_parquet(f) for f in (out / PARTS).glob("part-*.parquet")])
     assert 2 not in set(kept["point"]) and len(kept) == 5
+
+
+HELD_LOCK = """
+import sys
+from pyomo.common import dependencies
+import multiprocessing  # Pyomo upgrades its output-capture lock to a process-shared one on this import
+from planner.cli import main
+
+# as a worker the pool terminated in the middle of a solve would leave it
+assert dependencies.capture_output_lock.acquire(timeout=1)
+main(sys.argv[1:])
+"""
+
+
+def test_workers_do_not_wait_on_a_lock_a_dead_worker_held(tmp_path):
+    """Pyomo's solver-output lock is shared by forked processes; a worker killed while holding it must not
+    stall the others (each would wait 200 s per solve): workers take a lock of their own."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the shared lock is inherited only by forked workers")
+    out = tmp_path / "sw"
+    p = subprocess.run([sys.executable, "-c", HELD_LOCK, "sweep", str(scenario(tmp_path)), "--vary",
+                        "workloads.chat.requests_per_s=10,20", "--out", str(out), "--no-tornado", "--jobs", "2"],
+                       capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stderr
+    assert set(pd.read_csv(out / "sweep.csv")["status"]) == {"optimal"}
