@@ -115,3 +115,50 @@ def test_fit_takes_both_formats(catalog):
     assert (norm["m_tpot"] > 0).all() and isinstance(dropped, int)
     assert set(norm.loc[norm["src"] == "dsr1_runs.json", "n_engine"]) == {"sglang", "trtllm", "atom"}
     assert pd.api.types.is_numeric_dtype(norm["m_ttft"])
+
+
+def test_a_decode_pool_fed_by_a_slow_prefill_runs_the_batch_littles_law_allows():
+    """Closed loop: the decode pool holds ``rate * O * TPOT`` sequences, the rate capped by prefill capacity.
+    With a step linear in the batch, ``t(B) = a + b B``, the fixed point is ``B = k a / (1 - k b)``, ``k = cap O / w``."""
+    from types import SimpleNamespace
+
+    from planner.perf.serving import decode_batch_fed_by_prefill
+
+    a, b = 0.010, 0.0001  # 10 ms plus 0.1 ms per sequence
+    step_of = lambda B: SimpleNamespace(step_s=a + b * np.asarray(B, dtype=float))  # noqa: E731
+    B0 = np.array([512.0, 512.0, 8.0])
+    cap, O, w = np.array([4.0, 400.0, 4.0]), 1000.0, 2.0
+    B, st = decode_batch_fed_by_prefill(step_of, B0, step_of(B0), cap, O, w, iterations=200)
+    k = 4.0 * O / w
+    assert B[0] == pytest.approx(k * a / (1 - k * b), rel=5e-3)  # prefill-bound: 25 sequences, not 512
+    assert B[1] == 512.0 and B[2] == 8.0  # ample prefill, or a small batch: as the concurrency says
+    assert st.step_s[0] == pytest.approx(a + b * B[0])
+
+
+def test_a_requests_tpot_carries_the_other_prompts_not_its_own():
+    from planner.perf.serving import others_share
+
+    assert others_share([1.0, 4.0, 100.0]).tolist() == pytest.approx([0.0, 0.75, 0.99])
+
+
+def test_staggered_clients_queue_as_md1_bounded_by_the_closed_loop():
+    """10 clients returning 9.9 s after a 0.1 s prompt: 1 request/s, rho 0.1, Wq = 0.1 * 0.1 / 1.8; two clients with
+    no think time can wait at most behind each other (one prompt)."""
+    from planner.perf.serving import staggered_wait
+
+    w = staggered_wait(np.array([0.1, 1.0]), np.array([10.0, 2.0]), np.array([9.9, 0.0]))
+    assert w[0] == pytest.approx(0.1 * 0.1 / 1.8)
+    assert w[1] == pytest.approx(1.0)
+    assert staggered_wait(0.1, 1.0, 0.0) == 0.0  # one client never queues
+
+
+def test_inferencex_clients_are_staggered_and_their_ttft_grows_with_load_only_as_the_queue_does(tmp_path, catalog):
+    """InferenceX draws lengths in [0.8 L, L] (staggered arrivals); the same runs read as a synchronised burst
+    wait behind every other client and predict a longer TTFT at high concurrency."""
+    m = load_measured(_write(tmp_path, [dict(RUN, conc=c) for c in (64, 2048)]), catalog)
+    assert m.norm["n_staggered"].all()
+    stag = predict_measured(m, catalog)["predicted_ttft_ms"].to_numpy()
+    m.norm["n_staggered"] = False
+    burst = predict_measured(m, catalog)["predicted_ttft_ms"].to_numpy()
+    assert np.all(np.isfinite(stag)) and stag[1] >= stag[0]
+    assert stag[0] <= burst[0] + 1e-9

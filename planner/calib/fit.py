@@ -5,7 +5,8 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
 1. Normalise the rows (``calib.data``); rows that cannot be predicted, and disaggregated rows that
    do not record their prefill/decode worker counts, are left out of the fit and counted.
 2. TPOT factors (``TPOT_PARAMS``) are fitted first, then the TTFT factors (``TTFT_PARAMS``) with the
-   TPOT ones held. A factor that fewer than ``MIN_ROWS`` rows of a group respond to keeps its prior. The loss is a
+   TPOT ones held, on TTFT and TPOT residuals together (prefill capacity sets the decode batch of a
+   disaggregated pool), and the two stages alternate ``ROUNDS`` times. A factor that fewer than ``MIN_ROWS`` rows of a group respond to keeps its prior. The loss is a
    robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
    weigh the same and outliers do not dominate.
 3. Per serving engine over all hardware (the engine prior); then per hardware and engine where at
@@ -32,6 +33,8 @@ from planner.errors import InputError
 log = logging.getLogger(__name__)
 
 MIN_ROWS = 25
+ROUNDS = 2
+"""Alternations of the TPOT and TTFT stages (:func:`fit_group`)."""
 PHYSICS_PRIOR = {
     "compute": 0.6, "compute_fp8": 0.6, "compute_fp4": 0.5, "attention_compute": 0.5, "prefill_compute": 0.35,
     "memory": 0.85, "interference": 1.0, "spec_accept_scale": 1.0,
@@ -117,13 +120,17 @@ def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, targ
         return eff
 
     pred = predict_normalised(norm, catalog, eff_for)
-    col = "predicted_tpot_ms" if target == "tpot" else "predicted_ttft_ms"
-    meas = norm["m_tpot"] if target == "tpot" else norm["m_ttft"]
-    r = np.log(pred[col].to_numpy(float) / meas.to_numpy(float))
-    r = np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
-    if "w" in norm.columns:
-        r = r * np.sqrt(norm["w"].to_numpy(float))
-    return r
+    # The TTFT factors are fitted on TPOT as well: prefill capacity feeds a disaggregated decode pool (a pool
+    # starved by its prefill runs a smaller batch), so a prefill factor that TTFT alone would pick can break TPOT.
+    pairs = [("predicted_tpot_ms", "m_tpot")] + ([("predicted_ttft_ms", "m_ttft")] if target == "ttft" else [])
+    out = []
+    for col, meas in pairs:
+        r = np.log(pred[col].to_numpy(float) / norm[meas].to_numpy(float))
+        r = np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
+        if "w" in norm.columns:
+            r = r * np.sqrt(norm["w"].to_numpy(float))
+        out.append(r)
+    return np.concatenate(out)
 
 
 def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]:
@@ -171,8 +178,13 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
 
 
 def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None) -> EngineEfficiency:
-    eff = _fit_stage(norm, catalog, start, TPOT_PARAMS, "tpot", prior)
-    return _fit_stage(norm, catalog, eff, TTFT_PARAMS, "ttft", prior)
+    """TPOT factors, then TTFT factors, twice: prefill capacity feeds the decode batch of disaggregated rows, so
+    the TPOT factors are refitted once the prefill factors have moved."""
+    eff = start
+    for _ in range(ROUNDS):
+        eff = _fit_stage(norm, catalog, eff, TPOT_PARAMS, "tpot", prior)
+        eff = _fit_stage(norm, catalog, eff, TTFT_PARAMS, "ttft", prior)
+    return eff
 
 
 def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:

@@ -161,6 +161,9 @@ def normalise_runs(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
             cols[k].append(v.get(k, np.nan if k != "reason" else ""))
     out = pd.DataFrame(cols, index=df.index)
     out["n_workers_assumed"] = False
+    # The benchmark client draws lengths in [0.8 L, L] and runs 10 x conc requests: after the first wave its
+    # clients no longer arrive together (staggered arrivals, ``perf.serving.staggered_wait``).
+    out["n_staggered"] = True
     out["n_framework"] = df["framework"].astype(str)
     out["m_ttft"] = pd.to_numeric(df["metrics.median_ttft"], errors="coerce") * 1e3
     out["m_tpot"] = pd.to_numeric(df["metrics.median_tpot"], errors="coerce") * 1e3

@@ -20,9 +20,11 @@ from planner.perf.serving import (
     admission_wait,
     agg_decode,
     closed_loop_ttft,
+    decode_batch_fed_by_prefill,
     disagg_decode,
     kv_capacity_sequences,
     kv_transfer_time,
+    others_share,
     prefill_capacity_rps,
     ttft,
 )
@@ -160,6 +162,13 @@ def _holding_layout(setup: Setup, a: pd.DataFrame, eng: str) -> pd.DataFrame:
     return a
 
 
+def _think(g: pd.DataFrame, O, tpot_s) -> np.ndarray:
+    """Time a client of a staggered closed loop is away from prefill (its decode, ``(O - 1) TPOT``); NaN for
+    rows whose clients arrive together."""
+    staggered = g["n_staggered"].fillna(False).to_numpy(bool) if "n_staggered" in g.columns else np.zeros(len(g), bool)
+    return np.where(staggered, np.maximum(np.asarray(O, dtype=float) - 1.0, 0.0) * tpot_s, np.nan)
+
+
 def _held(eng: str, I, O):
     return I + ADMIT_OUTPUT_SHARE.get(eng, 0.5) * O
 
@@ -175,9 +184,10 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str):
     # sequence, so its plans never preempt.
     cap = kv_capacity_sequences(setup, *L, _held(eng, I, O))
     B = np.minimum(C, np.maximum(cap, 1.0))
-    st = agg_decode(setup, *L, B, I, O)
+    st = agg_decode(setup, *L, B, I, O, new_tokens=I * others_share(B))
     per_rank = B / L[3]
-    t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s) + admission_wait(C, cap, O, st.step_s)
+    t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s, think_s=_think(g, O, st.step_s)) + admission_wait(
+        C, cap, O, st.step_s)
     return t1, st.step_s
 
 
@@ -205,9 +215,10 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     rate = d_workers * B / (O * st.step_s)
     p_workers = np.where(assumed, np.maximum(np.ceil(rate / cap1), 1.0), g["p_workers"].to_numpy(float))
     cap = cap1 * p_workers
+    B, st = decode_batch_fed_by_prefill(lambda b: disagg_decode(setup, *Ld, b, I, O), B, st, cap, O, d_workers)
     per_rank = conc / (p_workers * Lp[3])
     same = setup.hw.scale_up_domain_chips >= 72
-    t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same))
+    t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same), think_s=_think(g, O, st.step_s))
     t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
     return t1, st.step_s
 

@@ -37,6 +37,17 @@ def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens,
     )
 
 
+def others_share(batch):
+    """Share of the interleaved prompt work that a measured request's TPOT carries: ``(B - 1) / B``.
+
+    A request's own prompt is in its TTFT, not in its TPOT: while it decodes its ``O`` tokens, the other
+    ``B - 1`` sequences of a closed loop each finish and start once, so its decode steps carry their ``B - 1``
+    prompts (one sequence alone carries none). A plan sizes steps with every prompt (share 1), which a
+    request sees as a slightly slower step."""
+    B = np.maximum(np.asarray(batch, dtype=float), 1.0)
+    return (B - 1.0) / B
+
+
 def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
     """Decode step of a disaggregated decode worker (no prefill interleaved)."""
     I = np.asarray(input_tokens, dtype=float)
@@ -44,7 +55,8 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
     return decode_step(setup, tp, ep, pp, dp, batch, I + O / 2.0)
 
 
-def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0):
+def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0,
+         think_s=None):
     """Mean time to first token (seconds) in a closed loop with ``in_flight_per_rank`` requests per prefill rank.
 
     ``overhead + expert overhead + t_pf + iteration + queueing * (c - 1) * (t_pf + t_step) + transfer`` (the
@@ -53,6 +65,11 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
     prompt rides a decode iteration of ``t_step``: it arrives mid-iteration and waits ``1.5`` of them (plus
     ``attn_dp_wait_steps`` under attention data parallelism), and each request ahead costs its prefill and the
     iteration it rides on. A dedicated prefill pool (no ``step_s``) spends ``t_pf`` per request ahead.
+
+    ``think_s`` (per row, NaN where not known) marks a closed loop whose clients are *staggered*: request
+    lengths vary, so after the first wave the clients no longer arrive together, and each returns
+    ``think_s`` after its first token (its decode). Its wait in queue is :func:`staggered_wait` in place of
+    the fitted burst term.
     """
     e = setup.eff
     t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
@@ -68,7 +85,24 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
         iteration = (1.5 + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)) * step
     s = setup.stats
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
-    return fixed + t_pf + iteration + e.queueing * (c - 1.0) * unit + transfer_s
+    wait = e.queueing * (c - 1.0) * unit
+    if think_s is not None:
+        think = np.asarray(think_s, dtype=float)
+        wait = np.where(np.isnan(think), wait, staggered_wait(t_pf, c, np.nan_to_num(think)))
+    return fixed + t_pf + iteration + wait + transfer_s
+
+
+def staggered_wait(service_s, clients, think_s):
+    """Mean wait in queue at one prefill rank of ``clients`` closed-loop clients that arrive staggered.
+
+    Each client returns ``think_s`` after its prompt is served, so the rank sees ``lambda = c / (think + t)``
+    requests per second, ``t`` the prefill work of one prompt; spread out, they queue as an M/D/1 system at
+    ``rho = lambda t``: ``Wq = rho t / (2 (1 - rho))``. A closed loop never waits behind more than the other
+    ``c - 1`` prompts, which bounds the wait as ``rho`` nears 1 (Little's law then holds the request rate)."""
+    t = np.asarray(service_s, dtype=float)
+    c = np.maximum(np.asarray(clients, dtype=float), 1.0)
+    rho = np.minimum(c * t / (np.asarray(think_s, dtype=float) + t), 0.999)
+    return np.minimum(rho * t / (2.0 * (1.0 - rho)), (c - 1.0) * t)
 
 
 def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s):
@@ -100,6 +134,29 @@ def closed_loop_ttft(ttft_s, concurrency, output_tokens, tpot_s, capacity_rps):
     C = np.asarray(concurrency, dtype=float)
     floor = C / np.asarray(capacity_rps, dtype=float) - np.asarray(output_tokens, dtype=float) * tpot_s
     return np.maximum(ttft_s, floor)
+
+
+def decode_batch_fed_by_prefill(step_of, batch, step: StepTimes, capacity_rps, output_tokens, decode_workers,
+                                iterations: int = 8):
+    """(batch, step) of a disaggregated decode worker whose prefill pool caps the request rate.
+
+    In a closed loop the decode pool holds ``lambda * O * TPOT`` sequences (Little's law), ``lambda`` at most
+    the prefill pool's ``capacity_rps``: when prefill is the bottleneck the clients wait in front of prefill
+    and each decode worker runs fewer sequences than the concurrency suggests (and a faster step). ``batch``
+    is the batch before that limit and ``step`` its step (``step_of(batch)``); TPOT grows with the batch, so
+    ``B = min(batch, capacity * O * TPOT(B) / workers)`` is reached from above by fixed-point iteration (a
+    decreasing sequence to its largest solution)."""
+    B0 = np.asarray(batch, dtype=float)
+    per_worker = np.asarray(capacity_rps, dtype=float) * np.asarray(output_tokens, dtype=float) / np.asarray(
+        decode_workers, dtype=float)
+    B = B0
+    for _ in range(iterations):
+        fed = np.minimum(B0, np.maximum(per_worker * step.step_s, 1.0))
+        if np.allclose(fed, B, rtol=1e-3):
+            break
+        B = fed
+        step = step_of(B)
+    return B, step
 
 
 def kv_transfer_time(setup: Setup, input_tokens, same_domain: bool | np.ndarray = False):
