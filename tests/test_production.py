@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,22 @@ def test_planned_load_meets_the_ttft_target():
     lam_cap, _ = planned_load(rows, 1.0, 0.3)
     assert lam_cap[0] == pytest.approx(0.3 * 20.0)
     assert np.isnan(lam[2])
+
+
+def test_published_production_deployments_are_predicted_within_a_band():
+    """Regression guard on the fitted catalog (bench/production_check.py prints the figures): DeepSeek's H800
+    decode at 20 tokens/s per user and its prefill, and LMSYS's H100 prefill, predicted from their published
+    layouts. A refit that lets a factor wander where benchmark rows do not pin it (attention efficiency at
+    5k-token contexts) would plan these fleets twice too large; that fails here."""
+    import importlib.util
+
+    from planner.catalog import load_catalog
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "production_check.py"
+    spec = importlib.util.spec_from_file_location("production_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = {c["case"]: c["ratio"] for c in mod.cases(load_catalog(path.parents[1] / "catalogs"))}
+    assert 0.75 <= res["ds6-decode"] <= 1.5
+    assert 0.7 <= res["ds6-prefill"] <= 1.5
+    assert all(0.5 <= res[f"lmsys-prefill-{k}k"] <= 1.5 for k in (1, 2, 4))

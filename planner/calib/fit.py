@@ -6,12 +6,14 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    do not record their prefill/decode worker counts, are left out of the fit and counted.
 2. TPOT factors (``TPOT_PARAMS``) are fitted first, then the TTFT factors (``TTFT_PARAMS``) with the
    TPOT ones held, on TTFT and TPOT residuals together (prefill capacity sets the decode batch of a
-   disaggregated pool), and the two stages alternate ``ROUNDS`` times. A factor that fewer than ``MIN_ROWS`` rows of a group respond to keeps its prior. The loss is a
+   disaggregated pool), and the two stages alternate ``ROUNDS`` times. A factor that fewer than ``MIN_ROWS`` rows
+   of a group respond to (``INFORM_DELTA``) keeps its prior. The loss is a
    robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
    weigh the same and outliers do not dominate.
-3. Per serving engine over all hardware (the engine prior); then per hardware and engine where at
-   least ``MIN_ROWS`` rows exist, shrunk toward the engine prior by a penalty on the log of each
-   factor's ratio to the prior; then per hardware over all its engines (its ``default``).
+3. Per serving engine over all hardware (the engine prior); per hardware over all its engines (its
+   ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
+   that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
+   engine's, by a penalty on the log of each factor's ratio to the prior.
 4. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
    and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
 """
@@ -35,6 +37,12 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 25
 ROUNDS = 2
 """Alternations of the TPOT and TTFT stages (:func:`fit_group`)."""
+INFORM_DELTA = 0.02
+"""A row informs a factor when doubling the factor moves its prediction by more than 2%."""
+HARDWARE_FACTORS = ("compute", "compute_fp8", "compute_fp4", "gemm_half_tokens", "attention_compute", "memory",
+                    "prefill_compute", "prefill_comm_bandwidth")
+"""Factors of the kernels and links on a hardware: a (hardware, engine) group whose rows do not pin one keeps the
+hardware's own fit (over all its engines), not the engine's fit over other vendors' chips."""
 PHYSICS_PRIOR = {
     "compute": 0.6, "compute_fp8": 0.6, "compute_fp4": 0.5, "attention_compute": 0.5, "prefill_compute": 0.35,
     "memory": 0.85, "interference": 1.0, "spec_accept_scale": 1.0,
@@ -115,7 +123,7 @@ def _lo_hi(names):
     return lo, hi
 
 
-def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str) -> np.ndarray:
+def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str, weighted: bool = True) -> np.ndarray:
     def eff_for(_h: str, _e: str) -> EngineEfficiency:
         return eff
 
@@ -127,23 +135,25 @@ def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, targ
     for col, meas in pairs:
         r = np.log(pred[col].to_numpy(float) / norm[meas].to_numpy(float))
         r = np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
-        if "w" in norm.columns:
+        if weighted and "w" in norm.columns:
             r = r * np.sqrt(norm["w"].to_numpy(float))
         out.append(r)
     return np.concatenate(out)
 
 
 def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]:
-    """The factors these rows inform: a factor that changes fewer than ``MIN_ROWS`` predictions when
-    doubled (say the expert overheads on rows of dense models) stays at its starting (prior) value."""
-    r0 = _residuals(norm, catalog, base, target)
+    """The factors these rows inform: a factor that moves fewer than ``MIN_ROWS`` predictions by more than
+    ``INFORM_DELTA`` when doubled (the expert overheads on rows of dense models; attention efficiency on rows of
+    short-context GQA models) stays at its starting (prior) value instead of wandering where no row pins it and
+    where production batches and contexts would inherit it."""
+    r0 = _residuals(norm, catalog, base, target, weighted=False)
     out = []
     for n in names:
         lo, hi = BOUNDS[n]
         v = float(getattr(base, n))
         probe = min(max(2.0 * v, lo + 0.25 * (hi - lo)), hi) if v < hi else lo + 0.5 * (hi - lo)
-        r1 = _residuals(norm, catalog, base.model_copy(update={n: probe}), target)
-        if int(np.sum(np.abs(r1 - r0) > 1e-9)) >= MIN_ROWS:
+        r1 = _residuals(norm, catalog, base.model_copy(update={n: probe}), target, weighted=False)
+        if int(np.sum(np.abs(r1 - r0) > INFORM_DELTA)) >= MIN_ROWS:
             out.append(n)
     return out
 
@@ -231,18 +241,25 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
     by_engine: dict[str, EngineEfficiency] = {}
     for eng, g in norm.groupby("n_engine"):
         by_engine[eng] = fit_group(g, catalog, overall, overall)
-    by_group: dict[tuple[str, str], EngineEfficiency] = {}
-    rows: dict[tuple[str, str], int] = {}
-    for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
-        rows[(hw, eng)] = len(g)
-        if len(g) >= MIN_ROWS:
-            by_group[(hw, eng)] = fit_group(g, catalog, by_engine[eng], by_engine[eng])
     by_hw: dict[str, EngineEfficiency] = {}
     rows_hw: dict[str, int] = {}
     for hw, g in norm.groupby("n_hw"):
         rows_hw[hw] = len(g)
         by_hw[hw] = fit_group(g, catalog, overall, overall)
+    by_group: dict[tuple[str, str], EngineEfficiency] = {}
+    rows: dict[tuple[str, str], int] = {}
+    for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
+        rows[(hw, eng)] = len(g)
+        if len(g) >= MIN_ROWS:
+            prior = group_prior(by_hw[hw], by_engine[eng])
+            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior)
     return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped)
+
+
+def group_prior(hw: EngineEfficiency, engine: EngineEfficiency) -> EngineEfficiency:
+    """Prior of a (hardware, engine) group: the hardware's fit for :data:`HARDWARE_FACTORS`, the engine's for
+    the rest (its overheads, scheduling and speculation)."""
+    return engine.model_copy(update={k: getattr(hw, k) for k in HARDWARE_FACTORS})
 
 
 def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of: dt.date | None = None) -> dict[str, Efficiency]:
