@@ -360,7 +360,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                 spec_tokens=spec_n,
                 spec_method=model.speculative.method if spec_n and model.speculative else None,
                 tokens_per_step=float(_tokens_per_step(model, hw, str(r["engine"]), spec_n)),
-                two_batch_overlap=bool(int(r["tbo"])) if role != "prefill" else False,
+                two_batch_overlap=bool(int(r["tbo"])),
                 weights_dtype=str(r["weights_dtype"]),
                 weights_mode=str(r["weights_mode"]),
                 kv_dtype=str(r["kv_dtype"]),
