@@ -743,7 +743,7 @@ FORMAT_HELP = "Measured-data format: silicon (CSV) or inferencex (JSON); detecte
 
 @app.command()
 def predict(
-    data: Annotated[Path, typer.Option("--data", help="Measured configurations: a silicon_calibration.csv-style CSV or an InferenceX JSON run file.")],
+    data: Annotated[list[Path], typer.Option("--data", help="Measured configurations: a silicon_calibration.csv-style CSV or an InferenceX JSON run file (one per run).")],
     out: Annotated[Path, typer.Option("--out", help="CSV to write with the predictions.")],
     fmt: Annotated[str | None, typer.Option("--format", help=FORMAT_HELP)] = None,
     force: Annotated[bool, typer.Option("--force")] = False,
@@ -754,9 +754,13 @@ def predict(
     from planner.catalog.writer import atomic_write_text
     from planner.export.files import check_file
 
+    if len(data) != 1:
+        # rows of the two formats have different columns: one output file per input file
+        raise InputError(f"--data was given {len(data)} times; predict writes one file's rows to --out: run it once "
+                         "per file (validate and calibrate take several)")
     check_file(out, force=force, option="--out")
     cat = _catalog()
-    meas = load_measured(data, cat, fmt=fmt)
+    meas = load_measured(data[0], cat, fmt=fmt)
     res = predict_measured(meas, cat)
     atomic_write_text(out, res.to_csv(index=False))
     n_ok = int(res["predicted_tpot_ms"].notna().sum())

@@ -162,3 +162,11 @@ def test_inferencex_clients_are_staggered_and_their_ttft_grows_with_load_only_as
     burst = predict_measured(m, catalog)["predicted_ttft_ms"].to_numpy()
     assert np.all(np.isfinite(stag)) and stag[1] >= stag[0]
     assert stag[0] <= burst[0] + 1e-9
+
+
+def test_predict_takes_one_file_and_says_so_when_given_two(tmp_path):
+    p = _write(tmp_path, [RUN])
+    r = subprocess.run([sys.executable, "-m", "planner", "predict", "--data", str(p), "--data", str(p), "--out",
+                        str(tmp_path / "o.csv")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0
+    assert "--data was given 2 times" in r.stderr and not (tmp_path / "o.csv").exists()
