@@ -17,7 +17,7 @@ Cases (sources in ``../shared/reference/hardware-models.md``: DS6, LMSYS-EP):
   input tokens/s per node for 1K / 2K / 4K prompts (16,384 tokens per GPU and pass assumed).
 - ``lmsys-decode``: SGLang on H100 at attention-DP72 EP72 (+32 redundant experts), overlap, no MTP, 2K inputs:
   22,282 output tokens/s per node. The batch is not published: predicted at 256 sequences per GPU, or the most
-  the KV cache holds.
+  the KV cache holds (BF16 KV, SGLang's default; the DeepSeek cases use FP8 KV).
 
 Usage: ``python bench/production_check.py [--json]``.
 """
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.catalog import load_catalog  # noqa: E402
-from planner.perf.layout import Layout  # noqa: E402
+from planner.perf.layout import Layout, expert_copies  # noqa: E402
 from planner.perf.report import prefill_roofline, roofline  # noqa: E402
 from planner.perf.roofline import Setup  # noqa: E402
 from planner.perf.serving import kv_capacity_sequences  # noqa: E402
@@ -69,7 +69,7 @@ def decode_at_speed(cat, hw: str, layout: Layout, context: float, min_user_tps: 
 
 def decode_at_batch(cat, hw: str, layout: Layout, context: float, per_gpu: float) -> dict:
     setup = _setup(cat, hw, kv="bf16")
-    s = replace(setup, expert_copies=1.0 + layout.redundant / setup.model.architecture.moe.experts)
+    s = replace(setup, expert_copies=expert_copies(setup.model, layout.redundant))
     cap = float(np.asarray(kv_capacity_sequences(s, layout.tp, layout.ep, layout.pp, layout.dp, context)))
     batch = min(per_gpu * layout.chips, cap)
     r = roofline(setup, layout, batch, context, mode="calibrated", engine="sglang")

@@ -15,6 +15,7 @@ import pandas as pd
 
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import ENGINES
+from planner.perf.layout import expert_copies
 from planner.perf.roofline import Setup
 from planner.perf.serving import (
     admission_wait,
@@ -115,7 +116,7 @@ def _role_setup(setup: Setup, g: pd.DataFrame, role: str) -> Setup:
     red = g[col].fillna(0.0).to_numpy(float)
     if not red.any():
         return setup
-    return replace(setup, expert_copies=1.0 + red / moe.experts)
+    return replace(setup, expert_copies=expert_copies(setup.model, red))
 
 
 def _capacity(setup: Setup, g: pd.DataFrame, role: str, eng: str, tp=None) -> np.ndarray:

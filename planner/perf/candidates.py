@@ -39,6 +39,7 @@ from planner.perf import params as P
 from planner.perf.experts import heuristic_placement
 from planner.perf.layout import (
     draft_bytes_per_chip,
+    expert_copies,
     kv_bytes_per_chip,
     kv_shard,
     runtime_reserve_bytes,
@@ -193,7 +194,7 @@ def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None,
         vec = np.ones(moe.experts) if load is None else load
         for r in rs:
             _, imb = heuristic_placement(vec, stage, r)
-            out.append((*row, r, (moe.experts + r) / moe.experts, imb))
+            out.append((*row, r, expert_copies(model, r), imb))
     return pd.DataFrame(out, columns=[*lay.columns, "redundant", "expert_copies", "moe_imbalance"])
 
 
@@ -661,13 +662,12 @@ def evaluate_point(
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
-    moe = model.architecture.moe
     g = {
         "tp": np.array([layout.tp]), "ep": np.array([layout.ep]), "pp": np.array([layout.pp]),
         "attn_dp": np.array([layout.dp]), "batch": np.array([batch]),
         "chips": np.array([layout.tp * layout.dp * layout.pp]),
         "moe_imbalance": np.array([moe_imbalance]),
-        "expert_copies": np.array([1.0 + layout.redundant / moe.experts if moe else 1.0]),
+        "expert_copies": np.array([expert_copies(model, layout.redundant)]),
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff)

@@ -128,6 +128,12 @@ def kv_shard(model: ModelSpec, tp) -> np.ndarray:
     return np.minimum(tp, att.kv_heads)
 
 
+def expert_copies(model: ModelSpec, redundant) -> float:
+    """Expert weights held per expert: ``(E + R) / E`` with ``R`` redundant expert slots (1 for a dense model)."""
+    moe = model.architecture.moe
+    return 1.0 + redundant / moe.experts if moe else 1.0
+
+
 def weight_bytes_per_chip(wb: WeightBytes, tp, ep, pp, dp, expert_copies=1.0):
     """Resident weight bytes on one chip (average over pipeline stages); ``expert_copies`` is
     physical / logical experts (redundant expert slots)."""

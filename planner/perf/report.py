@@ -10,6 +10,7 @@ from planner.perf import params as P
 from planner.perf.layout import (
     Layout,
     describe_layout,
+    expert_copies,
     kv_bytes_per_chip,
     kv_shard,
     runtime_reserve_bytes,
@@ -104,8 +105,7 @@ def balance_batch(setup: Setup, layout: Layout, context: float) -> float | None:
 
 
 def _copies(setup: Setup, layout: Layout) -> float:
-    moe = setup.model.architecture.moe
-    return 1.0 + layout.redundant / moe.experts if moe else 1.0
+    return expert_copies(setup.model, layout.redundant)
 
 
 def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode: str, engine: str | None) -> RooflineResult:
