@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 
@@ -135,7 +136,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
-    res = solve_from(solver, model, greedy_start(model))  # heuristics on: a greedy start is far from optimal
+    res = solve_from(solver, model, greedy_start(model, check=False))  # heuristics on: a greedy start is far from optimal
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
     if not res.has_solution:
@@ -479,22 +480,28 @@ class _Ctx:
     def cost(self) -> float:
         return self.plan.objective.usd_per_hour
 
-    def resolve_with(self, param, value) -> float | None:
+    def resolve_with(self, param, value, workload: str | None = None) -> float | None:
         """Fleet $/h with one mutable parameter changed (then restored); each change the analysis makes (less
-        demand, a smaller working set, a higher limit) relaxes the model."""
+        demand, a smaller working set, a higher limit) relaxes the model. ``workload``: the one the parameter is
+        of, re-served from scratch in the start where the change leaves the plan infeasible (less demand gives
+        each prefix-caching replica a larger share of the prefixes to hold)."""
         old = pyo.value(param)
         param.set_value(value)
         try:
-            r = self.solve_relaxed()
+            r = self.solve_relaxed(workload)
             self.proven = r.status == "optimal"
             return _fleet_cost(self.model, self.data) if r.has_solution else None
         finally:
             param.set_value(old)
 
-    def solve_relaxed(self) -> SolveResult:
+    def solve_relaxed(self, workload: str | None = None) -> SolveResult:
         """Re-solve the plan's model after a change that relaxes it: where the plan stays feasible it is the
-        first incumbent and its cost bounds the units and replicas (:func:`planner.model.bounds.solve_from`)."""
-        return solve_from(self._quick(), self.model, self.base, heuristics=False)
+        first incumbent and its cost bounds the units and replicas (:func:`planner.model.bounds.solve_from`);
+        else the plan with ``workload`` re-served greedily is."""
+        starts = [self.base]
+        if workload is not None and self.base is not None:
+            starts.append(lambda: greedy_start(self.model, self.base, {workload}, check=False))
+        return solve_from(self._quick(), self.model, starts, heuristics=False)
 
     def _quick(self, *, fresh: bool = False) -> Solver:
         """A solver for one analysis re-solve within what is left of the time limit: the main solve's persistent
@@ -533,13 +540,27 @@ class _Ctx:
             # the looser SLO admits no row and raises no rate: the same model, the same optimum
             self.proven = True
             return self.cost
+        # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
+        # and, mapped onto the new rows, is the first incumbent. A plan row the looser level's pruning drops (a
+        # row it admits dominates it at the new rates) is put back, so that the plan maps.
+        used = set(self.data.rows["pool_row"].to_numpy()[self.base_rows()])
+        missing = used - set(table.rows["pool_row"].to_numpy())
+        if missing:
+            full = select_candidates(self.pool, slos, prune=False).rows
+            table = CandidateTable(pd.concat([table.rows, full[full["pool_row"].isin(missing)]], ignore_index=True),
+                                   table.dropped, table.evaluated)
         data = prepare(self.rs, table)
         m = build_model(data)
-        # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
-        # and, mapped onto the new rows, is the first incumbent.
-        r = solve_from(self._quick(fresh=True), m, self._base_on(m), heuristics=False)
+        r = solve_from(self._quick(fresh=True), m, [self._base_on(m), lambda: greedy_start(m, check=False)],
+                       heuristics=False)
         self.proven = r.status == "optimal"
         return _fleet_cost(m, data) if r.has_solution else None
+
+    def base_rows(self) -> list[int]:
+        """Rows of the plan's model that the plan uses."""
+        if self.base is None:
+            return []
+        return [i for i in self.model.R if self.base[self.model.x[i]] > 0.5]
 
     def _base_on(self, m) -> ComponentMap | None:
         """The plan's solution on the model ``m`` of another candidate table of the same pool (rows matched by
@@ -605,7 +626,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                     f"{RELAX:.0%} looser {_saves(ctx)} ${saved:,.2f}/h",
                     usd_per_hour_saved=saved, saving_proven=ctx.proven,
                 ))
-        saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX)))
+        saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX), w.name))
         worth = f"{_saves(ctx)} ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
         out.append(Binding(
             name=f"demand.{w.name}",
@@ -614,7 +635,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
         ))
         wo = next(o for o in plan.workloads if o.name == w.name)
         if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
-            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX)))
+            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX), w.name))
             if saved and saved > 1e-6 * base:
                 out.append(Binding(
                     name=f"prefix_cache.{w.name}",
@@ -681,9 +702,14 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
         return None
     main = max(plan.units, key=lambda g: g.usd_per_hour).hardware
     m = ctx.model
+    # the plan with the workloads that ran on the excluded hardware re-served greedily: a start close to the new
+    # optimum (the rest of the fleet rarely moves), else the greedy plan
+    hw = m._arr["hardware"]
+    moved = {m._arr["workload"][i] for i in ctx.base_rows() if hw[i] == main}
     m.u[main].fix(0)
     try:
-        r = solve_from(ctx._quick(), m, greedy_start(m))
+        r = solve_from(ctx._quick(), m, [lambda: greedy_start(m, ctx.base, moved, check=False),
+                                         lambda: greedy_start(m, check=False)])
         if not r.has_solution:
             return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
         usd = _fleet_cost(m, ctx.data)

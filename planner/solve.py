@@ -21,6 +21,12 @@ DEFAULT_MIP_GAP = 1e-4
 DEFAULT_TIME_LIMIT_S = 60.0
 
 
+NO_UPDATES = {k: False for k in (
+    "check_for_new_or_removed_constraints", "check_for_new_or_removed_vars", "check_for_new_or_removed_params",
+    "check_for_new_objective", "update_constraints", "update_vars", "update_parameters", "update_named_expressions",
+    "update_objective")}
+"""Pyomo's persistent-solver change scan switched off, for a solve right after :meth:`Solver.load` (nothing changed)."""
+
 HEURISTICS = tuple(f"mip_heuristic_run_{h}" for h in ("rins", "rens", "root_reduced_cost", "zi_round", "shifting",
                                                         "feasibility_jump"))
 
@@ -63,22 +69,33 @@ class Solver:
         other.heuristics = self.heuristics if heuristics is None else heuristics
         return other
 
-    def solve(self, model: pyo.ConcreteModel, start: dict | None = None) -> SolveResult:
+    def solve(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
+              loaded: bool = False) -> SolveResult:
         """Solve ``model``; ``start`` maps Pyomo variables to a feasible assignment handed to HiGHS
-        as its first incumbent (a MIP start)."""
+        as its first incumbent (a MIP start); ``caps`` maps variables to upper bounds for this solve only, set on
+        the HiGHS columns (the model's own bounds are untouched and come back in HiGHS after it). ``loaded``: the
+        caller has just called :meth:`load` and changed nothing since (Pyomo's change scan is skipped)."""
         t0 = time.perf_counter()
+        if not loaded:
+            self.load(model)
         if start:
             self._with_start(start)
-        res = self._opt.solve(
-            model,
-            load_solutions=False,
-            raise_exception_on_nonoptimal_result=False,
-            time_limit=self.time_limit_s,
-            rel_gap=self.mip_gap,
-            threads=self.threads,
-            # set every time: a persistent HiGHS instance keeps options from one solve to the next
-            solver_options={k: self.heuristics for k in HEURISTICS},
-        )
+        undo = self._cap(caps) if caps else None
+        try:
+            res = self._opt.solve(
+                model,
+                load_solutions=False,
+                raise_exception_on_nonoptimal_result=False,
+                time_limit=self.time_limit_s,
+                rel_gap=self.mip_gap,
+                threads=self.threads,
+                auto_updates=NO_UPDATES,
+                # set every time: a persistent HiGHS instance keeps options from one solve to the next
+                solver_options={k: self.heuristics for k in HEURISTICS},
+            )
+        finally:
+            if undo is not None:
+                undo()
         wall = time.perf_counter() - t0
         term = res.termination_condition
         sol = res.solution_status
@@ -101,6 +118,75 @@ class Solver:
         else:
             status = "limit"
         return SolveResult(status, term.name, None if obj is None else float(obj), bound, gap, wall)
+
+    def load(self, model: pyo.ConcreteModel) -> None:
+        """Bring the persistent HiGHS instance up to date with ``model`` (load it, or send what changed since the
+        last solve: parameters, fixed variables, bounds, deactivated constraints)."""
+        opt = self._opt
+        opt._active_config = opt.config  # the defaults: every change is looked for
+        if opt._model is not model:
+            opt.set_instance(model)
+        else:
+            opt.update()
+
+    def start_objective(self, start: dict, tol: float = 1e-6) -> float | None:
+        """The objective of ``start`` (a map of Pyomo variables to values, missing ones 0) in the model HiGHS
+        holds (call :meth:`load` first), or ``None`` where it breaks a row or column bound (relative tolerance
+        ``tol``) or is fractional where a column is integer. Fixed variables count at their fixed value. Vectorised
+        over HiGHS's copy of the model: the same verdict as evaluating every Pyomo constraint, in a fraction of
+        the time."""
+        import numpy as np
+
+        h = self._opt._solver_model
+        lp = h.getLp()
+        x = self._column_values(start)
+        lo, hi = np.asarray(lp.col_lower_), np.asarray(lp.col_upper_)
+        if ((x < lo - tol) | (x > hi + tol)).any():
+            return None
+        integer = np.asarray([int(t) for t in lp.integrality_], dtype=int) if len(lp.integrality_) else np.zeros(len(x), int)
+        if (integer != 0).any() and (np.abs(x - np.round(x))[integer != 0] > tol).any():
+            return None
+        a = lp.a_matrix_
+        if int(a.format_) != 1:  # row-wise: make it column-wise
+            h.ensureColwise()
+            a = h.getLp().a_matrix_
+        starts = np.asarray(a.start_)
+        cols = np.repeat(np.arange(len(x)), np.diff(starts))
+        act = np.bincount(np.asarray(a.index_, dtype=np.int64), weights=np.asarray(a.value_) * x[cols],
+                          minlength=lp.num_row_)
+        scale = tol * np.maximum(1.0, np.abs(act))
+        if ((act < np.asarray(lp.row_lower_) - scale) | (act > np.asarray(lp.row_upper_) + scale)).any():
+            return None
+        return float(np.dot(np.asarray(lp.col_cost_), x) + lp.offset_)
+
+    def _column_values(self, values: dict):
+        """``values`` as a vector over HiGHS's columns (variables it has no column for are left out; fixed ones at
+        their fixed value)."""
+        import numpy as np
+
+        cols = self._opt._pyomo_var_to_solver_var_map
+        x = np.zeros(self._opt._solver_model.getNumCol())
+        for v, val in values.items():
+            j = cols.get(id(v))
+            if j is not None:
+                x[j] = v.value if v.fixed else float(val)
+        return x
+
+    def _cap(self, caps: dict):
+        """Set upper bounds ``caps`` (Pyomo variable -> bound) on the HiGHS columns; returns the undo."""
+        import numpy as np
+
+        h = self._opt._solver_model
+        cols = self._opt._pyomo_var_to_solver_var_map
+        lp = h.getLp()
+        idx = np.array([cols[id(v)] for v in caps if id(v) in cols], dtype=np.int32)
+        if not idx.size:
+            return lambda: None
+        lo, hi = np.asarray(lp.col_lower_)[idx], np.asarray(lp.col_upper_)[idx]
+        new = np.array([float(b) for v, b in caps.items() if id(v) in cols])
+        new = np.maximum(np.minimum(hi, new), lo)
+        h.changeColsBounds(idx.size, idx, lo, new)
+        return lambda: h.changeColsBounds(idx.size, idx, lo, hi)
 
     def _with_start(self, start: dict) -> None:
         """Set the MIP start just before HiGHS runs (after Pyomo has loaded the model)."""

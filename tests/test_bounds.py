@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 import pytest
+from pyomo.common.collections import ComponentMap
 
-from planner.model.bounds import cost_bounds, greedy_start, is_feasible, objective_at, snapshot, solve_from
+from planner.model.bounds import (
+    cost_bounds,
+    cost_caps,
+    greedy_start,
+    is_feasible,
+    objective_at,
+    snapshot,
+    solve_from,
+)
 from planner.model.build import build_model
 from planner.results import solution_values
 from planner.solve import Solver
@@ -71,3 +80,55 @@ def test_infeasible_assignment_is_refused():
     assert start is not None
     start[m.u[next(iter(m.H))]] = 0.5  # not whole
     assert not is_feasible(m, start)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_solver_side_start_check_agrees_with_the_model_side_one(seed):
+    """:meth:`Solver.start_objective` (vectorised over HiGHS's copy) gives the verdict and objective of
+    :func:`is_feasible` / :func:`objective_at` (every Pyomo constraint evaluated), on feasible plans, on plans a
+    change has broken and on assignments that are fractional or buy nothing."""
+    data = _random_instance(seed)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+    starts = [snapshot(m)]  # all zero: serves nothing
+    g = greedy_start(m, check=False)
+    if g is not None:
+        starts.append(g)
+        frac = ComponentMap(g)
+        frac[m.u[next(iter(m.H))]] = 0.5
+        starts.append(frac)
+    if solver.solve(m).status == "optimal":
+        starts.append(snapshot(m))
+        w = next(iter(data.workloads))
+        m.demand[w] = data.workloads[w].requests_per_s * 1.7  # the optimum no longer serves it
+    solver.load(m)
+    verdicts = []
+    for s in starts:
+        ok = is_feasible(m, s)
+        got = solver.start_objective(s)
+        assert (got is not None) == ok
+        if ok:
+            assert got == pytest.approx(objective_at(m, s), rel=1e-12, abs=1e-12)
+        verdicts.append(ok)
+    assert verdicts[0] is False
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 5, 8])
+def test_caps_last_one_solve_and_a_repaired_start_keeps_the_other_workloads(seed):
+    data = _random_instance(seed)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+    if solver.solve(m).status != "optimal":
+        pytest.skip("no plan at this seed")
+    base = snapshot(m)
+    hw = solver._opt._solver_model
+    before = list(hw.getLp().col_upper_)
+    cost = solver.start_objective(base)
+    r = solver.solve(m, base, caps=cost_caps(m, cost))
+    assert r.status == "optimal"
+    assert list(hw.getLp().col_upper_) == before  # the caps were lifted after the solve
+    w = next(iter(data.workloads))
+    rep = greedy_start(m, base, {w}, check=False)
+    for i in m.R:
+        if m._arr["workload"][i] != w:
+            assert rep[m.x[i]] == round(base[m.x[i]])

@@ -122,7 +122,7 @@ def test_solver_limit_without_a_plan_is_exit_3(catalog, monkeypatch):
     from planner import planning
     from planner.solve import SolveResult
 
-    monkeypatch.setattr(planning.Solver, "solve", lambda self, m, start=None: SolveResult("limit", "maxTimeLimit", None, None, None, 0.1))
+    monkeypatch.setattr(planning.Solver, "solve", lambda self, m, start=None, **kw: SolveResult("limit", "maxTimeLimit", None, None, None, 0.1))
     with pytest.raises(SolverLimitError) as err:
         make_plan(_scenario(catalog), QUICK)
     assert err.value.exit_code == 3

@@ -74,55 +74,75 @@ def _assigned(m, values: ComponentMap):
             v.set_value(x, skip_validation=True)
 
 
-@contextmanager
-def cost_bounds(m, cost: float | None):
+def cost_caps(m, cost: float | None) -> ComponentMap:
     """Upper bounds on ``u`` and ``x`` implied by a feasible plan of objective ``cost`` (see the module
-    docstring), for the solves inside the ``with``; the variables' own bounds come back after it. A bound
-    never goes below the variable's current lower bound or fixed value."""
+    docstring); empty where ``cost`` is unknown. Only bounds tighter than the variables' own, and never below
+    a variable's lower bound."""
+    caps = ComponentMap()
     if cost is None or not math.isfinite(cost):
-        yield
-        return
+        return caps
     data, a = m._data, m._arr
-    old = ComponentMap()
     units = {}
     for h in m.H:
         price = pyo.value(m.usd_per_chip_hour[h]) * data.hardware[h].chips_per_unit
         units[h] = math.floor(cost / price * (1 + 1e-9)) if price > 0 else None
+    for h, cap in units.items():
+        if cap is not None:
+            _tighten(m.u[h], cap, caps)
+    slots = a["slots"]
+    for i in m.R:
+        h = a["hardware"][i]
+        if units[h] is not None:
+            _tighten(m.x[i], math.floor(units[h] * data.hardware[h].chips_per_unit / slots[i] * (1 + 1e-9)), caps)
+    return caps
+
+
+@contextmanager
+def cost_bounds(m, cost: float | None):
+    """:func:`cost_caps` set on the Pyomo variables for the solves inside the ``with``; the variables' own
+    bounds come back after it."""
+    caps = cost_caps(m, cost)
+    old = ComponentMap((v, v.ub) for v in caps)
     try:
-        for h, cap in units.items():
-            if cap is not None:
-                _tighten(m.u[h], cap, old)
-        chips = {h: (None if units[h] is None else units[h] * data.hardware[h].chips_per_unit) for h in m.H}
-        slots = a["slots"]
-        for i in m.R:
-            c = chips[a["hardware"][i]]
-            if c is not None:
-                _tighten(m.x[i], math.floor(c / slots[i] * (1 + 1e-9)), old)
+        for v, ub in caps.items():
+            v.setub(ub)
         yield
     finally:
         for v, ub in old.items():
             v.setub(ub)
 
 
-def _tighten(v, ub: int, old: ComponentMap) -> None:
+def _tighten(v, ub: int, caps: ComponentMap) -> None:
     if v.fixed or (v.ub is not None and v.ub <= ub):
         return
-    old[v] = v.ub
-    v.setub(max(ub, v.lb or 0))
+    caps[v] = max(ub, v.lb or 0)
 
 
-def greedy_start(m) -> ComponentMap | None:
-    """A feasible plan to start from, or ``None``: each workload served whole by the option (an aggregated
-    row, or a prefill and a decode row) with the fewest chips of capacity per request/s, replicas rounded up,
-    units rounded up to hold them, every indicator set to match. Kept only if it meets every constraint of
-    the model (limits, N+k, prefix capacity, pool-type caps can rule it out)."""
+def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool = True) -> ComponentMap | None:
+    """A plan to start from, or ``None``: each workload served whole by the option (an aggregated row, or a
+    prefill and a decode row) with the fewest chips of capacity per request/s, replicas rounded up, units
+    rounded up to hold them, every indicator set to match. With ``base`` (a plan of this model, usually one that
+    a change has made infeasible) only the workloads in ``redo`` are served that way; the others keep their
+    replicas and streams from ``base`` (a repair: close to ``base``, so close to the new optimum). With
+    ``check`` it is kept only if it meets every constraint of the model (limits, N+k, prefix capacity, pool-type
+    caps can rule it out); without, the caller checks (:func:`solve_from` does, on HiGHS's copy of the model)."""
     a, unit, data = m._arr, m._unit, m._data
     rate = a["rate"] / unit
     price = {h: pyo.value(m.usd_per_chip_hour[h]) for h in m.H}
     x = np.zeros(len(rate))
     vals = ComponentMap()
     k = data.lose_units + 1
+    redo = set(m.W) if base is None or redo is None else set(redo)
+    if base is not None:
+        wl = a["workload"]
+        for i in m.R:
+            if wl[i] not in redo:
+                x[i] = round(base.get(m.x[i], 0.0))
     for w in m.W:
+        if w not in redo:
+            vals[m.s_agg[w]] = base.get(m.s_agg[w], 0.0)
+            vals[m.s_dis[w]] = base.get(m.s_dis[w], 0.0)
+            continue
         demand = pyo.value(m.demand[w]) / unit
         best = {role: _cheapest_row(m, w, role, rate, demand, price) for role in ("aggregated", "prefill", "decode")}
 
@@ -158,18 +178,26 @@ def greedy_start(m) -> ComponentMap | None:
     if hasattr(m, "row_used"):
         for i in m.R:
             vals[m.row_used[i]] = float(x[i] > 0)
-    return vals if is_feasible(m, vals) else None
+    return vals if not check or is_feasible(m, vals) else None
 
 
-def solve_from(solver, m, start: ComponentMap | None, *, heuristics: bool = True):
-    """Solve ``m`` with ``solver`` from ``start`` where it is a feasible plan of ``m`` as the model stands:
-    then it is the first incumbent and its cost bounds the units and replicas, and with ``heuristics=False``
-    (a start known to be good: a solved plan's) HiGHS spends no time searching for other incumbents;
-    otherwise a plain solve."""
-    if start is None or not is_feasible(m, start):
-        return solver.solve(m)
-    with cost_bounds(m, objective_at(m, start)):
-        return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=heuristics).solve(m, start)
+def solve_from(solver, m, starts, *, heuristics: bool = True):
+    """Solve ``m`` with ``solver`` from the first of ``starts`` (assignments, or callables that make one; a
+    single assignment or ``None`` also do) that is a feasible plan of ``m`` as the model stands: then it is the
+    first incumbent and its cost bounds the units and replicas, and with ``heuristics=False`` (a start known to
+    be good: a solved plan's, or one repaired from it) HiGHS spends no time searching for other incumbents;
+    otherwise a plain solve. Feasibility is checked on HiGHS's copy of the model (:meth:`Solver.start_objective`)."""
+    if starts is None or isinstance(starts, ComponentMap):
+        starts = [starts]
+    solver.load(m)
+    for start in starts:
+        if callable(start):
+            start = start()
+        cost = solver.start_objective(start) if start is not None else None
+        if cost is not None:
+            return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=heuristics).solve(
+                m, start, caps=cost_caps(m, cost), loaded=True)
+    return solver.solve(m, loaded=True)
 
 
 def _cheapest_row(m, w, role, rate, demand, price) -> int | None:
