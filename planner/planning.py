@@ -709,7 +709,7 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
     m.u[main].fix(0)
     try:
         r = solve_from(ctx._quick(), m, [lambda: greedy_start(m, ctx.base, moved, check=False),
-                                         lambda: greedy_start(m, check=False)])
+                                         lambda: greedy_start(m, check=False)], heuristics=False)
         if not r.has_solution:
             return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
         usd = _fleet_cost(m, ctx.data)
@@ -728,6 +728,7 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
             excluded=main,
             status=r.status,
             usd_per_hour=usd,
+            mip_gap=r.mip_gap,
             usd_per_mtok=usd / (tokens * 3600 / 1e6),
             hardware=hws,
             summary=f"{units}: {desc}",

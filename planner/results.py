@@ -218,7 +218,11 @@ class UnitPlacement(_M):
 class RunnerUp(_M):
     excluded: str
     status: str
+    """``optimal``, or ``feasible``: the best plan the analysis's time limit allowed, not proven cheapest."""
     usd_per_hour: float | None = None
+    mip_gap: float | None = None
+    """Relative gap of that plan's cost to the solver's lower bound: the cheapest plan without the hardware costs
+    at least ``usd_per_hour * (1 - mip_gap)``."""
     usd_per_mtok: float | None = None
     hardware: list[str] = []
     summary: str = ""

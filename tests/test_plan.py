@@ -61,6 +61,17 @@ def test_plan_is_rechecked_and_consistent(base_plan):
     assert p.runner_up.usd_per_hour >= p.objective.usd_per_hour
 
 
+def test_a_runner_up_not_proven_cheapest_says_so_with_its_floor(base_plan):
+    from planner.export.plan import plan_markdown
+
+    p = base_plan.plan.model_copy(deep=True)
+    assert p.runner_up.status == "optimal" and "Not proven" not in plan_markdown(p)
+    p.runner_up.status, p.runner_up.mip_gap = "feasible", 0.05
+    md = plan_markdown(p)
+    floor = p.runner_up.usd_per_hour * 0.95
+    assert "Not proven the cheapest" in md and f"${floor:,.2f}/h" in md
+
+
 def test_recheck_catches_a_tampered_plan(base_plan, catalog):
     rs = _scenario(catalog)
     bad = base_plan.plan.model_copy(deep=True)

@@ -285,25 +285,25 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                                      for g in groups):
         grid = _grid(model, hw, choice.engine, rs.expert_load_for(model))
         gcols = {k: grid[k].to_numpy() for k in grid.columns}
-        prefill_rows = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
+        # A prefill pass is one prompt per rank without drafts: only those grid rows are prefill candidates (the
+        # others differ in decode batch and drafts alone), so only they are evaluated for that role.
+        one = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
+        by_role = {"prefill": {k: v[one] for k, v in gcols.items()}}
         kvs = kv_options(sc.kv_cache, choice.engine)
         for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine), kvs):
             setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff)
             for w in wls:
                 for role in roles_for(sc.serving):
-                    for tags, var in _variants(setup, gcols, w, role):
-                        ok = np.broadcast_to(var.pop("ok_memory"), prefill_rows.shape)
-                        evaluated += int(prefill_rows.sum()) if role == "prefill" else len(ok)
-                        if role == "prefill":
-                            dropped += int((prefill_rows & ~ok).sum())
-                            ok = ok & prefill_rows
-                        else:
-                            dropped += int((~ok).sum())
+                    g = by_role.get(role, gcols)
+                    for tags, var in _variants(setup, g, w, role):
+                        ok = np.broadcast_to(var.pop("ok_memory"), g["batch"].shape)
+                        evaluated += len(ok)
+                        dropped += int((~ok).sum())
                         n = int(ok.sum())
                         fit += n
                         if n == 0:
                             continue
-                        chunk = {k: np.broadcast_to(v, ok.shape)[ok] for k, v in {**gcols, **var}.items()}
+                        chunk = {k: np.broadcast_to(v, ok.shape)[ok] for k, v in {**g, **var}.items()}
                         b = np.broadcast_to(tags["bound"], ok.shape)[ok]
                         chunk["bound"] = ((b == "memory") * 1 + (b == "communication") * 2).astype(np.int16)
                         if levels:
