@@ -559,6 +559,22 @@ def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
     n = len(slots)
     if n <= 1:
         return np.ones(n, dtype=bool)
+    if n > 64:
+        # Most rows of a chunk trail the fastest row of their footprint in rate and capacity: off the front, so
+        # never kept. Sorting only the others gives the same answer (rows equal to that best row stay).
+        _, g = np.unique(slots, return_inverse=True)
+        g = g.reshape(-1)
+        qbest = np.full(g.max() + 1, -np.inf)
+        np.maximum.at(qbest, g, rate)
+        top = rate == qbest[g]
+        cbest = np.full(len(qbest), -np.inf)
+        np.maximum.at(cbest, g[top], capacity[top])
+        qb, cb = qbest[g], cbest[g]
+        live = np.flatnonzero(~((rate <= qb) & (capacity <= cb) & ((rate < qb) | (capacity < cb))))
+        if live.size < n:
+            keep = np.zeros(n, dtype=bool)
+            keep[live[nondominated(slots[live], rate[live], capacity[live], tpot[live])]] = True
+            return keep
     order = np.lexsort((tpot, -capacity, -rate, slots))  # stable: ties stay in position order
     S, Q, C = slots[order], rate[order], capacity[order]
     # Front of each footprint: capacity above every earlier row's of that footprint. One running maximum over
