@@ -1,8 +1,10 @@
 """Benchmark of candidate-table generation for the bundled scenarios (figures for issue notes).
 
-    python bench/bench_candidates.py
+    python bench/bench_candidates.py [SCENARIO ...] [--fleet N ...]
 
-Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scenario.
+Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scenario: the table alone
+(``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels
+(``evaluate_candidates``, what a plan pays). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
 """
 
 from __future__ import annotations
@@ -15,20 +17,42 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.catalog import load_catalog  # noqa: E402
-from planner.catalog.scenario import load_scenario, resolve_scenario  # noqa: E402
-from planner.perf.candidates import build_candidates  # noqa: E402
+from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario  # noqa: E402
+from planner.perf.candidates import build_candidates, evaluate_candidates, scenario_slos  # noqa: E402
+from planner.planning import slo_levels  # noqa: E402
+
+
+def _best(f) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(3):
+        t = time.perf_counter()
+        out = f()
+        best = min(best, time.perf_counter() - t)
+    return best, out
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", nargs="*", type=Path)
+    ap.add_argument("--fleet", type=int, action="append", default=[])
+    a = ap.parse_args()
     cat = load_catalog()
-    for path in sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml")):
-        rs = resolve_scenario(load_scenario(path), cat, path)
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            ct = build_candidates(rs)
-            best = min(best, time.perf_counter() - t)
-        print(f"{path.stem:16} evaluated {ct.evaluated:7d}  kept {len(ct.rows):4d}  dropped {ct.dropped}  {best:.2f} s")
+    cases = []
+    for path in a.scenario or ([] if a.fleet else sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))):
+        cases.append((path.stem, resolve_scenario(load_scenario(path), cat, path)))
+    if a.fleet:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from bench_fleet import scenario
+
+        cases += [(f"fleet-{n}", resolve_scenario(Scenario.model_validate(scenario(n)), cat)) for n in a.fleet]
+    for name, rs in cases:
+        table_s, ct = _best(lambda rs=rs: build_candidates(rs))
+        levels = slo_levels(scenario_slos(rs.scenario.workloads), True)
+        pool_s, _ = _best(lambda rs=rs, levels=levels: evaluate_candidates(rs, None, levels))
+        print(f"{name:16} evaluated {ct.evaluated:9,d}  kept {len(ct.rows):5d}  dropped {ct.dropped}  table {table_s:.2f} s"
+              f"  plan's streamed pool {pool_s:.2f} s")
 
 
 if __name__ == "__main__":

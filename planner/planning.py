@@ -22,7 +22,7 @@ from planner.catalog.writer import atomic_write_with
 from planner.errors import InfeasibleError, PlanCheckError, PlannerError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.bounds import greedy_start, snapshot, solve_from
-from planner.model.build import fleet_kw
+from planner.model.build import EPSILON, fleet_kw
 from planner.model.data import drop_unpowered
 from planner.model.periods import Tiers
 from planner.perf.candidates import (
@@ -594,6 +594,15 @@ def _fleet_cost(m, data: PlanData) -> float:
     return float(sum(round(pyo.value(m.u[h])) * data.hardware[h].usd_per_unit_hour for h in m.H))
 
 
+def _fleet_floor(r: SolveResult, data: PlanData, usd: float) -> float | None:
+    """A lower bound on the fleet $/h of the optimum of a solve that stopped short of it: the objective's bound
+    less the tie-break term (at most ``EPSILON`` times the fleet's dollars: replicas occupy no more chips than
+    the units hold). ``None`` where the solve proved its optimum, has no bound, or pool types are priced."""
+    if r.status == "optimal" or r.bound is None or data.pool_type_usd_per_hour:
+        return None
+    return min(usd, r.bound / (1 + EPSILON))
+
+
 def _saves(ctx: _Ctx) -> str:
     """How a saving reads: exact, or a lower bound where the re-solve stopped at its time limit."""
     return "saves" if ctx.proven else "saves at least"
@@ -728,7 +737,7 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
             excluded=main,
             status=r.status,
             usd_per_hour=usd,
-            mip_gap=r.mip_gap,
+            usd_per_hour_floor=_fleet_floor(r, ctx.data, usd),
             usd_per_mtok=usd / (tokens * 3600 / 1e6),
             hardware=hws,
             summary=f"{units}: {desc}",

@@ -220,9 +220,10 @@ class RunnerUp(_M):
     status: str
     """``optimal``, or ``feasible``: the best plan the analysis's time limit allowed, not proven cheapest."""
     usd_per_hour: float | None = None
-    mip_gap: float | None = None
-    """Relative gap of that plan's cost to the solver's lower bound: the cheapest plan without the hardware costs
-    at least ``usd_per_hour * (1 - mip_gap)``."""
+    usd_per_hour_floor: float | None = None
+    """Where not proven cheapest: what the cheapest plan without the hardware costs at least (the solver's lower
+    bound on the objective, less the tie-break term; none where pool types are priced, the objective then holds
+    more than the fleet's dollars)."""
     usd_per_mtok: float | None = None
     hardware: list[str] = []
     summary: str = ""

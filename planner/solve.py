@@ -189,24 +189,16 @@ class Solver:
         return lambda: h.changeColsBounds(idx.size, idx, lo, hi)
 
     def _with_start(self, start: dict) -> None:
-        """Set the MIP start just before HiGHS runs (after Pyomo has loaded the model)."""
+        """Set the MIP start just before HiGHS runs (after Pyomo has loaded the model): the same column vector
+        :meth:`start_objective` checks."""
         import highspy
-        import numpy as np
 
         opt = self._opt
         original = opt._solve
 
         def solve_with_start():
-            cols = opt._pyomo_var_to_solver_var_map
-            # variables HiGHS was not given (fixed, or in no active constraint) have no column
-            known = [(cols[id(v)], float(x)) for v, x in start.items() if id(v) in cols]
-            idx = np.array([i for i, _ in known], dtype=np.int32)
-            val = np.array([x for _, x in known], dtype=np.double)
             sol = highspy.HighsSolution()
-            n = opt._solver_model.getNumCol()
-            values = np.zeros(n)
-            values[idx] = val
-            sol.col_value = list(values)
+            sol.col_value = list(self._column_values(start))
             sol.value_valid = True
             opt._solver_model.setSolution(sol)
             opt._solve = original

@@ -66,9 +66,9 @@ def test_a_runner_up_not_proven_cheapest_says_so_with_its_floor(base_plan):
 
     p = base_plan.plan.model_copy(deep=True)
     assert p.runner_up.status == "optimal" and "Not proven" not in plan_markdown(p)
-    p.runner_up.status, p.runner_up.mip_gap = "feasible", 0.05
-    md = plan_markdown(p)
     floor = p.runner_up.usd_per_hour * 0.95
+    p.runner_up.status, p.runner_up.usd_per_hour_floor = "feasible", floor
+    md = plan_markdown(p)
     assert "Not proven the cheapest" in md and f"${floor:,.2f}/h" in md
 
 
@@ -377,3 +377,18 @@ def test_a_prefill_pool_keeps_the_micro_batch_overlap_it_was_priced_with(catalog
     assert plan.recheck.ok
     prefill = [p for p in plan.pools if p.role == "prefill"]
     assert prefill and any(p.two_batch_overlap for p in prefill)
+
+
+def test_the_runner_up_floor_is_the_bound_less_the_tie_break_and_only_where_it_holds():
+    from types import SimpleNamespace
+
+    from planner.model.build import EPSILON
+    from planner.planning import _fleet_floor
+    from planner.solve import SolveResult
+
+    stopped = SolveResult("feasible", "maxTimeLimit", 781.76, 760.0, 0.028, 5.0)
+    plain, priced = SimpleNamespace(pool_type_usd_per_hour=0.0), SimpleNamespace(pool_type_usd_per_hour=5.0)
+    assert _fleet_floor(stopped, plain, 781.76) == pytest.approx(760.0 / (1 + EPSILON))
+    assert _fleet_floor(stopped, priced, 781.76) is None  # the objective holds pool-type dollars too
+    assert _fleet_floor(SolveResult("optimal", "ok", 781.76, 781.76, 0.0, 1.0), plain, 781.76) is None
+    assert _fleet_floor(SolveResult("feasible", "maxTimeLimit", 781.76, None, None, 5.0), plain, 781.76) is None

@@ -203,7 +203,7 @@ def plan_markdown(plan: Plan) -> str:
             f"{_usd(more)}/h or {more / o.usd_per_hour:.1%} more): {r.summary}."
         )
         if r.status != "optimal":
-            floor = r.usd_per_hour * (1 - (r.mip_gap or 0.0)) if r.mip_gap is not None else None
+            floor = r.usd_per_hour_floor
             L.append("- Not proven the cheapest without it: the best plan found within the analysis's time limit"
                      + (f"; the cheapest costs at least {_usd(floor)}/h." if floor is not None else "."))
     L += ["", "## Placement (replicas in purchase units)", ""]

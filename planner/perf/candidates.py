@@ -315,7 +315,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                             idx = idx[sel]
                             n = idx.size
                         chunk = {k: _take(v, ok.shape, idx) for k, v in both.items()}
-                        b = np.broadcast_to(tags["bound"], ok.shape)[idx]
+                        b = _take(tags["bound"], ok.shape, idx)
                         chunk["bound"] = ((b == "memory") * 1 + (b == "communication") * 2).astype(np.int16)
                         labels["bound"].append(chunk.pop("bound"))
                         for k, v in chunk.items():
@@ -573,8 +573,15 @@ def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
         live = np.flatnonzero(~((rate <= qb) & (capacity <= cb) & ((rate < qb) | (capacity < cb))))
         if live.size < n:
             keep = np.zeros(n, dtype=bool)
-            keep[live[nondominated(slots[live], rate[live], capacity[live], tpot[live])]] = True
+            keep[live[_front_kept(slots[live], rate[live], capacity[live], tpot[live])]] = True
             return keep
+    return _front_kept(slots, rate, capacity, tpot)
+
+
+def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
+    """:func:`nondominated` on rows already cleared of those that trail their footprint's fastest row (or on
+    few rows): the sort, the front of each footprint and the whole-multiple test."""
+    n = len(slots)
     order = np.lexsort((tpot, -capacity, -rate, slots))  # stable: ties stay in position order
     S, Q, C = slots[order], rate[order], capacity[order]
     # Front of each footprint: capacity above every earlier row's of that footprint. One running maximum over
