@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from planner.catalog.scenario import ResolvedScenario
 from planner.model.data import PlanData, chip_power_kw
 from planner.perf.candidates import evaluate_point, packing_domain, planned_load
+from planner.perf.roofline import DEFAULT_CHUNK_TOKENS
 from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
@@ -757,6 +758,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
             eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
             spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
             moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
+            prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
         )
         if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
             ep_ = p.expert_placement

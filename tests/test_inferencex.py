@@ -170,3 +170,22 @@ def test_predict_takes_one_file_and_says_so_when_given_two(tmp_path):
                         str(tmp_path / "o.csv")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0
     assert "--data was given 2 times" in r.stderr and not (tmp_path / "o.csv").exists()
+
+
+def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lacks(catalog):
+    """Some silicon rows are InferenceX runs exported twice. Matching them (configuration, date, TPOT within 3%)
+    recovers the speculative decoding InferenceX records: the silicon file holds both MTP and plain runs of one
+    configuration under the same fields, the MTP ones measured faster."""
+    from planner.calib.report import shared_runs
+
+    sil = load_measured(need(SHARED / "calibration" / "silicon_calibration.csv"), catalog, measured=True)
+    ix = load_measured(need(IX), catalog, measured=True)
+    shared = shared_runs(sil, ix)
+    assert set(shared["spec_method"]) == {"mtp", "none"}
+    rows = sil.raw.loc[shared.index]
+    assert rows["model_path"].str.contains("DeepSeek-(R1|V3)").all()  # one architecture, both names
+    key = ["system", "backend", "precision", "isl", "osl", "tp_size", "batch_size"]
+    both = rows.assign(spec=shared["spec_method"]).groupby(key)["spec"].nunique()
+    assert (both == 2).any()
+    tp = rows.assign(spec=shared["spec_method"]).groupby("spec")["silicon_tpot_ms"].median()
+    assert tp["mtp"] < tp["none"]

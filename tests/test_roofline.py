@@ -308,3 +308,38 @@ def test_moe_layers_pay_their_own_overhead(catalog):
         b = Setup.make(m, hw, weights="fp8", eff=EngineEfficiency(layer_overhead_us=20, moe_layer_overhead_us=30))
         d = float(decode_step(b, 8, 8 if moe_layers else 1, 1, 1, 32, 2048).step_s - decode_step(a, 8, 8 if moe_layers else 1, 1, 1, 32, 2048).step_s)
         assert d == pytest.approx(moe_layers * 30e-6, abs=1e-12)
+
+
+def test_interleaved_prompts_arrive_in_chunks_not_spread_over_steps(catalog):
+    """An aggregated step carrying ``X`` prompt tokens per step on average is a mix: a share ``X / c`` of the
+    steps carries a chunk of ``c = min(chunk size, prompt)`` tokens, the rest are plain decode steps. The mean
+    step is exactly that mix (the identity), and for an MoE model at a small batch it streams far fewer expert
+    bytes than spreading the same tokens evenly, which would touch most experts in every step."""
+    from dataclasses import replace
+
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["b200-sxm"], weights="fp8", eff=IDEAL)
+    B, I, O = 4.0, 8192.0, 1024.0
+    X = B * I / O  # 32 prompt tokens per step on average
+    mixed = decode_step(s, 8, 1, 1, 1, B, I + O / 2, prefill_tokens_per_step=X, prefill_context=I)
+    plain = decode_step(s, 8, 1, 1, 1, B, I + O / 2)
+    chunk = decode_step(s, 8, 1, 1, 1, B, I + O / 2, prefill_tokens_per_step=I, prefill_context=I)
+    q = X / I
+    for part in ("step_s", "compute_s", "memory_s", "weight_read_bytes"):
+        expect = (1 - q) * float(getattr(plain, part)) + q * float(getattr(chunk, part))
+        assert float(getattr(mixed, part)) == pytest.approx(expect, rel=1e-9), part
+    # Spread evenly, 36 tokens x 8 of 256 experts touch ~68% of the experts every step; in chunks the mean
+    # step streams the 4 decode tokens' ~12% and, one step in 256, all of them.
+    spread = decode_step(s, 8, 1, 1, 1, B, I + O / 2, prefill_tokens_per_step=X, prefill_context=1.0)
+    expert = s.wb.expert / 8
+    assert float(spread.weight_read_bytes) - float(plain.weight_read_bytes) > 0.5 * expert
+    assert float(mixed.weight_read_bytes) - float(plain.weight_read_bytes) < 0.01 * expert
+    # A smaller chunk size splits a long prompt: more chunk steps, each with fewer tokens.
+    small = decode_step(replace(s, prefill_chunk_tokens=2048.0), 8, 1, 1, 1, B, I + O / 2,
+                        prefill_tokens_per_step=X, prefill_context=I)
+    assert float(small.weight_read_bytes) > float(mixed.weight_read_bytes)
+    # At or above the chunk size every step carries the prompt tokens: no mix, whatever the chunk size.
+    big = 256 * I / O * 4
+    full = decode_step(s, 8, 1, 1, 1, 256.0, I + O / 2, prefill_tokens_per_step=big, prefill_context=I)
+    part = decode_step(replace(s, prefill_chunk_tokens=2048.0), 8, 1, 1, 1, 256.0, I + O / 2,
+                       prefill_tokens_per_step=big, prefill_context=I)
+    assert float(full.step_s) == pytest.approx(float(part.step_s), rel=1e-12)

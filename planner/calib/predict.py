@@ -16,7 +16,7 @@ import pandas as pd
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import ENGINES
 from planner.perf.layout import expert_copies
-from planner.perf.roofline import Setup
+from planner.perf.roofline import DEFAULT_CHUNK_TOKENS, Setup
 from planner.perf.serving import (
     admission_wait,
     agg_decode,
@@ -77,7 +77,9 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode"]
     for key, g in ok.groupby(keys, sort=False):
         mid, hid, eng, dd, ed, kd, mode = key
-        make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd)
+        spec = catalog.engines.get(eng)
+        make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
+                       prefill_chunk_tokens=spec.prefill_chunk_tokens if spec is not None else DEFAULT_CHUNK_TOKENS)
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
         else:

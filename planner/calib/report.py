@@ -157,6 +157,65 @@ def _drivers(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+SHARED_TPOT_TOL = 0.03
+"""Two records are one run exported twice when their configuration and date agree and their measured TPOTs
+are within 3% (repeat runs of one configuration on one date differ by more, see the repeatability tables)."""
+
+
+def shared_runs(sil, ix) -> pd.DataFrame:
+    """Rows of a silicon file that are also runs of an InferenceX file (same hardware, engine, precision,
+    nominal lengths, concurrency, serving mode and date, and the same measured TPOT within :data:`SHARED_TPOT_TOL`),
+    with the speculative decoding the InferenceX run records (``spec_method``), which the silicon format does
+    not carry. Index: the silicon rows; column ``spec_method``. A diagnostic of the data only: no prediction
+    reads it."""
+    def keys(m, date, prec):
+        n = m.norm
+        return pd.DataFrame({
+            "hw": n["n_hw"].astype(str), "eng": n["n_engine"].astype(str), "prec": prec,
+            "isl": pd.to_numeric(m.raw["isl"], errors="coerce").to_numpy(),
+            "osl": pd.to_numeric(m.raw["osl"], errors="coerce").to_numpy(),
+            "conc": pd.to_numeric(n["n_conc"], errors="coerce"), "mode": n["n_mode"].astype(str), "date": date,
+            "tpot": pd.to_numeric(n["m_tpot"], errors="coerce"),
+        }, index=n.index)
+
+    s_date = sil.raw["silicon_data_source"].astype(str).str.extract(r"measured=(\d{4}-\d\d-\d\d)")[0]
+    s_prec = sil.raw["precision"].astype(str).str.lower().str.replace("nvfp4", "fp4").str.replace("mxfp4", "fp4")
+    a = keys(sil, s_date, s_prec).rename_axis("row").reset_index()
+    b = keys(ix, ix.raw["date"].astype(str).str[:10], ix.raw["precision"].astype(str).str.lower())
+    b["spec_method"] = ix.raw["spec_method"].astype(str).to_numpy()
+    on = ["hw", "eng", "prec", "isl", "osl", "conc", "mode", "date"]
+    m = a.dropna(subset=["date"]).merge(b, on=on, suffixes=("", "_ix"))
+    m = m[(m["tpot_ix"] / m["tpot"] - 1.0).abs() <= SHARED_TPOT_TOL]
+    m = m.drop_duplicates("row").set_index("row")
+    return m[["spec_method"]]
+
+
+def _shared_table(sets, frames) -> list[str]:
+    sil = next((m for m in sets if m.fmt == "silicon"), None)
+    ix = next((m for m in sets if m.fmt == "inferencex"), None)
+    if sil is None or ix is None:
+        return []
+    shared = shared_runs(sil, ix)
+    if shared.empty:
+        return []
+    f = frames[sil.path.name].loc[shared.index].assign(spec_method=shared["spec_method"])
+    rows = summary_rows(f, ["spec_method"])
+    return [
+        "## Runs recorded in both files",
+        "",
+        f"{len(shared)} rows of {sil.path.name} are runs of {ix.path.name} exported twice (same configuration, "
+        f"date and measured TPOT within {100 * SHARED_TPOT_TOL:.0f}%). The silicon format does not record "
+        "speculative decoding; InferenceX does. Errors of those silicon rows (predicted with speculative decoding "
+        "off, as their file states nothing) by what InferenceX records:",
+        "",
+        format_table(rows, ["spec_method"]),
+        "",
+        "The silicon file's DeepSeek-R1 rows from this benchmark mix runs with and without MTP under one "
+        "configuration, so part of its TPOT tail is a field the file lacks, not the model.",
+        "",
+    ]
+
+
 def _bias(g: pd.DataFrame, m: str) -> str:
     """Median signed error of metric ``m`` over the rows of ``g``."""
     r = np.log(g[f"predicted_{m}"] / g[f"measured_{m}"]).dropna()
@@ -310,6 +369,7 @@ def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: boo
                           format_table(summary_rows(f, ["model"]), ["model"]), ""]
     for m in sets:
         parts += [f"## {m.path.name}: errors by group", ""] + _tables(frames[m.path.name], m.fmt)
+    parts += _shared_table(sets, frames)
     parts += [f"![residuals]({plot_path.name})", "", "## How repeatable the measured rows are", ""]
     for m in sets:
         rep = repeatability(m.raw) if m.fmt == "silicon" else repeatability_runs(m.raw)

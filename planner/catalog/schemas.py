@@ -362,6 +362,9 @@ class EngineSpec(Strict):
     """KV-cache formats it offers."""
     features: EngineFeatures
     metrics: EngineMetrics | None = None
+    prefill_chunk_tokens: Annotated[int, Field(gt=0)] = 8192
+    """Most prompt tokens one step of an aggregated worker takes (chunked-prefill size, or the token budget
+    per step); longer prompts are taken in chunks of this many tokens, shorter ones whole."""
 
     def runs_on(self, hw: HardwareSpec) -> bool:
         return hw.vendor in self.vendors

@@ -45,7 +45,7 @@ from planner.perf.layout import (
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import Setup, prefill_pass
+from planner.perf.roofline import DEFAULT_CHUNK_TOKENS, Setup, prefill_pass
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
 from planner.units import MS, US
 
@@ -291,7 +291,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         by_role = {"prefill": {k: v[one] for k, v in gcols.items()}}
         kvs = kv_options(sc.kv_cache, choice.engine)
         for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine), kvs):
-            setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff)
+            setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
+                               prefill_chunk_tokens=choice.engine.prefill_chunk_tokens)
             for w in wls:
                 for role in roles_for(sc.serving):
                     g = by_role.get(role, gcols)
@@ -722,6 +723,7 @@ def evaluate_point(
     spec_tokens: int = 0,
     tbo: bool = False,
     moe_imbalance: float = 1.0,
+    prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
@@ -733,7 +735,7 @@ def evaluate_point(
         "expert_copies": np.array([expert_copies(model, layout.redundant)]),
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
-    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff)
+    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens)
     for tags, var in _variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):

@@ -36,6 +36,11 @@ MAX_SPEC_TOKENS = 16
 DEFAULT_ACCEPT = 0.7
 """Acceptance of every draft for a model whose catalog entry gives none (an assumption)."""
 
+DEFAULT_CHUNK_TOKENS = 8192.0
+"""Prompt tokens per step of an aggregated worker where no engine says otherwise: TensorRT-LLM's default
+``max_num_tokens``, vLLM's default ``max_num_batched_tokens`` for online serving on GPUs of 70 GiB and more,
+SGLang's ``chunked_prefill_size`` on such GPUs (see ``catalogs/engines/*.yaml``)."""
+
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
 
@@ -71,6 +76,9 @@ class Setup:
     dispatch/combine (and collectives) run under the other's compute. It costs smaller GEMMs, weights
     streamed once per micro-batch and per-layer overheads paid twice. May be an array aligned with the
     evaluated rows."""
+    prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS
+    """Most prompt tokens an aggregated worker's step takes (the engine's chunked-prefill size or token
+    budget per step); a longer prompt is taken in chunks of this many tokens."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -97,11 +105,12 @@ class Setup:
         spec_accept: float | tuple[float, ...] | None = None,
         tbo: float = 0.0,
         expert_copies: float = 1.0,
+        prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
             model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
-            spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo,
+            spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo, prefill_chunk_tokens=prefill_chunk_tokens,
         )
 
     # peaks ----------------------------------------------------------------------------------
@@ -429,6 +438,26 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
     return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes)
 
 
+
+def astuple_parts(f: _Parts) -> tuple:
+    return (f.gemm_c, f.gemm_m, f.attn_c, f.attn_m, f.comm, f.layer_overhead, f.w_bytes, f.kv_bytes)
+
+
+def _stage_time(setup: Setup, tp, ep, pp, dp, mb, S, xb, I):
+    """(parts, time) of one stage pass over ``mb`` sequences and ``xb`` prompt tokens, with step and
+    per-sequence overheads; two micro-batch overlap where ``setup.tbo`` asks for it."""
+    e = setup.eff
+    f = _stage_parts(setup, tp, ep, pp, dp, mb, S, xb, I)
+    hidden = e.comm_overlap * np.minimum(f.comm, f.gemm_c + f.attn_c)
+    stage_t = np.maximum(f.gemm_c, f.gemm_m) + np.maximum(f.attn_c, f.attn_m) + f.comm - hidden + f.layer_overhead
+    tbo = np.asarray(setup.tbo, dtype=float)
+    if np.any(tbo > 0):
+        hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, np.asarray(xb, dtype=float) / 2.0, I)
+        work = np.maximum(hf.gemm_c, hf.gemm_m) + np.maximum(hf.attn_c, hf.attn_m) + hf.layer_overhead
+        stage_t = np.where(tbo > 0, 2.0 * np.maximum(work, hf.comm), stage_t)
+    return f, stage_t + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
+
+
 def decode_step(
     setup: Setup,
     tp,
@@ -452,21 +481,23 @@ def decode_step(
     tp, ep, pp, dp = (np.asarray(x, dtype=float) for x in (tp, ep, pp, dp))
     B = np.asarray(batch, dtype=float)
     S = np.asarray(context, dtype=float)
-    X = np.asarray(prefill_tokens_per_step, dtype=float) * e.interference
+    X = np.asarray(prefill_tokens_per_step, dtype=float)
     I = np.asarray(prefill_context, dtype=float)
-    k = np.asarray(setup.spec_tokens, dtype=float)
     mb = B / pp  # sequences per micro-batch
-    xb = X / pp  # prefill tokens per micro-batch
-    f = _stage_parts(setup, tp, ep, pp, dp, mb, S, xb, I)
-    hidden = e.comm_overlap * np.minimum(f.comm, f.gemm_c + f.attn_c)
-    stage_t = np.maximum(f.gemm_c, f.gemm_m) + np.maximum(f.attn_c, f.attn_m) + f.comm - hidden + f.layer_overhead
+    f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
+    if np.any(X > 0):
+        # Prompts are not spread evenly over the steps: an engine takes a prompt in chunks of up to
+        # ``prefill_chunk_tokens`` (whole when shorter), so a share ``X / chunk`` of the steps carries a chunk
+        # and the rest are plain decode steps. The mean step mixes the two; a chunk step streams the experts
+        # its chunk touches once, where tokens averaged over every step would touch them in every step.
+        chunk = np.maximum(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(I, 1.0)))
+        share = np.where(X > 0, X / chunk, 0.0) * e.interference
+        fc, stage_c = _stage_time(setup, tp, ep, pp, dp, mb, S, chunk / pp, I)
+        stage_t = stage_t + share * (stage_c - stage_t)
+        f = _Parts(*(a + share * (b - a) for a, b in zip(astuple_parts(f), astuple_parts(fc), strict=True)))
     tbo = np.asarray(setup.tbo, dtype=float)
-    if np.any(tbo > 0):
-        hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, xb / 2.0, I)
-        work = np.maximum(hf.gemm_c, hf.gemm_m) + np.maximum(hf.attn_c, hf.attn_m) + hf.layer_overhead
-        stage_t = np.where(tbo > 0, 2.0 * np.maximum(work, hf.comm), stage_t)
+    k = np.asarray(setup.spec_tokens, dtype=float)
     overhead = f.layer_overhead + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
-    stage_t = stage_t + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
     step = pp * stage_t
     draft = _draft_time(setup, tp, ep, pp, dp, B, S) if np.any(k > 0) else 0.0
     per_step = setup.tokens_per_step
