@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from planner.catalog.scenario import ResolvedScenario
 from planner.model.data import PlanData, chip_power_kw
 from planner.perf.candidates import evaluate_point, packing_domain, planned_load
-from planner.perf.roofline import DEFAULT_CHUNK_TOKENS
 from planner.perf.layout import Layout, check_layout, describe_layout
+from planner.perf.roofline import DEFAULT_CHUNK_TOKENS
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
