@@ -484,7 +484,6 @@ def decode_step(
     X = np.asarray(prefill_tokens_per_step, dtype=float)
     I = np.asarray(prefill_context, dtype=float)
     mb = B / pp  # sequences per micro-batch
-    f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
     if np.any(X > 0):
         # Prompts are not spread evenly over the steps: an engine takes a prompt in chunks of up to
         # ``prefill_chunk_tokens`` (whole when shorter), so a share ``X / chunk`` of the steps carries a chunk
@@ -492,9 +491,15 @@ def decode_step(
         # its chunk touches once, where tokens averaged over every step would touch them in every step.
         chunk = np.maximum(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(I, 1.0)))
         share = np.where(X > 0, X / chunk, 0.0) * e.interference
-        fc, stage_c = _stage_time(setup, tp, ep, pp, dp, mb, S, chunk / pp, I)
-        stage_t = stage_t + share * (stage_c - stage_t)
-        f = _Parts(*(a + share * (b - a) for a, b in zip(astuple_parts(f), astuple_parts(fc), strict=True)))
+        # Both passes in one evaluation: the plain and the chunk step stacked on a leading axis.
+        shape = np.broadcast(tp, ep, pp, dp, mb, S, chunk, I, *(np.asarray(v, dtype=float) for v in (
+            setup.moe_imbalance, setup.expert_copies, setup.spec_tokens, setup.tbo))).shape
+        c = np.broadcast_to(chunk / pp, shape)
+        both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([np.zeros(shape), c]), I)
+        stage_t = stage2[0] + share * (stage2[1] - stage2[0])
+        f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in astuple_parts(both))))
+    else:
+        f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
     tbo = np.asarray(setup.tbo, dtype=float)
     k = np.asarray(setup.spec_tokens, dtype=float)
     overhead = f.layer_overhead + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
