@@ -439,7 +439,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
 
 
 
-def astuple_parts(f: _Parts) -> tuple:
+def _part_arrays(f: _Parts) -> tuple:
+    """The fields of ``f`` in declaration order."""
     return (f.gemm_c, f.gemm_m, f.attn_c, f.attn_m, f.comm, f.layer_overhead, f.w_bytes, f.kv_bytes)
 
 
@@ -472,8 +473,10 @@ def decode_step(
 ) -> StepTimes:
     """Decode step of ``batch`` sequences in flight at mean ``context`` tokens (see module docstring).
 
-    ``prefill_tokens_per_step`` adds prompt tokens processed in the same steps (aggregated serving
-    with chunked prefill); their work is weighted by the efficiency block's ``interference``. With
+    ``prefill_tokens_per_step`` adds prompt tokens processed in the same steps (aggregated serving): a prompt of
+    ``prefill_context`` tokens rides whole, or in chunks of ``setup.prefill_chunk_tokens``, so a share of the steps
+    carries a chunk and the rest are plain; the mean of the two is returned, the chunk steps' extra time weighted
+    by the efficiency block's ``interference``. With
     two micro-batch overlap (``setup.tbo``) a stage pass is two half micro-batches whose communication
     runs under the other's compute: ``2 max(compute_half + layer overheads, comm_half)``.
     """
@@ -497,7 +500,7 @@ def decode_step(
         c = np.broadcast_to(chunk / pp, shape)
         both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([np.zeros(shape), c]), I)
         stage_t = stage2[0] + share * (stage2[1] - stage2[0])
-        f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in astuple_parts(both))))
+        f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in _part_arrays(both))))
     else:
         f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
     tbo = np.asarray(setup.tbo, dtype=float)
