@@ -343,3 +343,28 @@ def test_interleaved_prompts_arrive_in_chunks_not_spread_over_steps(catalog):
     part = decode_step(replace(s, prefill_chunk_tokens=2048.0), 8, 1, 1, 1, 256.0, I + O / 2,
                        prefill_tokens_per_step=big, prefill_context=I)
     assert float(full.step_s) == pytest.approx(float(part.step_s), rel=1e-12)
+
+
+def test_a_cached_prefix_shrinks_the_chunk_to_the_new_tokens(catalog):
+    """Behind a cached prefix a prompt brings only its new tokens: the chunk a step carries is those, so the same
+    prompt tokens per step need more chunk steps, each streaming the experts once (the identity with the chunk
+    of new tokens, not of the whole prompt)."""
+    from planner.perf.serving import agg_decode
+
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["b200-sxm"], weights="fp8", eff=IDEAL)
+    B, I, O, N = 4.0, 8192.0, 1024.0, 1024.0
+    cached = agg_decode(s, 8, 1, 1, 1, B, I, O, new_tokens=N)
+    X = B * N / O
+    plain = decode_step(s, 8, 1, 1, 1, B, I + O / 2)
+    chunk = decode_step(s, 8, 1, 1, 1, B, I + O / 2, prefill_tokens_per_step=N, prefill_context=I,
+                        prefill_prompt_tokens=N)
+    q = X / N
+    assert float(cached.weight_read_bytes) == pytest.approx(
+        (1 - q) * float(plain.weight_read_bytes) + q * float(chunk.weight_read_bytes), rel=1e-9)
+    whole = decode_step(s, 8, 1, 1, 1, B, I + O / 2, prefill_tokens_per_step=X, prefill_context=I)
+    assert float(cached.weight_read_bytes) > float(whole.weight_read_bytes)
+    # a share of the prompts (the others' in a closed loop) scales the prompt tokens, not the chunk
+    half = agg_decode(s, 8, 1, 1, 1, B, I, O, prompt_share=0.5)
+    full = agg_decode(s, 8, 1, 1, 1, B, I, O)
+    extra = float(full.step_s) - float(plain.step_s)
+    assert float(half.step_s) - float(plain.step_s) == pytest.approx(extra / 2, rel=1e-9)

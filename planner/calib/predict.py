@@ -187,7 +187,7 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str):
     # sequence, so its plans never preempt.
     cap = kv_capacity_sequences(setup, *L, _held(eng, I, O))
     B = np.minimum(C, np.maximum(cap, 1.0))
-    st = agg_decode(setup, *L, B, I, O, new_tokens=I * others_share(B))
+    st = agg_decode(setup, *L, B, I, O, prompt_share=others_share(B))
     per_rank = B / L[3]
     t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s, think_s=_think(g, O, st.step_s)) + admission_wait(
         C, cap, O, st.step_s)

@@ -470,11 +470,13 @@ def decode_step(
     *,
     prefill_tokens_per_step=0.0,
     prefill_context=0.0,
+    prefill_prompt_tokens=None,
 ) -> StepTimes:
     """Decode step of ``batch`` sequences in flight at mean ``context`` tokens (see module docstring).
 
     ``prefill_tokens_per_step`` adds prompt tokens processed in the same steps (aggregated serving): a prompt of
-    ``prefill_context`` tokens rides whole, or in chunks of ``setup.prefill_chunk_tokens``, so a share of the steps
+    ``prefill_context`` tokens, of which ``prefill_prompt_tokens`` are new (default all; fewer behind a cached
+    prefix), rides whole, or in chunks of ``setup.prefill_chunk_tokens``, so a share of the steps
     carries a chunk and the rest are plain; the mean of the two is returned, the chunk steps' extra time weighted
     by the efficiency block's ``interference``. With
     two micro-batch overlap (``setup.tbo``) a stage pass is two half micro-batches whose communication
@@ -492,7 +494,8 @@ def decode_step(
         # ``prefill_chunk_tokens`` (whole when shorter), so a share ``X / chunk`` of the steps carries a chunk
         # and the rest are plain decode steps. The mean step mixes the two; a chunk step streams the experts
         # its chunk touches once, where tokens averaged over every step would touch them in every step.
-        chunk = np.maximum(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(I, 1.0)))
+        P = I if prefill_prompt_tokens is None else np.asarray(prefill_prompt_tokens, dtype=float)
+        chunk = np.maximum(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(P, 1.0)))
         share = np.where(X > 0, X / chunk, 0.0) * e.interference
         # Both passes in one evaluation: the plain and the chunk step stacked on a leading axis.
         shape = np.broadcast(tp, ep, pp, dp, mb, S, chunk, I, *(np.asarray(v, dtype=float) for v in (

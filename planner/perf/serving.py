@@ -24,16 +24,20 @@ from planner.perf.roofline import Setup, StepTimes, decode_step, prefill_time
 from planner.units import HOUR_S, MS, MTOK, US
 
 
-def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens, new_tokens=None) -> StepTimes:
+def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens, new_tokens=None,
+               prompt_share=1.0) -> StepTimes:
     """Decode step of an aggregated worker at mean context ``I + O / 2`` with interleaved prefill of
-    ``new_tokens`` per prompt (default ``I``; fewer when a cached prefix is reused)."""
+    ``new_tokens`` per prompt (default ``I``; fewer when a cached prefix is reused), of ``prompt_share`` of the
+    prompts that start while the batch decodes (see :func:`others_share`)."""
     I = np.asarray(input_tokens, dtype=float)
     N = I if new_tokens is None else np.asarray(new_tokens, dtype=float)
     O = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
-    B = np.asarray(batch, dtype=float)
-    # Requests finish (and as many start) ``tokens_per_step / O`` per sequence and step.
+    B = np.asarray(batch, dtype=float) * np.asarray(prompt_share, dtype=float)
+    # Requests finish (and as many start) ``tokens_per_step / O`` per sequence and step; each brings its N new
+    # prompt tokens, taken whole or in chunks.
     return decode_step(
-        setup, tp, ep, pp, dp, B, I + O / 2.0, prefill_tokens_per_step=B * N * setup.tokens_per_step / O, prefill_context=I
+        setup, tp, ep, pp, dp, np.asarray(batch, dtype=float), I + O / 2.0,
+        prefill_tokens_per_step=B * N * setup.tokens_per_step / O, prefill_context=I, prefill_prompt_tokens=N,
     )
 
 
