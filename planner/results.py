@@ -16,10 +16,10 @@ import pyomo.environ as pyo
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.scenario import ResolvedScenario
+from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
 from planner.model.data import PlanData, chip_power_kw
 from planner.perf.candidates import evaluate_point, packing_domain, planned_load
 from planner.perf.layout import Layout, check_layout, describe_layout
-from planner.perf.roofline import DEFAULT_CHUNK_TOKENS
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 

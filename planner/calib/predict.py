@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog import Catalog, EngineEfficiency
-from planner.catalog.schemas import ENGINES
+from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, ENGINES
 from planner.perf.layout import expert_copies
-from planner.perf.roofline import DEFAULT_CHUNK_TOKENS, Setup
+from planner.perf.roofline import Setup
 from planner.perf.serving import (
     admission_wait,
     agg_decode,
@@ -77,9 +77,9 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode"]
     for key, g in ok.groupby(keys, sort=False):
         mid, hid, eng, dd, ed, kd, mode = key
-        spec = catalog.engines.get(eng)
+        engine = catalog.engines.get(eng)
         make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
-                       prefill_chunk_tokens=spec.prefill_chunk_tokens if spec is not None else DEFAULT_CHUNK_TOKENS)
+                       prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS)
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
         else:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from planner.calib.data import Measured, load_measured
+from planner.calib.data import QUANT, Measured, load_measured
 from planner.calib.fit import MIN_ROWS, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
 from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, summary_rows
 from planner.calib.predict import SPEC_TOKENS_ASSUMED, notes, predict_normalised
@@ -178,10 +178,16 @@ def shared_runs(sil, ix) -> pd.DataFrame:
             "tpot": pd.to_numeric(n["m_tpot"], errors="coerce"),
         }, index=n.index)
 
+    if not {"silicon_data_source", "precision"} <= set(sil.raw.columns) or not {"date", "precision"} <= set(ix.raw.columns):
+        return pd.DataFrame({"spec_method": pd.Series(dtype=str)})
+
+    def prec(col):  # the number format as the normaliser reads it (nvfp4 and mxfp4 are fp4)
+        low = col.astype(str).str.lower()
+        return low.map(QUANT).fillna(low)
+
     s_date = sil.raw["silicon_data_source"].astype(str).str.extract(r"measured=(\d{4}-\d\d-\d\d)")[0]
-    s_prec = sil.raw["precision"].astype(str).str.lower().str.replace("nvfp4", "fp4").str.replace("mxfp4", "fp4")
-    a = keys(sil, s_date, s_prec).rename_axis("row").reset_index()
-    b = keys(ix, ix.raw["date"].astype(str).str[:10], ix.raw["precision"].astype(str).str.lower())
+    a = keys(sil, s_date, prec(sil.raw["precision"])).rename_axis("row").reset_index()
+    b = keys(ix, ix.raw["date"].astype(str).str[:10], prec(ix.raw["precision"]))
     b["spec_method"] = ix.raw["spec_method"].astype(str).to_numpy()
     on = ["hw", "eng", "prec", "isl", "osl", "conc", "mode", "date"]
     m = a.dropna(subset=["date"]).merge(b, on=on, suffixes=("", "_ix"))

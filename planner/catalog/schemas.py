@@ -305,6 +305,12 @@ class HardwareSpec(Strict):
 # --------------------------------------------------------------------------------------------------
 
 
+DEFAULT_CHUNK_TOKENS = 8192
+"""Prompt tokens per step of an aggregated worker where no engine says otherwise: TensorRT-LLM's default
+``max_num_tokens``, vLLM's default ``max_num_batched_tokens`` for online serving on GPUs of 70 GiB and more,
+SGLang's ``chunked_prefill_size`` on such GPUs (see ``catalogs/engines/*.yaml``)."""
+
+
 class EngineWeights(Strict):
     """Weight formats an engine serves, and how it multiplies them."""
 
@@ -362,7 +368,7 @@ class EngineSpec(Strict):
     """KV-cache formats it offers."""
     features: EngineFeatures
     metrics: EngineMetrics | None = None
-    prefill_chunk_tokens: Annotated[int, Field(gt=0)] = 8192
+    prefill_chunk_tokens: Annotated[int, Field(gt=0)] = DEFAULT_CHUNK_TOKENS
     """Most prompt tokens one step of an aggregated worker takes (chunked-prefill size, or the token budget
     per step); longer prompts are taken in chunks of this many tokens, shorter ones whole."""
 

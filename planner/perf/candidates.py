@@ -34,7 +34,13 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog.scenario import ResolvedScenario, Workload
-from planner.catalog.schemas import EngineEfficiency, EngineSpec, HardwareSpec, ModelSpec
+from planner.catalog.schemas import (
+    DEFAULT_CHUNK_TOKENS,
+    EngineEfficiency,
+    EngineSpec,
+    HardwareSpec,
+    ModelSpec,
+)
 from planner.perf import params as P
 from planner.perf.experts import heuristic_placement
 from planner.perf.layout import (
@@ -45,7 +51,7 @@ from planner.perf.layout import (
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import DEFAULT_CHUNK_TOKENS, Setup, prefill_pass
+from planner.perf.roofline import Setup, prefill_pass
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
 from planner.units import MS, US
 

@@ -26,7 +26,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from planner.catalog.schemas import IDEAL, EngineEfficiency, HardwareSpec, ModelSpec
+from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, IDEAL, EngineEfficiency, HardwareSpec, ModelSpec
 from planner.perf import params as P
 from planner.perf.layout import kv_shard, weight_bytes_per_chip
 from planner.units import US
@@ -35,11 +35,6 @@ MAX_SPEC_TOKENS = 16
 """Most draft tokens per step accepted as input (speculative decoding)."""
 DEFAULT_ACCEPT = 0.7
 """Acceptance of every draft for a model whose catalog entry gives none (an assumption)."""
-
-DEFAULT_CHUNK_TOKENS = 8192.0
-"""Prompt tokens per step of an aggregated worker where no engine says otherwise: TensorRT-LLM's default
-``max_num_tokens``, vLLM's default ``max_num_batched_tokens`` for online serving on GPUs of 70 GiB and more,
-SGLang's ``chunked_prefill_size`` on such GPUs (see ``catalogs/engines/*.yaml``)."""
 
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
