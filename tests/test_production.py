@@ -173,3 +173,34 @@ def test_published_production_deployments_are_predicted_within_a_band():
     assert 0.75 <= res["ds6-decode"] <= 1.5
     assert 0.7 <= res["ds6-prefill"] <= 1.5
     assert all(0.5 <= res[f"lmsys-prefill-{k}k"] <= 1.5 for k in (1, 2, 4))
+
+
+def test_first_token_waits_engine_iterations_in_both_serving_modes(catalog):
+    """``first_token_steps`` adds that many decode iterations to TTFT: an aggregated worker's own steps (in the
+    closed-loop and the open-arrival form alike), a disaggregated request's decode-pool steps, and in a plan's
+    prefill row the workload's TPOT target, the longest step its decode pool may run."""
+    from planner.perf.candidates import evaluate_point
+    from planner.catalog.scenario import Workload
+    from planner.perf.serving import ttft, ttft_base
+
+    m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
+    eff = hw.efficiency.for_engine("sglang")
+    s0 = Setup.make(m, hw, eff=eff.model_copy(update={"first_token_steps": 0.0}))
+    s3 = Setup.make(m, hw, eff=eff.model_copy(update={"first_token_steps": 3.0}))
+    lay = (8.0, 8.0, 1.0, 1.0)
+    step = 0.02
+    a0 = float(ttft(s0, *lay, 1024.0, 16.0, step_s=step))
+    a3 = float(ttft(s3, *lay, 1024.0, 16.0, step_s=step))
+    assert a3 - a0 == pytest.approx(3 * step)
+    b0, w0 = ttft_base(s0, *lay, 1024.0, step)
+    b3, w3 = ttft_base(s3, *lay, 1024.0, step)
+    assert float(b3 - b0) == pytest.approx(3 * step) and float(w3) == pytest.approx(float(w0))
+    d0 = float(ttft(s0, *lay, 1024.0, 16.0, decode_step_s=0.05))
+    d3 = float(ttft(s3, *lay, 1024.0, 16.0, decode_step_s=0.05))
+    assert d3 - d0 == pytest.approx(3 * 0.05)
+    assert float(ttft(s3, *lay, 1024.0, 16.0)) == pytest.approx(d0)  # no decode step given: no join term
+    w = Workload(name="w", requests_per_s=1.0, input_tokens=1024, output_tokens=256,
+                 slo={"ttft_ms": 2000, "tpot_ms": 40})
+    rows = [evaluate_point(m, hw, Layout(8, 8, 1, 1), 1, w, "prefill", weights="fp8", kv="fp8", eff=e)
+            for e in (s0.eff, s3.eff)]
+    assert rows[1]["ttft_base_s"] - rows[0]["ttft_base_s"] == pytest.approx(3 * 0.040)

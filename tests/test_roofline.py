@@ -96,10 +96,17 @@ def test_expert_all_to_all_leaves_the_domain_on_hgx(catalog):
 
     Each GPU sends its 64 tokens (4096 over 64 ranks) to their 8 experts: FP8 dispatch plus bf16 combine,
     7168 x 3 B a copy. Inside the rack all 8 copies ride NVLink (900 GB/s), 63/64 of them off-chip. Across
-    nodes, a token crosses InfiniBand (50 GB/s) once per remote node it is routed to: DeepSeek-V3's
-    node-limited routing (4 of 8 groups, one group a node) reaches at most 4 nodes, 4 (1 - (3/4)^8) = 3.60
-    expected, 7/8 of them remote; inside each node the copies are forwarded over NVLink.
+    nodes a decode step runs latency kernels (DeepEP low-latency): every copy goes point to point to its
+    expert's GPU, so the 8 x 56/64 copies whose experts sit on other nodes cross InfiniBand (50 GB/s) and the
+    8 x 7/64 to the node's other GPUs ride NVLink. A prefill pass runs throughput kernels (DeepEP normal): a
+    token crosses InfiniBand once per remote node it is routed to, and DeepSeek-V3's node-limited routing
+    (4 of 8 groups, one group a node) reaches at most 4 nodes, 4 (1 - (3/4)^8) = 3.60 expected, 7/8 of them
+    remote; inside each node the copies are forwarded over NVLink.
     """
+    from dataclasses import replace
+
+    from planner.perf.roofline import ep_exchange_time
+
     m = catalog.models["deepseek-v3"]
     rack = Setup.make(m, catalog.hardware["gb200-nvl72"], eff=IDEAL)
     hgx = Setup.make(m, catalog.hardware["b200-sxm"], eff=IDEAL)
@@ -108,18 +115,24 @@ def test_expert_all_to_all_leaves_the_domain_on_hgx(catalog):
     per_copy = 7168 * 3.0
     layers = 58
     assert float(a.comm_s) == pytest.approx(layers * 64 * 8 * per_copy * (63 / 64) / 900e9, rel=1e-9)
-    remote = 4 * (1 - 0.75**8) * 7 / 8
-    ib = 64 * remote * per_copy / 50e9
-    nvlink = 64 * 8 * per_copy * (7 / 8) / 900e9
+    ib = 64 * 8 * (56 / 64) * per_copy / 50e9
+    nvlink = 64 * 8 * (7 / 64) * per_copy / 900e9
     assert float(b.comm_s) == pytest.approx(layers * max(ib, nvlink), rel=1e-9)
     assert float(b.comm_s) > 5 * float(a.comm_s)
+    # Throughput kernels (prefill) send a token once per remote node: node-limited routing bounds the nodes.
+    normal = float(ep_exchange_time(hgx, 64.0, 4096.0, layers, 0.0))
+    remote = 4 * (1 - 0.75**8) * 7 / 8
+    forward = 64 * 8 * per_copy * (7 / 8) / 900e9
+    assert normal == pytest.approx(layers * max(64 * remote * per_copy / 50e9, forward), rel=1e-9)
+    assert normal < float(b.comm_s)
     # Without node-limited routing a token reaches any of the 8 nodes: 8 (1 - (7/8)^8) = 5.25 expected.
-    from dataclasses import replace
-
     free = m.model_copy(update={"architecture": m.architecture.model_copy(
         update={"moe": m.architecture.moe.model_copy(update={"groups": 1, "groups_per_token": 1})})})
-    c = decode_step(replace(hgx, model=free), 1, 64, 1, 64, 4096, 2000)
-    assert float(c.comm_s) == pytest.approx(layers * 64 * 8 * (1 - (7 / 8) ** 8) * (7 / 8) * per_copy / 50e9, rel=1e-9)
+    c = float(ep_exchange_time(replace(hgx, model=free), 64.0, 4096.0, layers, 0.0))
+    assert c == pytest.approx(layers * 64 * 8 * (1 - (7 / 8) ** 8) * (7 / 8) * per_copy / 50e9, rel=1e-9)
+    # Latency kernels copy per expert whatever the routing groups: node-limited routing does not shrink decode.
+    assert float(decode_step(replace(hgx, model=free), 1, 64, 1, 64, 4096, 2000).comm_s) == pytest.approx(
+        float(b.comm_s))
 
 
 def test_mla_kv_is_replicated_across_tp(catalog):

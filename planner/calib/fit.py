@@ -64,7 +64,7 @@ TPOT_PARAMS = (
     "draft_overhead_us", "memory", "step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us", "collective_latency_us",
     "scale_out_latency_us", "comm_overlap", "interference",
 )
-TTFT_PARAMS = ("attn_dp_wait_steps", "prefill_compute", "prefill_comm_bandwidth", "queueing", "ttft_overhead_ms", "prefill_expert_overhead_us")
+TTFT_PARAMS = ("attn_dp_wait_steps", "first_token_steps", "prefill_compute", "prefill_comm_bandwidth", "queueing", "ttft_overhead_ms", "prefill_expert_overhead_us")
 BOUNDS = {
     "compute": (0.05, 1.0),
     "compute_fp8": (0.05, 1.0),
@@ -74,6 +74,7 @@ BOUNDS = {
     "spec_accept_scale": (0.3, 1.0),
     "draft_overhead_us": (0.0, 5000.0),
     "attn_dp_wait_steps": (0.0, 200.0),
+    "first_token_steps": (0.0, 100.0),
     "prefill_compute": (0.05, 1.0),
     "memory": (0.2, 1.0),
     "step_overhead_us": (0.0, 20000.0),
@@ -91,7 +92,7 @@ BOUNDS = {
 }
 START = EngineEfficiency(
     compute=0.5, compute_fp8=0.5, compute_fp4=0.5, gemm_half_tokens=16.0, attention_compute=0.5,
-    spec_accept_scale=0.9, draft_overhead_us=100.0, attn_dp_wait_steps=5.0, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, moe_layer_overhead_us=10, seq_overhead_us=5,
+    spec_accept_scale=0.9, draft_overhead_us=100.0, attn_dp_wait_steps=5.0, first_token_steps=2.0, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, moe_layer_overhead_us=10, seq_overhead_us=5,
     collective_latency_us=10, scale_out_latency_us=20, prefill_comm_bandwidth=0.5, comm_overlap=0.3, interference=1.0, queueing=0.2, ttft_overhead_ms=30, prefill_expert_overhead_us=5,
 )
 # Measured relatives for hardware without rows of its own.

@@ -221,7 +221,8 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     B, st = decode_batch_fed_by_prefill(lambda b: disagg_decode(setup, *Ld, b, I, O), B, st, cap, O, d_workers)
     per_rank = conc / (p_workers * Lp[3])
     same = setup.hw.scale_up_domain_chips >= 72
-    t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same), think_s=_think(g, O, st.step_s))
+    t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same), think_s=_think(g, O, st.step_s),
+              decode_step_s=st.step_s)
     t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
     return t1, st.step_s
 

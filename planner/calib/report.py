@@ -290,7 +290,7 @@ FACTOR_COLUMNS = (
     ("collective_latency_us", "coll. us", ".0f"), ("scale_out_latency_us", "scale-out us", ".0f"),
     ("prefill_comm_bandwidth", "prefill comm", ".2f"), ("comm_overlap", "overlap", ".2f"),
     ("spec_accept_scale", "accept", ".2f"), ("draft_overhead_us", "draft us", ".0f"), ("interference", "interf.", ".2f"),
-    ("attn_dp_wait_steps", "ADP wait", ".0f"), ("queueing", "queue", ".3f"), ("ttft_overhead_ms", "TTFT ms", ".0f"),
+    ("attn_dp_wait_steps", "ADP wait", ".0f"), ("first_token_steps", "1st-token steps", ".1f"), ("queueing", "queue", ".3f"), ("ttft_overhead_ms", "TTFT ms", ".0f"),
     ("prefill_expert_overhead_us", "prefill us/expert-layer", ".1f"),
 )
 

@@ -140,6 +140,12 @@ class EngineEfficiency(Strict):
     """Decode iterations a new request waits before its prefill is scheduled under attention data
     parallelism in aggregated serving (engines hold requests to balance them over the ranks, e.g.
     TensorRT-LLM's ``attention_dp_config.timeout_iters``)."""
+    first_token_steps: NonNeg = 0.0
+    """Decode iterations between a prompt's prefill and its first token reaching the client, beyond the
+    iteration the prompt rides on: the engine's scheduler admits, and streams results, at iteration
+    boundaries (an overlap scheduler hands a batch's output over one iteration late; a disaggregated decode
+    worker polls for transferred KV and joins a request to its running batch between steps), so the first
+    token waits a few of the decode pool's steps, and waits longer when the steps are long."""
     queueing: NonNeg = 0.5
     """Share of the other in-flight requests a new request waits behind in a closed-loop benchmark (0.5:
     every client released at once and kept in step by equal request lengths); each request ahead costs its

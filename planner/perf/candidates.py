@@ -665,9 +665,12 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str)
             load_rps = np.where(t_load > 0, L[3] * L[2] / np.maximum(t_load, 1e-30), np.inf)
             t_req = np.maximum(t_pf, t_load)
             transfer = kv_transfer_time(setup, I, hw.scale_up_domain_chips >= 72)
+            # The first token then joins the decode pool's running batch ``first_token_steps`` of its steps later;
+            # the decode pool is another row, so its step is bounded by the workload's TPOT target (conservative).
+            join = e.first_token_steps * w.slo.tpot_ms * MS
             var = {
                 **base,
-                "ttft_base_s": fixed + t_req + transfer,
+                "ttft_base_s": fixed + t_req + transfer + join,
                 "queue_work_s": t_req,
                 "queue_servers": L[3] * L[2],
                 "capacity_rps": np.minimum(rate_pf, load_rps),

@@ -314,15 +314,22 @@ def routed_nodes(setup: Setup, nodes):
     return reach * (1.0 - np.power(1.0 - 1.0 / reach, k))
 
 
-def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0):
+def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, per_copy=False):
     """Expert-parallel dispatch and combine of ``layers`` MoE layers over ``stage`` GPUs, each GPU
     sending its ``tokens / stage`` tokens to their ``top_k`` experts (dispatch in the expert format's
     activations, FP8 for quantised models as DeepEP does; combine in bf16), two collective latencies a layer.
 
-    Inside one scale-up domain every copy rides the scale-up fabric. Across domains (DeepEP's internode
-    mode) a token crosses the scale-out network once per remote node it is routed to, not once per
-    expert, and is forwarded to its experts inside the node over the scale-up fabric; node-limited routing
-    (:func:`routed_nodes`) bounds the remote nodes. The slower fabric sets the time.
+    Inside one scale-up domain every copy rides the scale-up fabric. Across domains two kernels differ:
+
+    - throughput kernels (DeepEP's normal mode, prefill): a token crosses the scale-out network once per
+      remote node it is routed to, not once per expert, and is forwarded to its experts inside the node over
+      the scale-up fabric; node-limited routing (:func:`routed_nodes`) bounds the remote nodes;
+    - latency kernels (``per_copy``; DeepEP's low-latency mode, MoRI's, what decode steps run): every copy is
+      written point to point into its expert's GPU over RDMA, no forwarding, so each of the ``top_k`` copies
+      whose expert sits on another node, ``1 - d / G`` of them under uniform placement, crosses the scale-out
+      network; copies to the node's own GPUs ride the scale-up fabric.
+
+    The slower fabric sets the time.
     """
     s = setup.stats
     g = np.asarray(stage, dtype=float)
@@ -331,15 +338,20 @@ def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0):
     t_chip = tokens / np.maximum(g, 1.0)
     nodes = np.ceil(g / d)
     multi = g > d
-    up_frac = np.where(multi, (d - 1.0) / d, (g - 1.0) / np.maximum(g, 1.0))
+    gs = np.maximum(g, 1.0)
+    if per_copy:
+        up_frac = np.where(multi, (d - 1.0) / gs, (g - 1.0) / gs)
+        remote = s.top_k * (1.0 - np.minimum(d, gs) / gs)
+    else:
+        up_frac = np.where(multi, (d - 1.0) / d, (g - 1.0) / gs)
+        remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / np.maximum(nodes, 1.0))
     up = t_chip * s.top_k * per_tok * up_frac / (setup.hw.scale_up_bw * share)
-    remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / np.maximum(nodes, 1.0))
     out = np.where(multi, t_chip * remote * per_tok / (setup.hw.scale_out_bw * share), 0.0)
     t = np.maximum(up, out) + 2.0 * _alpha(setup, g, alpha_s)
     return np.where(g > 1, layers * t, 0.0)
 
 
-def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, share=1.0):
+def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, share=1.0, per_copy=False):
     """Token exchange of ``layers`` MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
 
     Only attention data parallelism (``dp > 1``) spreads the tokens over the stage's chips. Then, with
@@ -352,7 +364,7 @@ def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, shar
     """
     s = setup.stats
     h = float(s.hidden)
-    a2a = ep_exchange_time(setup, stage, tokens, layers, alpha_s, share)
+    a2a = ep_exchange_time(setup, stage, tokens, layers, alpha_s, share, per_copy)
     etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, 2.0 * layers, alpha_s, share)
     return np.where(dp > 1, np.where(ep > 1, a2a, etp), 0.0)
 
@@ -425,7 +437,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
     comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
         comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, moe_layers_stage, alpha)
+        # Decode steps dispatch with latency kernels (point-to-point, a copy per expert; see ep_exchange_time).
+        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, moe_layers_stage, alpha, per_copy=True)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)

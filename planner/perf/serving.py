@@ -60,15 +60,16 @@ def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_toke
 
 
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0,
-         think_s=None):
+         think_s=None, decode_step_s=None):
     """Mean time to first token (seconds) in a closed loop with ``in_flight_per_rank`` requests per prefill rank.
 
     ``overhead + expert overhead + t_pf + iteration + queueing * (c - 1) * (t_pf + t_step) + transfer`` (the
     expert overhead is ``prefill_expert_overhead_us`` per routed expert and MoE layer) where ``t_pf`` is the
     prompt's own prefill and ``c`` the requests in flight per rank. In aggregated serving (``step_s`` given) the
-    prompt rides a decode iteration of ``t_step``: it arrives mid-iteration and waits ``1.5`` of them (plus
-    ``attn_dp_wait_steps`` under attention data parallelism), and each request ahead costs its prefill and the
-    iteration it rides on. A dedicated prefill pool (no ``step_s``) spends ``t_pf`` per request ahead.
+    prompt rides a decode iteration of ``t_step`` and waits the iterations of :func:`first_token_iterations`;
+    each request ahead costs its prefill and the iteration it rides on. A dedicated prefill pool (no ``step_s``)
+    spends ``t_pf`` per request ahead, and the first token then waits ``first_token_steps`` of the decode pool's
+    steps (``decode_step_s``) to join its running batch.
 
     ``think_s`` (per row, NaN where not known) marks a closed loop whose clients are *staggered*: request
     lengths vary, so after the first wave the clients no longer arrive together, and each returns
@@ -80,13 +81,11 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
     c = np.maximum(np.asarray(in_flight_per_rank, dtype=float), 1.0)
     if step_s is None:
         unit = t_pf
-        iteration = 0.0
+        iteration = 0.0 if decode_step_s is None else e.first_token_steps * np.asarray(decode_step_s, dtype=float)
     else:
         step = np.asarray(step_s, dtype=float)
         unit = t_pf + step
-        # Arrive mid-iteration (half a step), then the prefill rides an iteration with the decode batch;
-        # under attention DP the engine may hold it some iterations to balance the ranks.
-        iteration = (1.5 + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)) * step
+        iteration = first_token_iterations(e, dp) * step
     s = setup.stats
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
     wait = e.queueing * (c - 1.0) * unit
@@ -94,6 +93,15 @@ def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step
         think = np.asarray(think_s, dtype=float)
         wait = np.where(np.isnan(think), wait, staggered_wait(t_pf, c, np.nan_to_num(think)))
     return fixed + t_pf + iteration + wait + transfer_s
+
+
+def first_token_iterations(e, dp):
+    """Decode iterations an aggregated worker's new request spends besides its prefill before its first token
+    reaches the client: it arrives mid-iteration (half a step), its prefill rides the next iteration with the
+    decode batch, the engine's scheduler hands the token over ``first_token_steps`` iterations later, and
+    under attention data parallelism (``dp > 1``) the engine may hold it ``attn_dp_wait_steps`` iterations to
+    balance the ranks."""
+    return 1.5 + e.first_token_steps + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)
 
 
 def staggered_wait(service_s, clients, think_s):
@@ -111,17 +119,15 @@ def staggered_wait(service_s, clients, think_s):
 
 def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s):
     """(TTFT without queueing, prefill work per request) of an aggregated replica under open arrivals, in
-    seconds: the fixed overheads, the prompt's own prefill ``t_pf``, and the iterations it waits for (it
-    arrives mid-iteration, rides the next; attention data parallelism may hold it ``attn_dp_wait_steps``
-    more). Queueing behind other prompts comes on top, from the arrival rate (see
+    seconds: the fixed overheads, the prompt's own prefill ``t_pf``, and the iterations it waits for
+    (:func:`first_token_iterations`). Queueing behind other prompts comes on top, from the arrival rate (see
     ``perf.candidates.planned_load``), each prompt occupying its rank for ``t_pf``."""
     e = setup.eff
     t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
     step = np.asarray(step_s, dtype=float)
     s = setup.stats
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
-    wait = (1.5 + np.where(np.asarray(dp, dtype=float) > 1, e.attn_dp_wait_steps, 0.0)) * step
-    return fixed + t_pf + wait, t_pf
+    return fixed + t_pf + first_token_iterations(e, dp) * step, t_pf
 
 
 def prefill_capacity_rps(setup: Setup, tp, ep, pp, dp, input_tokens, workers=1.0):
