@@ -179,8 +179,8 @@ def test_first_token_waits_engine_iterations_in_both_serving_modes(catalog):
     """``first_token_steps`` adds that many decode iterations to TTFT: an aggregated worker's own steps (in the
     closed-loop and the open-arrival form alike), a disaggregated request's decode-pool steps, and in a plan's
     prefill row the workload's TPOT target, the longest step its decode pool may run."""
-    from planner.perf.candidates import evaluate_point
     from planner.catalog.scenario import Workload
+    from planner.perf.candidates import evaluate_point
     from planner.perf.serving import ttft, ttft_base
 
     m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
