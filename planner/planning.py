@@ -310,8 +310,9 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
                     solver: Solver | None = None) -> dict[int, int]:
     """Among plans of the optimal fleet, the one whose replicas occupy the fewest chips: a second solve with
     the purchase units fixed at the optimum (the cost's tie-break term is below the solver's gap tolerance,
-    so the first solve may leave idle replicas in units it has to buy anyway). Keeps ``x`` if that solve
-    finds nothing better."""
+    so the first solve may leave idle replicas in units it has to buy anyway), and, where pool types are priced
+    (``pool_type_usd_per_hour``), no more pool types than the optimum uses. Keeps ``x`` if that solve finds
+    nothing better."""
     m = model
     a = m._arr
     if time_limit_s < 0.05:
@@ -321,6 +322,9 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
         m.u[h].fix(u[h])
     m.cost.deactivate()
     m.chips_used = pyo.Objective(expr=sum(a["slots"][i] * m.x[i] for i in m.R), sense=pyo.minimize)
+    if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
+        # Pool types are priced in the cost: fewer chips must not be bought with more pool types.
+        m.types_cap = pyo.Constraint(expr=sum(m.row_used[i] for i in m.R) <= sum(1 for n in x.values() if n > 0))
     try:
         limit = min(time_limit_s, SENSITIVITY_TIME_LIMIT_S)
         sv = solver.limited(time_limit_s=limit, mip_gap=1e-6) if solver else Solver(time_limit_s=limit, mip_gap=1e-6)
@@ -332,6 +336,8 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
         return x
     finally:
         m.del_component(m.chips_used)
+        if hasattr(m, "types_cap"):
+            m.del_component(m.types_cap)
         m.cost.activate()
         for h in m.H:
             m.u[h].unfix()

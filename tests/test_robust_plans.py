@@ -178,6 +178,8 @@ def test_pool_types_per_workload_and_router_shares(catalog):
 
 
 def test_pool_type_cost_trades_pools_for_dollars(catalog):
+    """A priced pool type buys fewer pool types, and the chip-count tie-break after the solve
+    (``planning.fewest_replicas``) must not split pools again to save chips (it once did: 4 pools for 2 workloads)."""
     free = _two(catalog)
     costly = _two(catalog, limits={"pool_type_usd_per_hour": 1000.0})
     assert len(costly.pools) <= len(free.pools)
