@@ -324,7 +324,7 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
     m.chips_used = pyo.Objective(expr=sum(a["slots"][i] * m.x[i] for i in m.R), sense=pyo.minimize)
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         # Pool types are priced in the cost: fewer chips must not be bought with more pool types.
-        m.types_cap = pyo.Constraint(expr=sum(m.row_used[i] for i in m.R) <= sum(1 for n in x.values() if n > 0))
+        m.types_cap = pyo.Constraint(expr=sum(m.row_used[i] for i in m.R) <= len(x))  # x: the rows in use
     try:
         limit = min(time_limit_s, SENSITIVITY_TIME_LIMIT_S)
         sv = solver.limited(time_limit_s=limit, mip_gap=1e-6) if solver else Solver(time_limit_s=limit, mip_gap=1e-6)

@@ -335,16 +335,16 @@ def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, pe
     g = np.asarray(stage, dtype=float)
     d = float(setup.hw.scale_up_domain_chips)
     per_tok = float(s.hidden) * (dispatch_bytes(setup) + ACT_BYTES)
-    t_chip = tokens / np.maximum(g, 1.0)
-    nodes = np.ceil(g / d)
-    multi = g > d
     gs = np.maximum(g, 1.0)
+    t_chip = tokens / gs
+    multi = g > d
     if per_copy:
         up_frac = np.where(multi, (d - 1.0) / gs, (g - 1.0) / gs)
         remote = s.top_k * (1.0 - np.minimum(d, gs) / gs)
     else:
+        nodes = np.maximum(np.ceil(g / d), 1.0)
         up_frac = np.where(multi, (d - 1.0) / d, (g - 1.0) / gs)
-        remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / np.maximum(nodes, 1.0))
+        remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / nodes)
     up = t_chip * s.top_k * per_tok * up_frac / (setup.hw.scale_up_bw * share)
     out = np.where(multi, t_chip * remote * per_tok / (setup.hw.scale_out_bw * share), 0.0)
     t = np.maximum(up, out) + 2.0 * _alpha(setup, g, alpha_s)
