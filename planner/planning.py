@@ -321,7 +321,8 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
     for h in m.H:
         m.u[h].fix(u[h])
     m.cost.deactivate()
-    m.chips_used = pyo.Objective(expr=sum(a["slots"][i] * m.x[i] for i in m.R), sense=pyo.minimize)
+    slots = [float(v) for v in a["slots"]]  # Python floats: Pyomo builds from them far faster than from NumPy's
+    m.chips_used = pyo.Objective(expr=sum(slots[i] * m.x[i] for i in m.R), sense=pyo.minimize)
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         # Pool types are priced in the cost: fewer chips must not be bought with more pool types.
         m.types_cap = pyo.Constraint(expr=sum(m.row_used[i] for i in m.R) <= len(x))  # x: the rows in use

@@ -123,6 +123,9 @@ class Solver:
         """Bring the persistent HiGHS instance up to date with ``model`` (load it, or send what changed since the
         last solve: parameters, fixed variables, bounds, deactivated constraints)."""
         opt = self._opt
+        refresh = getattr(model, "_refresh", None)  # bounds the model derives from its parameters
+        if refresh is not None:
+            refresh(model)
         opt._active_config = opt.config  # the defaults: every change is looked for
         if opt._model is not model:
             opt.set_instance(model)

@@ -27,7 +27,17 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 
+from planner.model.build import prefix_rows_hold
+
 FEASIBILITY_TOL = 1e-6
+
+
+def refresh(m) -> None:
+    """Bring bounds the model derives from its parameters (``m._refresh``, e.g. the prefix-capacity bounds) up
+    to date after a parameter changed."""
+    fn = getattr(m, "_refresh", None)
+    if fn is not None:
+        fn(m)
 
 
 def snapshot(m) -> ComponentMap:
@@ -44,6 +54,7 @@ def objective_at(m, values: ComponentMap) -> float:
 def is_feasible(m, values: ComponentMap, tol: float = FEASIBILITY_TOL) -> bool:
     """Whether ``values`` meet every active constraint and variable bound (relative tolerance ``tol``) and are
     whole where the variable is integer."""
+    refresh(m)
     for v in m.component_data_objects(pyo.Var):
         x = values.get(v, 0.0) if not v.fixed else v.value
         if x is None:
@@ -144,7 +155,7 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
             vals[m.s_dis[w]] = base.get(m.s_dis[w], 0.0)
             continue
         demand = pyo.value(m.demand[w]) / unit
-        best = {role: _cheapest_row(m, w, role, rate, demand, price) for role in ("aggregated", "prefill", "decode")}
+        best = {role: _cheapest_row(m, w, role, rate, price) for role in ("aggregated", "prefill", "decode")}
 
         def replicas(i, demand=demand):
             return math.ceil(k * demand / max(rate[i], 1e-30))
@@ -200,15 +211,13 @@ def solve_from(solver, m, starts, *, heuristics: bool = True):
     return solver.solve(m, loaded=True)
 
 
-def _cheapest_row(m, w, role, rate, demand, price) -> int | None:
+def _cheapest_row(m, w, role, rate, price) -> int | None:
     """The row of ``(w, role)`` with the fewest dollars of chip capacity per request/s; a prefix-caching row
     only where one replica can hold its share of the working set."""
     a = m._arr
     shut = {h for h in m.H if m.u[h].fixed and not m.u[h].value}  # hardware left out (a runner-up's re-solve)
-    rows = [i for i in m._rows_of.get(("role", w, role), []) if a["hardware"][i] not in shut]
-    ws = pyo.value(m.working_set_gb[w])
-    if ws > 0:
-        rows = [i for i in rows if not a["prefix"][i] or a["pcap"][i] / 1e9 / ws >= rate[i] / max(demand, 1e-30)]
+    rows = np.asarray(m._rows_of.get(("role", w, role), []), dtype=int)
+    rows = [i for i in rows[prefix_rows_hold(m, w, rows)].tolist() if a["hardware"][i] not in shut]
     if not rows:
         return None
     return min(rows, key=lambda i: a["slots"][i] * price[a["hardware"][i]] / max(rate[i], 1e-30))

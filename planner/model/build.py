@@ -107,8 +107,18 @@ def define_streams(m, data: PlanData, *index) -> None:
             m.s_dis[k].fix(0)
 
 
+def _coef(m, name: str) -> list[float]:
+    """A row array as Python floats (rates in rate units): Pyomo builds expressions from them several times
+    faster than from NumPy scalars, which go through NumPy's ufunc dispatch on every product."""
+    cache = m.__dict__.setdefault("_coefs", {})
+    if name not in cache:
+        arr = m._arr["rate"] / m._unit if name == "rate" else m._arr[name]
+        cache[name] = [float(v) for v in arr]
+    return cache[name]
+
+
 def _served(m, w, role):
-    rate = m._arr["rate"] / m._unit
+    rate = _coef(m, "rate")
     return sum(rate[i] * m.x[i] for i in m._rows_of.get(("role", w, role), []))
 
 
@@ -150,7 +160,7 @@ def define_unit_packing(m) -> None:
     """Replicas fit in whole purchase units: the chips of capacity they occupy (their TP x EP groups
     rounded to what a scale-up domain can hold, see ``perf.candidates.slots_per_replica``) do not
     exceed the chips of the units bought."""
-    slots = m._arr["slots"]
+    slots = _coef(m, "slots")
 
     def rule(m, h):
         rows = m._rows_of.get(("hw", h), [])
@@ -200,22 +210,41 @@ def define_budget(m) -> None:
 def define_prefix_cache_capacity(m) -> None:
     """Each pool that reuses cached prefixes holds the prefixes of the traffic routed to it: prefixes are
     routed by family, so a replica planned for a share ``rate / demand`` of a workload's traffic holds that
-    share of its working set in its own tier (free HBM, host DRAM or flash), ``pcap / working_set - rate /
-    demand >= 0`` per replica (both sides dimensionless); capacity in one pool's tier never serves another
-    pool's traffic."""
+    share of its working set in its own tier (free HBM, host DRAM or flash), ``pcap / working_set >= rate /
+    demand`` per replica (both sides dimensionless); capacity in one pool's tier never serves another pool's
+    traffic.
+
+    The condition is one row's alone, so it is a bound, not a constraint: ``x[r] <= 0`` where it fails, set by
+    :func:`apply_prefix_capacity` from the parameters as they stand whenever the model is checked or handed to
+    the solver (``m._refresh``), so a change of demand or working set is followed. Written as the equivalent
+    constraint ``(pcap / working_set - rate / demand) x[r] >= 0`` it cost Pyomo an expression with mutable
+    coefficients per row to build, load and scan for changes on every re-solve."""
     a = m._arr
-    rows = [i for w in m.W for i in m._rows_of.get(("prefix", w), []) if m._data.workloads[w].working_set_bytes > 0]
-    if not rows:
-        return
-    wl = a["workload"]
+    m._prefix_rows = {w: np.asarray(m._rows_of.get(("prefix", w), []), dtype=int) for w in m.W}
+    m._prefix_ok = np.ones(len(a["rate"]), dtype=bool)
+    m._refresh = apply_prefix_capacity
+    apply_prefix_capacity(m)
 
-    def rule(m, i):
-        w = wl[i]
-        share_held = a["pcap"][i] / 1e9 / m.working_set_gb[w]
-        share_served = a["rate"][i] / m.demand[w]
-        return (share_held - share_served) * m.x[i] >= 0
 
-    m.prefix_cache_capacity = pyo.Constraint(rows, rule=rule)
+def prefix_rows_hold(m, w: str, rows: np.ndarray) -> np.ndarray:
+    """Whether one replica of each of ``rows`` (of workload ``w``) holds its share of ``w``'s prefix working
+    set at the demand and working set the model's parameters hold now (rows that reuse no prefixes do)."""
+    a = m._arr
+    ws, demand = pyo.value(m.working_set_gb[w]), pyo.value(m.demand[w])
+    if ws <= 0 or not len(rows):
+        return np.ones(len(rows), dtype=bool)
+    return ~a["prefix"][rows] | (a["pcap"][rows] / 1e9 / ws >= a["rate"][rows] / max(demand, 1e-30) * (1 - 1e-9))
+
+
+def apply_prefix_capacity(m) -> None:
+    """Set the prefix-capacity bounds of :func:`define_prefix_cache_capacity` from the parameters as they
+    stand: upper bound 0 on the replicas of a row that cannot hold its share, none on the others (only the
+    rows whose verdict changed are touched)."""
+    for w, rows in getattr(m, "_prefix_rows", {}).items():
+        ok = prefix_rows_hold(m, w, rows)
+        for i, good in zip(rows[ok != m._prefix_ok[rows]].tolist(), ok[ok != m._prefix_ok[rows]].tolist(), strict=True):
+            m.x[i].setub(None if good else 0)
+        m._prefix_ok[rows] = ok
 
 
 def unit_loss(m, w: str, role: str, h: str) -> float:
@@ -258,7 +287,7 @@ def define_resilience(m) -> None:
     m._loss = {key: unit_loss(m, *key) for key in keys}
 
     def cap(w, role, h):
-        rate = a["rate"] / m._unit
+        rate = _coef(m, "rate")
         return sum(rate[i] * m.x[i] for i in m._rows_of[("role", w, role)] if a["hardware"][i] == h)
 
     def use(m, w, role, h):
@@ -308,8 +337,8 @@ def define_simplicity(m) -> None:
 
 
 def define_objective(m) -> None:
-    a = m._arr
-    chip_usd = sum(EPSILON * a["slots"][i] * m.usd_per_chip_hour[a["hardware"][i]] * m.x[i] for i in m.R)
+    hw, slots = m._arr["hardware"], _coef(m, "slots")
+    chip_usd = sum(EPSILON * slots[i] * m.usd_per_chip_hour[hw[i]] * m.x[i] for i in m.R)
     cost = fleet_usd_per_hour(m) + chip_usd
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         cost = cost + m._data.pool_type_usd_per_hour * sum(m.row_used[i] for i in m.R)
