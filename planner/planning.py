@@ -29,6 +29,7 @@ from planner.perf.candidates import (
     CandidatePool,
     CandidateTable,
     evaluate_candidates,
+    prefix_shares,
     roles_for,
     scenario_slos,
     select_candidates,
@@ -71,6 +72,10 @@ class PlanOptions:
     expert_mip_gap: float = 1e-3
     """Relative gap on the imbalance at which expert placement stops: 0.1% of the expert part of a step,
     far below the performance model's own error (the search otherwise spends its whole budget for nothing)."""
+    prefix_shares: dict[str, tuple[float, float]] | None = None
+    """Per workload, the range of prefix working set per request/s (bytes per req/s) the plan's models may be
+    given, which candidate pruning must answer for (None: the scenario's own, widened for the analysis; a
+    sweep that varies demand or working sets sets the range of its points)."""
 
 
 @dataclass
@@ -115,6 +120,18 @@ def slo_levels(slos: dict[str, tuple[float, float]], analysis: bool) -> list[dic
     return [slos] + ([relaxed_slos(slos, w, k) for w in slos for k in (1, 0)] if analysis else [])
 
 
+def analysis_shares(rs: ResolvedScenario, opts: PlanOptions) -> dict[str, tuple[float, float]]:
+    """Prefix working set per request/s each workload's model may be given (candidate pruning keeps what that
+    range needs): ``opts.prefix_shares`` where the caller set it (a sweep over demand or working sets), else
+    the scenario's own, widened by the analysis's relaxations (``RELAX`` less demand raises it, a ``RELAX``
+    smaller working set lowers it)."""
+    if opts.prefix_shares is not None:
+        return opts.prefix_shares
+    if not opts.analysis:
+        return prefix_shares(rs.scenario.workloads)
+    return prefix_shares(rs.scenario.workloads, low=1 - RELAX, high=1 / (1 - RELAX))
+
+
 def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     opts = opts or PlanOptions()
     t0 = time.perf_counter()
@@ -124,7 +141,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     digest = input_hash(rs, engine)
     rs, notes = drop_unpowered(rs)
     slos = scenario_slos(rs.scenario.workloads)
-    pool = evaluate_candidates(rs, engine, slo_levels(slos, opts.analysis))
+    pool = evaluate_candidates(rs, engine, slo_levels(slos, opts.analysis), analysis_shares(rs, opts))
     table = select_candidates(pool, slos)
     t1 = time.perf_counter()
     diagnose_candidates(rs, pool, table)

@@ -37,7 +37,7 @@ from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.model import build_model, prepare
 from planner.model.build import update_parameters
 from planner.model.data import drop_unpowered
-from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
+from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
 from planner.planning import PlanOptions, diagnose_candidates, diagnose_limits
 from planner.results import extract, solution_values
 from planner.solve import Solver
@@ -179,6 +179,27 @@ def point_scenarios(base: dict, varies: list[Vary]) -> list[tuple[dict, dict]]:
     return [(inputs, doc) for _, inputs, doc in pts]
 
 
+def sweep_shares(base: dict, varies: list[Vary]) -> dict[str, tuple[float, float]] | None:
+    """The range of prefix working set per request/s each workload takes over the sweep's points, for the
+    candidate pruning of models whose demand and working sets the points change in place (a model built for
+    one point serves them all); ``None`` where no vary touches a workload (each point's own range is the
+    scenario's). Only the workload varies are combined; a combination the schema refuses is left to its
+    point's own error."""
+    rel = [v for v in varies if v.path.split(".")[0] == "workloads"]
+    if not rel:
+        return None
+    out: dict[str, tuple[float, float]] = {}
+    for combo in itertools.product(*(v.values for v in rel)):
+        try:
+            sc = Scenario.model_validate(_apply(base, list(zip(rel, combo, strict=True)))[1])
+        except (ValidationError, InputError):
+            continue
+        for w, (lo, hi) in prefix_shares(sc.workloads).items():
+            a, b = out.get(w, (lo, hi))
+            out[w] = (min(a, lo), max(b, hi))
+    return out or None
+
+
 def validate_point(doc: dict, catalog: Catalog, path: Path, inputs: dict) -> ResolvedScenario:
     where = ", ".join(f"{k}={_typed(v)}" for k, v in inputs.items())
     try:
@@ -263,7 +284,7 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
             # points arrive grouped (see ``iter_points``): keep one evaluated pool and its models at a time
             _POOLS.clear()
             _GROUPS.clear()
-            _POOLS[pool_key] = (evaluate_candidates(rs2, opts.engine),)
+            _POOLS[pool_key] = (evaluate_candidates(rs2, opts.engine, shares=opts.prefix_shares),)
         (pool,) = _POOLS[pool_key]
         grp = _GROUPS.get(model_key)
         if grp is None:
@@ -348,6 +369,8 @@ def iter_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, 
     ``jobs`` workers), one HiGHS thread per worker. A chunk whose worker dies or fails is retried once, then
     its points come back with status ``failed``."""
     opts = opts or PlanOptions(analysis=False)
+    if opts.prefix_shares is None:
+        opts = dataclasses.replace(opts, prefix_shares=sweep_shares(base, varies))
     _POOLS.clear()
     _GROUPS.clear()
     points = (p for p in iter_points(base, varies) if p[0] not in skip)
@@ -529,6 +552,9 @@ def tornado(base: dict, path: Path, catalog: Catalog, *, swing: float = 0.2, opt
     _POOLS.clear()
     _GROUPS.clear()
     rs = validate_point(base, catalog, path, {})
+    if opts.prefix_shares is None:  # demand moves by +-swing on the base point's model
+        opts = dataclasses.replace(opts, prefix_shares=prefix_shares(rs.scenario.workloads, low=1 / (1 + swing),
+                                                                     high=1 / max(1 - swing, 1e-9)))
     row = solve_point(rs, base, opts)
     if row["status"] not in ("optimal", "feasible"):
         raise InfeasibleError(f"{path}: the base scenario has no plan ({row['diagnosis']})")

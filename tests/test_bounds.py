@@ -132,3 +132,23 @@ def test_caps_last_one_solve_and_a_repaired_start_keeps_the_other_workloads(seed
     for i in m.R:
         if m._arr["workload"][i] != w:
             assert rep[m.x[i]] == round(base[m.x[i]])
+
+
+def test_greedy_start_survives_the_loss_of_units_it_must_survive():
+    """N+k: one 8-chip node holds the whole demand (8 replicas of 1 req/s for 5 req/s), so the greedy plan must
+    buy replicas beyond the demand by what k lost nodes carry (5 + 1 x 8 req/s: 13 replicas on 2 nodes), not
+    (k + 1) x the demand (10 replicas, which fit in 2 nodes but leave one node's loss uncovered when they
+    fill it); the start is then feasible and the solve proves the same optimum from it."""
+    from dataclasses import replace
+
+    from planner.model import PlanData, WorkloadData
+    from tests.test_milp import _hw, _rows
+
+    rows = _rows([("w", "aggregated", "a", 1.0, 1.0, 0)])
+    data = PlanData(rows, {"a": _hw("a", 8, 1.0)}, {"w": WorkloadData("w", 5.0, 100, 100, 0.0)})
+    for k, nodes in ((1, 2), (2, 3)):
+        m = build_model(replace(data, lose_units=k))
+        start = greedy_start(m)
+        assert start is not None and start[m.x[0]] == 5 + 8 * k and start[m.u["a"]] == nodes
+        res = Solver(mip_gap=0.0).solve(m)
+        assert res.status == "optimal" and objective_at(m, start) >= pyo.value(m.cost) - 1e-9

@@ -167,6 +167,47 @@ def test_prefix_capacity_holds_per_pool():
     assert _milp(data) == pytest.approx(50.0)
 
 
+def test_pruning_keeps_a_slower_row_that_holds_more_prefix_per_request():
+    """A faster row with more prefix bytes per replica but fewer per request/s does not dominate: at this
+    working set and demand only the slower row's replicas hold their share (10 GB for 10 req/s is 1 GB per
+    req/s, 8 GB for 5 req/s 1.6; the share is 15 GB / 10 req/s = 1.5), so dropping it (as the rule that
+    compared bytes per replica did) left no plan at all."""
+    from planner.perf.candidates import prune_dominated
+
+    rows = _rows([("w", "aggregated", "a", 8.0, 10.0, 10), ("w", "aggregated", "a", 8.0, 5.0, 8)])
+    rows["tpot_s"] = [0.02, 0.03]
+    tau = 15e9 / 10.0
+    kept, dropped = prune_dominated(rows, {"w": (tau, tau)})
+    assert dropped == 0 and len(kept) == 2
+    data = PlanData(kept.reset_index(drop=True), {"a": _hw("a", 8, 1.0)}, {"w": WorkloadData("w", 10.0, 100, 100, 15e9)})
+    assert _milp(data) == pytest.approx(_brute(data, xmax=3)) == pytest.approx(16.0)  # two slow replicas
+    # where the working set per request/s is small both rows qualify, and the faster one does dominate
+    assert prune_dominated(rows, {"w": (0.5e9, 0.5e9)})[1] == 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_pruning_answers_every_working_set_and_demand_in_its_range(seed):
+    """Rows pruned for a range of working set per request/s give the unpruned table's optimum at every working
+    set and demand inside it (the range a plan's analysis or a sweep moves them over)."""
+    from planner.perf.candidates import prune_dominated
+
+    rng = np.random.default_rng(seed)
+    n = 14
+    slots = rng.choice([1.0, 2.0, 4.0, 8.0], n)
+    spec = [("w", "aggregated", "a", float(s), float(s ** 0.9 * rng.uniform(0.5, 3.0)), float(rng.choice([2, 5, 10, 20]) * s))
+            for s in slots]
+    rows = _rows(spec)
+    rows["tpot_s"] = rng.uniform(0.01, 0.05, n)
+    demand, ws = 10.0, float(rng.uniform(20, 60)) * 1e9
+    tau = ws / demand
+    kept, dropped = prune_dominated(rows, {"w": (tau * 0.9, tau / 0.9)})
+    assert dropped > 0
+    for d, wset in ((demand, ws), (demand * 0.9, ws), (demand, ws * 0.9), (demand * 0.9, ws * 0.9)):
+        hw, wd = {"a": _hw("a", 8, 1.0)}, {"w": WorkloadData("w", d, 100, 100, wset)}
+        full = _milp(PlanData(rows.reset_index(drop=True), hw, wd))
+        assert _milp(PlanData(kept.reset_index(drop=True), hw, wd)) == pytest.approx(full, rel=1e-12)
+
+
 def test_huge_demand_is_scaled_not_infinite():
     """Demand near the planner's limit (1e7 req/s) solves to a fleet, with coefficients scaled per scenario."""
     from planner.model.build import rate_unit

@@ -142,7 +142,7 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
     price = {h: pyo.value(m.usd_per_chip_hour[h]) for h in m.H}
     x = np.zeros(len(rate))
     vals = ComponentMap()
-    k = data.lose_units + 1
+    lose = data.lose_units
     redo = set(m.W) if base is None or redo is None else set(redo)
     if base is not None:
         wl = a["workload"]
@@ -157,8 +157,11 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
         demand = pyo.value(m.demand[w]) / unit
         best = {role: _cheapest_row(m, w, role, rate, price) for role in ("aggregated", "prefill", "decode")}
 
-        def replicas(i, demand=demand):
-            return math.ceil(k * demand / max(rate[i], 1e-30))
+        def replicas(i, demand=demand, w=w):
+            # N+k: what is left after losing k units (each carrying at most ``_loss`` of the role) still serves
+            # the demand (:func:`planner.model.build.define_resilience`)
+            need = demand + lose * m._loss.get((w, a["role"][i], a["hardware"][i]), 0.0) if lose else demand
+            return math.ceil(need / max(rate[i], 1e-30))
 
         opts = []
         if best["aggregated"] is not None and not m.s_agg[w].fixed:

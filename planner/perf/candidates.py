@@ -53,7 +53,7 @@ from planner.perf.layout import (
 )
 from planner.perf.roofline import Setup, prefill_pass
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
-from planner.units import MS, US
+from planner.units import GB, MS, US
 
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PIPELINE = (1, 2, 4, 8)
@@ -81,6 +81,9 @@ class CandidatePool:
     """Rows that fit in memory, kept or not."""
     base_slo_drops: dict[str, int] = field(default_factory=dict)
     """Rows that fit in memory but miss the first level's TPOT (``tpot_slo``) or TTFT (``ttft_slo``)."""
+    shares: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per workload, the range of prefix bytes per request/s (working set / demand) its pruning answers for
+    (see :func:`prefix_shares`); a workload not listed: any."""
 
 
 @dataclass
@@ -268,7 +271,8 @@ def kv_options(allowed, engine: EngineSpec) -> list[str]:
 
 
 def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
-                        levels: list[dict[str, tuple[float, float]]] | None = None) -> CandidatePool:
+                        levels: list[dict[str, tuple[float, float]]] | None = None,
+                        shares: dict[str, tuple[float, float]] | None = None) -> CandidatePool:
     """Evaluate every role x hardware x engine x layout x batch x dtype x tier x decoding row of a
     scenario; keep those that fit in memory.
 
@@ -278,8 +282,13 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     chunk's fastest (TPOT, and TTFT within the first level's TPOT: what a diagnosis of an impossible SLO
     names). :func:`select_candidates` at any of those levels then returns exactly the rows it returns from
     the whole pool (dominance is transitive, so a row dominated in its chunk is dominated in the whole),
-    and memory follows the rows kept, not the rows evaluated."""
+    and memory follows the rows kept, not the rows evaluated.
+
+    ``shares``: per workload, the range of prefix working set per request/s the MILP built from the pool may
+    be given (:func:`prefix_shares`; default: the scenario's own demand and working sets): pruning keeps what
+    any value in it needs."""
     sc = rs.scenario
+    shares = prefix_shares(sc.workloads) if shares is None else shares
     engine = engine or sc.engine
     cols: dict[str, list] = {}
     labels: dict[str, list] = {k: [] for k in LABELS}
@@ -316,7 +325,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                             # filter on the columns the SLOs and dominance read, then gather every column once
                             sel, drops = _stream_filter({k: _take(both[k], ok.shape, idx) for k in FILTER_COLUMNS},
                                                         role, w.name, levels, sc.utilisation_cap,
-                                                        _derate(rs, hw, choice.engine.id, role))
+                                                        _derate(rs, hw, choice.engine.id, role), shares.get(w.name))
                             for k, v in drops.items():
                                 slo_drops[k] += v
                             idx = idx[sel]
@@ -338,7 +347,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                                 labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
                         cols.setdefault("usd_per_hour", []).append(chunk["chips"] * rs.prices[hw.id])
     pool = CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap, tuple(levels or ()), fit,
-                         slo_drops if levels else {})
+                         slo_drops if levels else {}, dict(shares))
     if not cols:
         return pool
     data = {k: np.concatenate(v) for k, v in cols.items()}
@@ -362,7 +371,7 @@ FILTER_COLUMNS = ("tpot_s", "capacity_rps", "ttft_base_s", "queue_work_s", "queu
 
 
 def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, levels, cap: float,
-                   derate: float) -> tuple[np.ndarray, dict[str, int]]:
+                   derate: float, share: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, int]]:
     """Rows of one evaluated chunk (one workload, role, hardware, prefix tier) that some SLO level needs (see
     :func:`evaluate_candidates`), and how many miss the first level's TPOT and TTFT."""
     tp = chunk["tpot_s"]
@@ -390,8 +399,9 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, level
             drops = {"tpot_slo": n_tpot, "ttft_slo": len(tp) - n_tpot - int(ok.sum())}
         idx = cand[ok]
         if idx.size:
-            keep[idx[nondominated(chunk["slots"][idx], lam[ok] / derate, chunk["prefix_bytes_per_replica"][idx],
-                                  tp[idx])]] = True
+            rate = lam[ok] / derate
+            keep[idx[nondominated(chunk["slots"][idx], rate,
+                                  usable_share(chunk["prefix_bytes_per_replica"][idx], rate, share), tp[idx])]] = True
     if role != "prefill":
         keep[np.argmin(tp)] = True
     first = tp <= pairs[0][1]
@@ -514,7 +524,7 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     rows["ttft_s"] = t[keep]
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
-        rows, dropped["dominated"] = prune_dominated(rows)
+        rows, dropped["dominated"] = prune_dominated(rows, pool.shares)
     if pool.levels and pool.base_slo_drops and slos == pool.levels[0]:
         # counted as the rows were streamed: the pool no longer holds most of the rows that missed or were dominated
         dropped.update(pool.base_slo_drops)
@@ -535,32 +545,69 @@ def scenario_slos(workloads: list[Workload]) -> dict[str, tuple[float, float]]:
 PRUNE_KEYS = ["workload", "role", "hardware", "prefix_tier"]
 
 
-def prune_dominated(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | None = None) -> tuple[pd.DataFrame, int]:
     """Drop rows the MILP never needs.
 
-    In the MILP a row is only its packing footprint ``slots``, its request rate and its prefix-cache
-    capacity (every row left meets its SLOs and fits in memory). Row B is dominated by row A of the
-    same (workload, role, hardware, prefix tier) when ``k = slots_B / slots_A`` is a whole number and
-    ``k`` replicas of A give at least B's rate and prefix capacity: any plan using B is matched, at
-    the same units, power and cost, by one using A. Ties keep the first row (fastest TPOT).
+    In the MILP a row is only its packing footprint ``slots``, its request rate and, where it reuses
+    prefixes, whether one replica holds its share of the working set: ``pcap / working_set >= rate / demand``,
+    i.e. its prefix bytes per request/s ``pcap / rate`` reach the workload's ``working_set / demand`` (every
+    row left meets its SLOs and fits in memory). With ``shares[w] = (lo, hi)`` the range of ``working_set /
+    demand`` the model may be given (:func:`prefix_shares`), row B is dominated by row A of the same
+    (workload, role, hardware, prefix tier) when ``k = slots_B / slots_A`` is a whole number, ``k`` replicas
+    of A give at least B's rate, and A is usable wherever in that range B is (:func:`usable_share`): any plan
+    using B is matched, at the same units, power and cost, by one using A. Ties keep the first row (fastest
+    TPOT). A workload missing from ``shares`` is pruned for any working set and demand.
     """
     if df.empty:
         return df, 0
+    shares = shares or {}
     keep = np.zeros(len(df), dtype=bool)
     s, q = df["slots"].to_numpy(float), df["requests_per_s"].to_numpy(float)
     c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_s"].to_numpy(float)
+    wl = df["workload"].astype(str).to_numpy()
     for idx in df.groupby(PRUNE_KEYS, observed=True, sort=False).indices.values():
-        keep[idx[nondominated(s[idx], q[idx], c[idx], t[idx])]] = True
+        share = usable_share(c[idx], q[idx], shares.get(wl[idx[0]], (0.0, np.inf)))
+        keep[idx[nondominated(s[idx], q[idx], share, t[idx])]] = True
     out = df[keep]
     return out, len(df) - len(out)
 
 
+def prefix_shares(workloads, low: float = 1.0, high: float = 1.0) -> dict[str, tuple[float, float]]:
+    """Per workload that reuses prefixes, the range ``(lo, hi)`` of prefix working set per request/s (bytes
+    per req/s) a model may be given: the scenario's ``working_set / requests_per_s`` times ``low`` and ``high``
+    (a caller that will change demand or working sets widens it), the lowest positive period of a traffic
+    profile setting ``hi``. Workloads without prefix reuse need no range (every row holds its none)."""
+    out = {}
+    for w in workloads:
+        pc = w.prefix_cache
+        if pc.hit_rate <= 0 or pc.working_set_gb <= 0:
+            out[w.name] = (0.0, 0.0)
+            continue
+        ws = pc.working_set_gb * GB
+        least = min((v for v in (w.profile or ()) if v > 0), default=w.requests_per_s)
+        out[w.name] = (ws / w.requests_per_s * low, ws / least * high)
+    return out
+
+
+def usable_share(pcap, rate, share: tuple[float, float] | None) -> np.ndarray:
+    """Rows' prefix bytes per request/s as pruning compares them, for a ``working_set / demand`` anywhere in
+    ``share = (lo, hi)``: at most ``hi`` (a row above it is usable wherever a row at ``hi`` is), and -1 for a
+    row below ``lo`` (usable nowhere in the range: it dominates no usable row). ``None``: any range."""
+    q = np.maximum(np.asarray(rate, dtype=float), 1e-300)
+    v = np.asarray(pcap, dtype=float) / q
+    if share is None:
+        return v
+    lo, hi = share
+    return np.where(v >= lo * (1 - 1e-9), np.minimum(v, hi), -1.0)
+
+
 def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
     """Mask of the rows of one (workload, role, hardware, prefix tier) group that :func:`prune_dominated`
-    keeps: rows in order of footprint (ascending), rate and capacity (descending), TPOT (ascending), then
-    position; a row goes when an earlier row of its footprint has at least its capacity (it has at least its
-    rate), or a row of a footprint ``k`` times smaller, ``k`` whole, gives at least its rate and capacity
-    ``k`` times over. The first test leaves a few rows per footprint (the Pareto front of rate and capacity);
+    keeps; ``capacity`` is each row's prefix bytes per request/s as :func:`usable_share` gives it. Rows in
+    order of footprint (ascending), rate and capacity (descending), TPOT (ascending), then position; a row goes
+    when an earlier row of its footprint has at least its capacity (it has at least its rate), or a row of a
+    footprint ``k`` times smaller, ``k`` whole, gives at least its rate ``k`` times over and has at least its
+    capacity. The first test leaves a few rows per footprint (the Pareto front of rate and capacity);
     the second compares those all against all (dominance is transitive, so being dominated by any of them is
     being dominated by one that is kept)."""
     n = len(slots)
@@ -608,7 +655,7 @@ def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
         k = np.rint(ratio)
         covered = ((np.abs(ratio - k) < 1e-9) & (k > 1)
                    & (k * Q[P][None, :] >= Q[i][:, None] * (1 - 1e-12))
-                   & (k * C[P][None, :] >= C[i][:, None] * (1 - 1e-12))).any(axis=1)
+                   & (C[P][None, :] >= C[i][:, None] * (1 - 1e-12))).any(axis=1)
         keep[order[i[~covered]]] = True
     return keep
 
