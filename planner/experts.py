@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from planner.errors import InputError
 from planner.model.experts import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyomo.environ as pyo
+import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
 from planner.catalog.scenario import ResolvedScenario, with_engine
@@ -149,6 +149,8 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     data.notes[:0] = notes
     model = build_model(data)
     if opts.lp_path is not None:
+        import pyomo.environ  # noqa: F401  (registers Pyomo's file writers; the rest of the planner needs only pyomo.core)
+
         atomic_write_with(Path(opts.lp_path),
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()

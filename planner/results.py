@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-import pyomo.environ as pyo
+import pyomo.core as pyo
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.scenario import ResolvedScenario

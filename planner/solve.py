@@ -11,9 +11,9 @@ import math
 import time
 from dataclasses import dataclass
 
-import pyomo.environ as pyo
-from pyomo.contrib.solver.common.factory import SolverFactory
+import pyomo.core as pyo
 from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition
+from pyomo.contrib.solver.solvers.highs import Highs
 
 from planner.errors import PlannerError
 
@@ -56,7 +56,7 @@ class Solver:
         """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known;
         a re-solve that starts from one (a relaxation of a solved plan) proves its optimum several times faster
         without them. Only the speed changes, never the answer."""
-        self._opt = SolverFactory("highs")
+        self._opt = Highs()  # the class Pyomo's solver factory names "highs" (pyomo.environ's plugins not loaded)
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
 

@@ -24,7 +24,7 @@ import math
 from contextlib import contextmanager
 
 import numpy as np
-import pyomo.environ as pyo
+import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
 from planner.model.build import prefix_rows_hold

@@ -18,7 +18,7 @@ a priced slack variable; the solution then says which limit is short and by how 
 from __future__ import annotations
 
 import numpy as np
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from planner.model.data import PlanData, row_arrays
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 NODE_SPREAD_WEIGHT = 1e-5
 """Weight of the node-spread tie-break per (expert, node) pair; a few hundred pairs stay ~1e-3 below

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from planner.model.build import EPSILON, define_streams, rate_unit
 from planner.model.data import PlanData, row_arrays

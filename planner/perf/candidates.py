@@ -309,9 +309,10 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
             setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
                                prefill_chunk_tokens=choice.engine.prefill_chunk_tokens)
             for w in wls:
+                memo: dict = {}  # the disaggregated decode step, shared by the aggregated and decode roles
                 for role in roles_for(sc.serving):
                     g = by_role.get(role, gcols)
-                    for tags, var in _variants(setup, g, w, role):
+                    for tags, var in _variants(setup, g, w, role, memo):
                         ok = np.broadcast_to(var.pop("ok_memory"), g["batch"].shape)
                         evaluated += len(ok)
                         dropped += int((~ok).sum())
@@ -660,8 +661,10 @@ def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
     return keep
 
 
-def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str):
-    """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier)."""
+def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, memo: dict | None = None):
+    """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier).
+    ``memo``: one dict per (setup, workload, grid) across its roles, holding what they share (the
+    disaggregated decode step over the whole grid, which aggregated rows need for their input share)."""
     L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
     B = grid["batch"].astype(float)
     spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
@@ -687,7 +690,12 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str)
     else:
         kv = kv_bytes_per_chip(model, B, I + O, setup.kv_dtype, L[0], L[2], L[3])
     free = hw.hbm_bytes - wchip - kv - reserve
-    decode_only = disagg_decode(setup, *L, B, I, O) if role != "prefill" else None
+    decode_only = None
+    if role != "prefill":
+        memo = {} if memo is None else memo
+        if "decode_only" not in memo:
+            memo["decode_only"] = disagg_decode(setup, *L, B, I, O)
+        decode_only = memo["decode_only"]
     by_hit: dict[float, tuple] = {}
     e = setup.eff
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * setup.stats.moe_layers * setup.stats.experts
