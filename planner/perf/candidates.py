@@ -662,9 +662,63 @@ def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
 
 
 def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, memo: dict | None = None):
-    """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier).
-    ``memo``: one dict per (setup, workload, grid) across its roles, holding what they share (the
-    disaggregated decode step over the whole grid, which aggregated rows need for their input share)."""
+    """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier), each
+    column over the whole grid (or a scalar). ``memo``: one dict per (setup, workload, grid) across its roles,
+    holding what they share (the disaggregated decode step, which aggregated rows need for their input share).
+
+    The performance model runs only on the grid rows that can fit in memory (in HBM, or spilling KV to host
+    DRAM): the others (40% of deepseek-chat's) come back with ``ok_memory`` False and placeholder values,
+    as every row that does not fit always did."""
+    need = _may_fit(setup, grid, w, role)
+    if need.all() or not need.any():
+        yield from _variants_of(setup, grid, w, role, memo, b"")
+        return
+    n, idx = len(need), np.flatnonzero(need)
+    sub = {k: v[idx] for k, v in grid.items()}
+    for tags, var in _variants_of(setup, sub, w, role, memo, need.tobytes()):
+        out = {k: _spread(v, n, idx, False if k == "ok_memory" else 0.0) for k, v in var.items()}
+        yield {**tags, "bound": _spread(tags["bound"], n, idx, "memory")}, out
+
+
+def _spread(v, n: int, idx: np.ndarray, fill):
+    """``v`` (values at rows ``idx`` of ``n``, or a scalar) over all ``n`` rows, ``fill`` elsewhere."""
+    if np.ndim(v) == 0:
+        return v
+    v = np.asarray(v)
+    out = np.full(n, fill, dtype=v.dtype if v.dtype != object else object)
+    out[idx] = v
+    return out
+
+
+def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per grid row: weight (with drafts) and KV bytes per chip, and HBM left free (negative: does not fit)."""
+    L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
+    B = grid["batch"].astype(float)
+    spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
+    model, copies = setup.model, grid["expert_copies"]
+    wchip = weight_bytes_per_chip(setup.wb, *L, copies) + draft_bytes_per_chip(model, setup.wb, *L, copies, spec)
+    I, O = float(w.input_tokens), float(w.output_tokens)
+    if role == "prefill":
+        kv = kv_bytes_per_chip(model, L[3], I, setup.kv_dtype, L[0], L[2], L[3])
+    else:
+        kv = kv_bytes_per_chip(model, B, I + O, setup.kv_dtype, L[0], L[2], L[3])
+    return wchip, kv, setup.hw.hbm_bytes - wchip - kv - runtime_reserve_bytes(setup.hw)
+
+
+def _may_fit(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> np.ndarray:
+    """Grid rows whose weights and KV fit in HBM, or (decode and aggregated rows) fit once the KV that does
+    not is spilled to host DRAM: the memory test of :func:`_variants_of`, before any step is timed."""
+    wchip, _, free = _memory(setup, grid, w, role)
+    fit = np.broadcast_to(free >= 0, grid["batch"].shape)
+    if role == "prefill":
+        return fit
+    hw = setup.hw
+    return fit | ((-free > 0) & (hw.hbm_bytes - wchip - runtime_reserve_bytes(hw) > 0) & (-free <= hw.host_dram_bytes))
+
+
+def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, memo: dict | None,
+                 key: bytes):
+    """:func:`_variants` on the rows of ``grid`` (``key``: which rows, for the memo)."""
     L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
     B = grid["batch"].astype(float)
     spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
@@ -674,8 +728,7 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
     chips = grid["chips"].astype(float)
     I, O = float(w.input_tokens), float(w.output_tokens)
     hw, model = setup.hw, setup.model
-    wchip = weight_bytes_per_chip(setup.wb, *L, setup.expert_copies) + draft_bytes_per_chip(
-        setup.model, setup.wb, *L, setup.expert_copies, spec)
+    wchip, kv, free = _memory(setup, grid, w, role)
     reserve = runtime_reserve_bytes(hw)
     hit = w.prefix_cache.hit_rate
     tiers: list[tuple[str, float]] = [("none", 0.0)]
@@ -685,17 +738,12 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
     prefix_bytes_chip = P.kv_bytes_per_sequence(model, I * hit, setup.kv_dtype) / (kv_shard(model, L[0]) * L[2])
     tier_bw = {"host": hw.host_link_bw, "nvme": hw.nvme_bw}
     tier_cap = {"host": hw.host_dram_bytes, "nvme": hw.nvme_bytes}
-    if role == "prefill":
-        kv = kv_bytes_per_chip(model, L[3], I, setup.kv_dtype, L[0], L[2], L[3])
-    else:
-        kv = kv_bytes_per_chip(model, B, I + O, setup.kv_dtype, L[0], L[2], L[3])
-    free = hw.hbm_bytes - wchip - kv - reserve
     decode_only = None
     if role != "prefill":
         memo = {} if memo is None else memo
-        if "decode_only" not in memo:
-            memo["decode_only"] = disagg_decode(setup, *L, B, I, O)
-        decode_only = memo["decode_only"]
+        if ("decode_only", key) not in memo:
+            memo["decode_only", key] = disagg_decode(setup, *L, B, I, O)
+        decode_only = memo["decode_only", key]
     by_hit: dict[float, tuple] = {}
     e = setup.eff
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * setup.stats.moe_layers * setup.stats.experts
