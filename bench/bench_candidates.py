@@ -3,8 +3,8 @@
     python bench/bench_candidates.py [SCENARIO ...] [--fleet N ...]
 
 Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scenario: the table alone
-(``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels
-(``evaluate_candidates``, what a plan pays). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
+(``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels and prefix
+ranges (``evaluate_candidates``, what a plan pays). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from planner.catalog import load_catalog  # noqa: E402
 from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario  # noqa: E402
 from planner.perf.candidates import build_candidates, evaluate_candidates, scenario_slos  # noqa: E402
-from planner.planning import slo_levels  # noqa: E402
+from planner.planning import PlanOptions, analysis_shares, slo_levels  # noqa: E402
 
 
 def _best(f) -> tuple[float, object]:
@@ -50,7 +50,8 @@ def main() -> None:
     for name, rs in cases:
         table_s, ct = _best(lambda rs=rs: build_candidates(rs))
         levels = slo_levels(scenario_slos(rs.scenario.workloads), True)
-        pool_s, _ = _best(lambda rs=rs, levels=levels: evaluate_candidates(rs, None, levels))
+        shares = analysis_shares(rs, PlanOptions())
+        pool_s, _ = _best(lambda rs=rs, levels=levels, shares=shares: evaluate_candidates(rs, None, levels, shares))
         print(f"{name:16} evaluated {ct.evaluated:9,d}  kept {len(ct.rows):5d}  dropped {ct.dropped}  table {table_s:.2f} s"
               f"  plan's streamed pool {pool_s:.2f} s")
 
