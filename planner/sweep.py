@@ -182,10 +182,11 @@ def point_scenarios(base: dict, varies: list[Vary]) -> list[tuple[dict, dict]]:
 def sweep_shares(base: dict, varies: list[Vary]) -> dict[str, tuple[float, float]] | None:
     """The range of prefix working set per request/s each workload takes over the sweep's points, for the
     candidate pruning of models whose demand and working sets the points change in place (a model built for
-    one point serves them all); ``None`` where no vary touches a workload (each point's own range is the
-    scenario's). Only the workload varies are combined; a combination the schema refuses is left to its
-    point's own error."""
-    rel = [v for v in varies if v.path.split(".")[0] == "workloads"]
+    one point serves them all); ``None`` where no vary moves a workload's demand or prefix cache (each
+    point's own range is the scenario's). Only those varies are combined; a combination the schema refuses
+    is left to its point's own error."""
+    rel = [v for v in varies if v.path.split(".")[0] == "workloads"
+           and (v.path.endswith(".requests_per_s") or ".prefix_cache" in v.path)]
     if not rel:
         return None
     out: dict[str, tuple[float, float]] = {}

@@ -136,3 +136,18 @@ def test_cli_price_curve_json():
     assert p.returncode == 0, p.stderr
     js = json.loads(p.stdout)
     assert [t["speed_multiple"] for t in js["tiers"]] == [1.0, 1.5, 2.0, 2.5, 3.0]
+
+
+def test_sweep_prunes_for_the_prefix_share_of_every_point():
+    """A model built once serves every traffic point of its group, so its candidates are pruned for the range
+    of working set per request/s the points take (200 GB over 10-40 req/s), not the first point's alone; an SLO
+    vary moves no share."""
+    from planner.sweep import sweep_shares
+
+    base = read_yaml(LLAMA)
+    lo, hi = sweep_shares(base, [Vary("workloads.chat.requests_per_s", (10.0, 40.0, 25.0)),
+                                 Vary("workloads.chat.slo.tpot_ms", (30.0, 40.0))])["chat"]
+    assert (lo, hi) == pytest.approx((200e9 / 40, 200e9 / 10))
+    assert sweep_shares(base, [Vary("workloads.chat.slo.tpot_ms", (30.0, 40.0))]) is None
+    assert sweep_shares(base, [Vary("workloads.chat.prefix_cache.working_set_gb", (100.0, 400.0))])["chat"] == \
+        pytest.approx((100e9 / 50, 400e9 / 50))
