@@ -641,11 +641,43 @@ def _saved(base: float, new: float | None) -> float | None:
 
 
 def binding_constraints(ctx: _Ctx) -> list[Binding]:
-    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (re-solved)."""
+    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (re-solved). The
+    fleet-wide limits are priced first, then each workload's SLOs, demand and prefix cache, dearest workload
+    first: where the time limit cuts the analysis short, what is listed is what weighs most."""
     out: list[Binding] = ctx.priced
     plan, data, m, sc = ctx.plan, ctx.data, ctx.model, ctx.rs.scenario
     base = ctx.cost
-    for w in sc.workloads:
+    if data.power_kw is not None:
+        kw = sum(g.kw or 0.0 for g in plan.units)
+        # With more than one unit's worth of slack, more power cannot change the plan.
+        unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
+        ctx.proven = True
+        saved = _saved(base, ctx.resolve_with(m.power_limit_kw, data.power_kw * (1 + RELAX))) if kw + unit_kw > data.power_kw else 0.0
+        if (saved and saved > 1e-6 * base) or kw > data.power_kw * 0.98:
+            out.append(Binding(
+                name="limits.power_kw",
+                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {_saves(ctx)} ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved, saving_proven=ctx.proven,
+            ))
+    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
+        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
+    for h, hd in data.hardware.items():
+        if hd.max_units is None:
+            continue
+        used = next((g.count for g in plan.units if g.hardware == h), 0)
+        more = max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))
+        ctx.proven = True
+        saved = _saved(base, ctx.resolve_with(m.max_units[h], more)) if used >= hd.max_units else 0.0
+        if used >= hd.max_units or (saved and saved > 1e-6 * base):
+            out.append(Binding(
+                name=f"limits.max_units.{h}",
+                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} {_saves(ctx)} ${saved or 0:,.2f}/h",
+                usd_per_hour_saved=saved, saving_proven=ctx.proven,
+            ))
+    usd = {w.name: 0.0 for w in sc.workloads}
+    for p in plan.pools:
+        usd[p.workload] = usd.get(p.workload, 0.0) + p.usd_per_hour
+    for w in sorted(sc.workloads, key=lambda w: -usd[w.name]):
         slos = scenario_slos(sc.workloads)
         for which, k, unit, scale in (("tpot", 1, "ms", 1e3), ("ttft", 0, "ms", 1e3)):
             relaxed = relaxed_slos(slos, w.name, k)
@@ -677,33 +709,6 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                     detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller {_saves(ctx)} ${saved:,.2f}/h",
                     usd_per_hour_saved=saved, saving_proven=ctx.proven,
                 ))
-    if data.power_kw is not None:
-        kw = sum(g.kw or 0.0 for g in plan.units)
-        # With more than one unit's worth of slack, more power cannot change the plan.
-        unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
-        ctx.proven = True
-        saved = _saved(base, ctx.resolve_with(m.power_limit_kw, data.power_kw * (1 + RELAX))) if kw + unit_kw > data.power_kw else 0.0
-        if (saved and saved > 1e-6 * base) or kw > data.power_kw * 0.98:
-            out.append(Binding(
-                name="limits.power_kw",
-                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {_saves(ctx)} ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved, saving_proven=ctx.proven,
-            ))
-    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
-        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
-    for h, hd in data.hardware.items():
-        if hd.max_units is None:
-            continue
-        used = next((g.count for g in plan.units if g.hardware == h), 0)
-        more = max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))
-        ctx.proven = True
-        saved = _saved(base, ctx.resolve_with(m.max_units[h], more)) if used >= hd.max_units else 0.0
-        if used >= hd.max_units or (saved and saved > 1e-6 * base):
-            out.append(Binding(
-                name=f"limits.max_units.{h}",
-                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} {_saves(ctx)} ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved, saving_proven=ctx.proven,
-            ))
     idle = [(g, g.chips - g.chips_used) for g in plan.units if g.chips > g.chips_used]
     if idle:
         usd = sum(g.usd_per_hour * n / g.chips for g, n in idle)
