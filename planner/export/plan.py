@@ -234,7 +234,7 @@ def plan_markdown(plan: Plan) -> str:
         "",
         "## Solver",
         "",
-        f"- status {s.status}, termination {s.termination}, MIP gap {s.mip_gap if s.mip_gap is not None else 'n/a'} "
+        f"- status {s.status}, termination {s.termination}, MIP gap {f'{s.mip_gap:.2g}' if s.mip_gap is not None else 'n/a'} "
         f"(target {s.mip_gap_target:g}), solve {s.wall_s:.2f} s, candidates {s.candidates_s:.2f} s, model build {s.build_s:.2f} s",
         "- candidate rows: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s.candidates.items()),
         f"- inputs hash {sc.get('input_hash', '')[:16]}, plan schema {plan.schema_version}",
