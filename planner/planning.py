@@ -185,16 +185,17 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     if opts.analysis:
         ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline, base)
         try:
-            plan.binding_constraints = binding_constraints(ctx)
+            # the runner-up first: one solve that answers a question of its own, where the binding constraints
+            # are many (a time limit that cuts them short still leaves the dearest priced, see binding_constraints)
             plan.runner_up = runner_up(ctx)
+            plan.binding_constraints = binding_constraints(ctx)
         except OutOfTime:
-            # keep what was priced before the time ran out
+            # keep what was found before the time ran out
             plan.binding_constraints = sorted(ctx.priced, key=lambda b: -(b.usd_per_hour_saved or 0.0))
-            plan.runner_up = None
+            rest = "the rest" if plan.runner_up is not None else "the rest and the runner-up"
             plan.assumptions.append(
                 f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(ctx.priced)} "
-                "binding constraint(s) were priced (those are listed), before the rest and the runner-up; raise "
-                "--time-limit to get them")
+                f"binding constraint(s) were priced (those are listed), before {rest}; raise --time-limit to get them")
     if data.lose_units:
         left = capacity_after_losing(plan, data.lose_units)
         plan.resilience = ResilienceOut(
