@@ -110,7 +110,9 @@ def define_streams(m, data: PlanData, *index) -> None:
 def _coef(m, name: str) -> list[float]:
     """A row array as Python floats (rates in rate units): Pyomo builds expressions from them several times
     faster than from NumPy scalars, which go through NumPy's ufunc dispatch on every product."""
-    cache = m.__dict__.setdefault("_coefs", {})
+    cache = getattr(m, "_coefs", None)
+    if cache is None:
+        cache = m._coefs = {}
     if name not in cache:
         arr = m._arr["rate"] / m._unit if name == "rate" else m._arr[name]
         cache[name] = [float(v) for v in arr]
