@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -150,7 +151,8 @@ def plan(
         check_folder(target / "export", option="--export (into --out/export)")
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
                        lp_path=None if lp is None else str(lp))
-    res = make_plan(rs, opts)
+    with _stages() as say:
+        res = make_plan(rs, opts, progress=say)
     md, js = write_plan(res.plan, target, force=force, files=res.files)
     if targets:
         from planner.export.bundle import export_plan
@@ -170,6 +172,20 @@ def plan(
 # --------------------------------------------------------------------------------------------------
 # sweep and price-curve
 # --------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _stages():
+    """On a terminal, a spinner on stderr naming the stage a plan is in (gone when it ends); elsewhere nothing
+    (logs and pipes get the one summary line, as before)."""
+    if not sys.stderr.isatty():
+        yield lambda _msg: None
+        return
+    from rich.console import Console
+
+    t0 = time.perf_counter()
+    with Console(stderr=True).status("planning") as status:
+        yield lambda msg: status.update(f"{msg} ({time.perf_counter() - t0:.0f} s)")
 
 
 def _progress(label: str):

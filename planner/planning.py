@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,8 +133,13 @@ def analysis_shares(rs: ResolvedScenario, opts: PlanOptions) -> dict[str, tuple[
     return prefix_shares(rs.scenario.workloads, low=1 - RELAX, high=1 / (1 - RELAX))
 
 
-def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
+def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None,
+              progress: Callable[[str], None] | None = None) -> Planned:
+    """Plan ``rs``: candidates, the MILP, the analysis, expert placement and the re-check. ``progress`` is told
+    each stage as it starts (a line of text: the CLI shows it on a terminal, so a fleet's minute-long plan says
+    what it is doing)."""
     opts = opts or PlanOptions()
+    say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     if opts.engine is not None:
         rs = with_engine(rs, opts.engine)
@@ -141,6 +147,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     digest = input_hash(rs, engine)
     rs, notes = drop_unpowered(rs)
     slos = scenario_slos(rs.scenario.workloads)
+    say(f"evaluating candidates for {len(rs.scenario.workloads)} workload(s) on {len(rs.hardware)} hardware")
     pool = evaluate_candidates(rs, engine, slo_levels(slos, opts.analysis), analysis_shares(rs, opts))
     table = select_candidates(pool, slos)
     t1 = time.perf_counter()
@@ -155,6 +162,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                           lambda tmp: model.write(tmp, io_options={"symbolic_solver_labels": True}))
     t2 = time.perf_counter()
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap)
+    say(f"solving the MILP over {len(table.rows):,} candidate rows")
     res = solve_from(solver, model, greedy_start(model, check=False))  # heuristics on: a greedy start is far from optimal
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
@@ -183,7 +191,7 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
     t3 = time.perf_counter()
     ctx = None
     if opts.analysis:
-        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline, base)
+        ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline, base, say=say)
         try:
             # the runner-up first: one solve that answers a question of its own, where the binding constraints
             # are many (a time limit that cuts them short still leaves the dearest priced, see binding_constraints)
@@ -197,13 +205,16 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None) -> Planned:
                 f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(ctx.priced)} "
                 f"binding constraint(s) were priced (those are listed), before {rest}; raise --time-limit to get them")
     if data.lose_units:
+        say(f"analysis: what surviving the loss of {data.lose_units} unit(s) costs")
         left = capacity_after_losing(plan, data.lose_units)
         plan.resilience = ResilienceOut(
             lose_units=data.lose_units, capacity_after_worst_loss_rps={w: c for w, (c, _) in left.items()},
             worst_units={w: u for w, (_, u) in left.items()},
             headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
     if any(w.profile is not None for w in rs.scenario.workloads):
+        say("planning the fleet for every period of the traffic profile")
         plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
+    say("placing experts and re-checking the plan")
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s, opts.expert_mip_gap)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
     plan.sources = sources(rs)
@@ -502,6 +513,8 @@ class _Ctx:
     """Whether the last re-solve proved its optimum (else a saving found is a lower bound)."""
     priced: list = field(default_factory=list)
     """Binding constraints priced so far (what an analysis cut short by the time limit still reports)."""
+    say: Callable[[str], None] = lambda _msg: None
+    """Told what the analysis re-solves next (see :func:`make_plan`'s ``progress``)."""
 
     @property
     def cost(self) -> float:
@@ -684,6 +697,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
             relaxed = relaxed_slos(slos, w.name, k)
             if not ctx.admits_cheaper(w.name, relaxed[w.name]):
                 continue
+            ctx.say(f"analysis: {w.name}'s {which.upper()} {RELAX:.0%} looser")
             saved = _saved(base, ctx.cost_with_slos(relaxed))
             wo = next(o for o in plan.workloads if o.name == w.name)
             got = wo.tpot_s if which == "tpot" else wo.ttft_s
@@ -694,6 +708,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                     f"{RELAX:.0%} looser {_saves(ctx)} ${saved:,.2f}/h",
                     usd_per_hour_saved=saved, saving_proven=ctx.proven,
                 ))
+        ctx.say(f"analysis: {w.name}'s demand {RELAX:.0%} lower")
         saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX), w.name))
         worth = f"{_saves(ctx)} ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
         out.append(Binding(
@@ -703,6 +718,7 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
         ))
         wo = next(o for o in plan.workloads if o.name == w.name)
         if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
+            ctx.say(f"analysis: {w.name}'s prefix working set {RELAX:.0%} smaller")
             saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX), w.name))
             if saved and saved > 1e-6 * base:
                 out.append(Binding(
@@ -742,6 +758,7 @@ def runner_up(ctx: _Ctx) -> RunnerUp | None:
     if not plan.units:
         return None
     main = max(plan.units, key=lambda g: g.usd_per_hour).hardware
+    ctx.say(f"analysis: the cheapest plan without {main}")
     m = ctx.model
     # the plan with the workloads that ran on the excluded hardware re-served greedily: a start close to the new
     # optimum (the rest of the fleet rarely moves), else the greedy plan

@@ -399,3 +399,18 @@ def test_the_runner_up_floor_is_the_bound_less_the_tie_break_and_only_where_it_h
     assert _fleet_floor(stopped, priced, 781.76) is None  # the objective holds pool-type dollars too
     assert _fleet_floor(SolveResult("optimal", "ok", 781.76, 781.76, 0.0, 1.0), plain, 781.76) is None
     assert _fleet_floor(SolveResult("feasible", "maxTimeLimit", 781.76, None, None, 5.0), plain, 781.76) is None
+
+
+def test_a_plan_tells_its_stages_as_they_start(catalog):
+    """``make_plan(progress=...)`` hears each stage in order (what the CLI's spinner shows on a terminal): the
+    candidates, the solve, the runner-up before any relaxation, a relaxation per priced constraint, placement."""
+    heard: list[str] = []
+    make_plan(_scenario(catalog), PlanOptions(), progress=heard.append)
+    assert heard[0].startswith("evaluating candidates for 1 workload(s) on 2 hardware")
+    assert heard[1].startswith("solving the MILP over ")
+    assert heard[2].startswith("analysis: the cheapest plan without ")
+    assert "analysis: chat's demand 10% lower" in heard
+    assert heard[-1] == "placing experts and re-checking the plan"
+    heard.clear()
+    quiet = make_plan(_scenario(catalog), PlanOptions(analysis=False), progress=heard.append)
+    assert quiet.plan.runner_up is None and not any(h.startswith("analysis") for h in heard)
