@@ -69,7 +69,10 @@ def test_a_runner_up_not_proven_cheapest_says_so_with_its_floor(base_plan):
     floor = p.runner_up.usd_per_hour * 0.95
     p.runner_up.status, p.runner_up.usd_per_hour_floor = "feasible", floor
     md = plan_markdown(p)
-    assert "Not proven the cheapest" in md and f"${floor:,.2f}/h" in md
+    assert "Not proven the cheapest" in md and f"${floor:,.2f}/h" in md and "ran out of time far" not in md
+    # a runner-up found far above its floor (llama-70b-n1's was $1.15e9/h over a $24 floor) is called out
+    p.runner_up.usd_per_hour_floor = p.runner_up.usd_per_hour / 1000
+    assert "costs 1,000.0x that: the search ran out of time far from the cheapest" in plan_markdown(p)
 
 
 def test_recheck_catches_a_tampered_plan(base_plan, catalog):

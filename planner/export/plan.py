@@ -204,8 +204,12 @@ def plan_markdown(plan: Plan) -> str:
         )
         if r.status != "optimal":
             floor = r.usd_per_hour_floor
+            far = ""
+            if floor is not None and r.usd_per_hour is not None and r.usd_per_hour > 1.5 * floor:
+                far = (f" The plan found costs {r.usd_per_hour / floor:,.1f}x that: the search ran out of time far from "
+                       "the cheapest, so its $/h says little about the hardware; raise --time-limit for a real runner-up.")
             L.append("- Not proven the cheapest without it: the best plan found within the analysis's time limit"
-                     + (f"; the cheapest costs at least {_usd(floor)}/h." if floor is not None else "."))
+                     + (f"; the cheapest costs at least {_usd(floor)}/h." if floor is not None else ".") + far)
     L += ["", "## Placement (replicas in purchase units)", ""]
     L += _placement_lines(plan)
     L += ["", "## Assumptions", ""]
