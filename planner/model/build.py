@@ -358,7 +358,10 @@ def define_objective(m) -> None:
 def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:
     """Set every mutable parameter of a built model from ``data`` (same rows, hardware and
     workloads; the structure must match): demand, prefix working sets, prices, unit limits, power
-    and budget. A persistent solver then re-solves without a rebuild."""
+    and budget. A persistent solver then re-solves without a rebuild. The candidate rows were pruned for a
+    range of working set per request/s (``CandidatePool.shares``; a sweep passes the range of its points):
+    demand or working sets that leave it may need rows the pruning dropped, so build from a pool evaluated
+    for them."""
     for w in m.W:
         wd = data.workloads[w]
         m.demand[w] = wd.requests_per_s
