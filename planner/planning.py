@@ -688,10 +688,10 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
                 detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} {_saves(ctx)} ${saved or 0:,.2f}/h",
                 usd_per_hour_saved=saved, saving_proven=ctx.proven,
             ))
-    usd = {w.name: 0.0 for w in sc.workloads}
+    spend = {w.name: 0.0 for w in sc.workloads}  # $/h of each workload's pools
     for p in plan.pools:
-        usd[p.workload] = usd.get(p.workload, 0.0) + p.usd_per_hour
-    for w in sorted(sc.workloads, key=lambda w: -usd[w.name]):
+        spend[p.workload] = spend.get(p.workload, 0.0) + p.usd_per_hour
+    for w in sorted(sc.workloads, key=lambda w: -spend[w.name]):
         slos = scenario_slos(sc.workloads)
         for which, k, unit, scale in (("tpot", 1, "ms", 1e3), ("ttft", 0, "ms", 1e3)):
             relaxed = relaxed_slos(slos, w.name, k)

@@ -183,22 +183,34 @@ def sweep_shares(base: dict, varies: list[Vary]) -> dict[str, tuple[float, float
     """The range of prefix working set per request/s each workload takes over the sweep's points, for the
     candidate pruning of models whose demand and working sets the points change in place (a model built for
     one point serves them all); ``None`` where no vary moves a workload's demand or prefix cache (each
-    point's own range is the scenario's). Only those varies are combined; a combination the schema refuses
-    is left to its point's own error."""
+    point's own range is the scenario's). The share falls with demand and grows with the working set, so only
+    each vary's smallest and largest value are combined (at most 2^k scenarios for k such varies, not the
+    sweep's product; every combination where the schema refuses an extreme one). A combination the schema
+    refuses is left to its point's own error."""
     rel = [v for v in varies if v.path.split(".")[0] == "workloads"
            and (v.path.endswith(".requests_per_s") or ".prefix_cache" in v.path)]
     if not rel:
         return None
+    out, complete = _share_range(base, rel, itertools.product(*({min(v.values), max(v.values)} for v in rel)))
+    if not complete:  # an extreme the schema refuses: every combination, as the points themselves
+        out, _ = _share_range(base, rel, itertools.product(*(v.values for v in rel)))
+    return out or None
+
+
+def _share_range(base: dict, rel: list[Vary], combos) -> tuple[dict[str, tuple[float, float]], bool]:
+    """:func:`sweep_shares` over ``combos``, and whether the schema accepted every one of them."""
     out: dict[str, tuple[float, float]] = {}
-    for combo in itertools.product(*(v.values for v in rel)):
+    complete = True
+    for combo in combos:
         try:
             sc = Scenario.model_validate(_apply(base, list(zip(rel, combo, strict=True)))[1])
         except (ValidationError, InputError):
+            complete = False
             continue
         for w, (lo, hi) in prefix_shares(sc.workloads).items():
             a, b = out.get(w, (lo, hi))
             out[w] = (min(a, lo), max(b, hi))
-    return out or None
+    return out, complete
 
 
 def validate_point(doc: dict, catalog: Catalog, path: Path, inputs: dict) -> ResolvedScenario:

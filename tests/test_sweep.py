@@ -149,5 +149,8 @@ def test_sweep_prunes_for_the_prefix_share_of_every_point():
                                  Vary("workloads.chat.slo.tpot_ms", (30.0, 40.0))])["chat"]
     assert (lo, hi) == pytest.approx((200e9 / 40, 200e9 / 10))
     assert sweep_shares(base, [Vary("workloads.chat.slo.tpot_ms", (30.0, 40.0))]) is None
+    # an extreme the schema refuses (-1 req/s, that point's own error): the range of the points that do exist
+    assert sweep_shares(base, [Vary("workloads.chat.requests_per_s", (-1.0, 20.0, 30.0))])["chat"] == \
+        pytest.approx((200e9 / 30, 200e9 / 20))
     assert sweep_shares(base, [Vary("workloads.chat.prefix_cache.working_set_gb", (100.0, 400.0))])["chat"] == \
         pytest.approx((100e9 / 50, 400e9 / 50))

@@ -669,13 +669,18 @@ def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str,
     The performance model runs only on the grid rows that can fit in memory (in HBM, or spilling KV to host
     DRAM): the others (40% of deepseek-chat's) come back with ``ok_memory`` False and placeholder values,
     as every row that does not fit always did."""
-    need = _may_fit(setup, grid, w, role)
+    mem = _memory(setup, grid, w, role)
+    shape = grid["batch"].shape
+    need = np.broadcast_to(mem[2] >= 0, shape)
+    if role != "prefill":
+        need = need | _spill_fits(setup.hw, mem[0], mem[2])
     if need.all() or not need.any():
-        yield from _variants_of(setup, grid, w, role, memo, b"")
+        yield from _variants_of(setup, grid, w, role, memo, b"", mem)
         return
     n, idx = len(need), np.flatnonzero(need)
     sub = {k: v[idx] for k, v in grid.items()}
-    for tags, var in _variants_of(setup, sub, w, role, memo, need.tobytes()):
+    sub_mem = tuple(np.broadcast_to(v, shape)[idx] for v in mem)
+    for tags, var in _variants_of(setup, sub, w, role, memo, need.tobytes(), sub_mem):
         out = {k: _spread(v, n, idx, False if k == "ok_memory" else 0.0) for k, v in var.items()}
         yield {**tags, "bound": _spread(tags["bound"], n, idx, "memory")}, out
 
@@ -705,20 +710,17 @@ def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -
     return wchip, kv, setup.hw.hbm_bytes - wchip - kv - runtime_reserve_bytes(setup.hw)
 
 
-def _may_fit(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> np.ndarray:
-    """Grid rows whose weights and KV fit in HBM, or (decode and aggregated rows) fit once the KV that does
-    not is spilled to host DRAM: the memory test of :func:`_variants_of`, before any step is timed."""
-    wchip, _, free = _memory(setup, grid, w, role)
-    fit = np.broadcast_to(free >= 0, grid["batch"].shape)
-    if role == "prefill":
-        return fit
-    hw = setup.hw
-    return fit | ((-free > 0) & (hw.hbm_bytes - wchip - runtime_reserve_bytes(hw) > 0) & (-free <= hw.host_dram_bytes))
+def _spill_fits(hw, wchip, free) -> np.ndarray:
+    """Rows whose KV does not fit in HBM (``free`` < 0) but whose weights do, with the KV left over within the
+    host DRAM it spills to (decode and aggregated rows read it over the host link every step)."""
+    over = -free
+    return (over > 0) & (hw.hbm_bytes - wchip - runtime_reserve_bytes(hw) > 0) & (over <= hw.host_dram_bytes)
 
 
 def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, memo: dict | None,
-                 key: bytes):
-    """:func:`_variants` on the rows of ``grid`` (``key``: which rows, for the memo)."""
+                 key: bytes, mem: tuple):
+    """:func:`_variants` on the rows of ``grid`` (``key``: which rows, for the memo; ``mem``: their
+    :func:`_memory`)."""
     L = [grid[k].astype(float) for k in ("tp", "ep", "pp", "attn_dp")]
     B = grid["batch"].astype(float)
     spec = grid["spec"].astype(float) if role != "prefill" else np.zeros_like(B)
@@ -728,7 +730,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
     chips = grid["chips"].astype(float)
     I, O = float(w.input_tokens), float(w.output_tokens)
     hw, model = setup.hw, setup.model
-    wchip, kv, free = _memory(setup, grid, w, role)
+    wchip, kv, free = mem
     reserve = runtime_reserve_bytes(hw)
     hit = w.prefix_cache.hit_rate
     tiers: list[tuple[str, float]] = [("none", 0.0)]
@@ -791,7 +793,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
         if tier in ("none", "nvme"):
             # Spill what does not fit to host DRAM; every step reads it over the host link.
             over = -free
-            fits = (over > 0) & (hw.hbm_bytes - wchip - reserve > 0) & (over <= hw.host_dram_bytes)
+            fits = _spill_fits(hw, wchip, free)
             if fits.any():
                 spill = np.where(fits, over, 0.0)
                 variants.append(("hbm+host", step + spill / max(hw.host_link_bw, 1.0), fits, spill))
