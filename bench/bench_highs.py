@@ -1,0 +1,148 @@
+"""What HiGHS spends on a fleet plan, and what its settings change (figures for issue notes, never a test).
+
+    python bench/bench_highs.py [N] [--options JSON ...]
+
+Plans the N-workload fleet of ``bench_fleet.py`` (default 3) in this process, with the analysis, and writes
+every MILP the planner hands HiGHS (MPS, the MIP start, the options the planner set) to a temporary folder.
+Then:
+
+- for the plan's own model, the size after presolve and four bounds: the LP relaxation, replica counts
+  integral with units continuous, units integral with replica counts continuous, and the optimum;
+- each ``--options`` set (a JSON object of HiGHS options, e.g. '{"threads": 1}' or
+  '{"mip_allow_restart": false}'; '{}' is the planner's own settings) replayed over all the dumped models in
+  a fresh process (HiGHS fixes its thread count per process), from the same starts: total wall and CPU, and
+  each solve's wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+PLANNER_OPTIONS = ("time_limit", "mip_rel_gap", "mip_heuristic_run_rins", "mip_heuristic_run_rens",
+                   "mip_heuristic_run_root_reduced_cost", "mip_heuristic_run_zi_round", "mip_heuristic_run_shifting",
+                   "mip_heuristic_run_feasibility_jump")
+
+
+def dump(n: int, folder: Path) -> None:
+    """Plan the fleet, writing each MILP HiGHS runs as ``mNN.mps`` with ``mNN.json`` (options, start, which
+    columns are purchase units)."""
+    import numpy as np
+    import pyomo.contrib.solver.solvers.highs as highs
+    from bench_fleet import scenario
+
+    from planner.catalog import load_catalog
+    from planner.catalog.scenario import Scenario, resolve_scenario
+    from planner.planning import PlanOptions, make_plan
+
+    original = highs.Highs._solve
+    count = [0]
+
+    def solve(self):
+        h = self._solver_model
+        k = count[0]
+        count[0] += 1
+        h.writeModel(str(folder / f"m{k:02d}.mps"))
+        sol = h.getSolution()
+        units = [col for vid, col in self._pyomo_var_to_solver_var_map.items()
+                 if self._vars[vid][0].name.startswith("u[")]
+        meta = {"options": {o: _option(h, o) for o in PLANNER_OPTIONS}, "units": units,
+                "start": list(np.asarray(sol.col_value)) if sol.value_valid else None}
+        (folder / f"m{k:02d}.json").write_text(json.dumps(meta))
+        return original(self)
+
+    highs.Highs._solve = solve
+    try:
+        rs = resolve_scenario(Scenario.model_validate(scenario(n)), load_catalog())
+        make_plan(rs, PlanOptions())
+    finally:
+        highs.Highs._solve = original
+
+
+def _option(h, name: str):
+    """An option's value (highspy returns ``(status, value)``)."""
+    v = h.getOptionValue(name)
+    return v[1] if isinstance(v, tuple) else v
+
+
+def _highs(path: Path, meta: dict, options: dict):
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.readModel(str(path))
+    for k, v in {**meta["options"], **options}.items():
+        h.setOptionValue(k, v)
+    if meta["start"] is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(np.asarray(meta["start"]))
+        sol.value_valid = True
+        h.setSolution(sol)
+    return h
+
+
+def bounds(folder: Path) -> None:
+    import highspy
+
+    path, meta = folder / "m00.mps", json.loads((folder / "m00.json").read_text())
+    h = _highs(path, meta, {})
+    h.presolve()
+    lp = h.getPresolvedLp()
+    print(f"plan's model after presolve: {lp.num_row_} rows x {lp.num_col_} columns")
+    units = set(meta["units"])
+    cont = highspy.HighsVarType.kContinuous
+    for label, relax in (("LP relaxation", "all"), ("replicas integral, units continuous", "units"),
+                         ("units integral, replicas continuous", "replicas"), ("optimum", "none")):
+        h = _highs(path, {**meta, "start": None}, {})
+        lp = h.getLp()
+        for j, t in enumerate(lp.integrality_):
+            if int(t) and (relax == "all" or (relax == "units") == (j in units)) and relax != "none":
+                h.changeColIntegrality(j, cont)
+        h.run()
+        print(f"  {label:38} {h.getInfo().objective_function_value:12.2f}")
+
+
+def replay(folder: Path, options: dict) -> dict:
+    walls = []
+    c0 = time.process_time()
+    for path in sorted(folder.glob("m*.mps")):
+        h = _highs(path, json.loads(path.with_suffix(".json").read_text()), options)
+        t = time.perf_counter()
+        h.run()
+        walls.append(time.perf_counter() - t)
+    return {"wall_s": sum(walls), "cpu_s": time.process_time() - c0, "each_s": [round(w, 2) for w in walls]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="?", type=int, default=3)
+    ap.add_argument("--options", action="append", default=None, help="HiGHS options as JSON (repeatable)")
+    ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.replay is not None:  # child process: one options set
+        print(json.dumps(replay(a.replay, json.loads(a.options[0]))))
+        return
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d)
+        dump(a.n, folder)
+        print(f"{a.n} workloads: {len(list(folder.glob('m*.mps')))} MILPs")
+        bounds(folder)
+        for opt in a.options or ["{}"]:
+            out = subprocess.run([sys.executable, __file__, "--replay", str(folder), "--options", opt],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"  {opt:45} wall {r['wall_s']:6.2f} s  CPU {r['cpu_s']:6.2f} s  each {r['each_s']}")
+
+
+if __name__ == "__main__":
+    main()
