@@ -51,7 +51,7 @@ from planner.perf.layout import (
     runtime_reserve_bytes,
     weight_bytes_per_chip,
 )
-from planner.perf.roofline import Setup, prefill_pass
+from planner.perf.roofline import Setup, prefill_pass, prefill_time
 from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
 from planner.units import GB, MS, US
 
@@ -143,6 +143,11 @@ def slots_per_replica(hw: HardwareSpec, group_chips, pp) -> np.ndarray:
 
 
 def layouts(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None = None) -> pd.DataFrame:
+    """:func:`layout_tuples` as a frame with columns ``tp``, ``ep``, ``pp``, ``attn_dp``."""
+    return pd.DataFrame(layout_tuples(model, hw, engine), columns=["tp", "ep", "pp", "attn_dp"])
+
+
+def layout_tuples(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None = None) -> list[tuple[int, int, int, int]]:
     """Valid (tp, ep, pp, attn_dp) for ``model`` on ``hw`` run by ``engine`` (every technique when None):
     tp divides the heads; MoE experts spread over a stage either by expert (ep = stage) or by tensor (ep = 1);
     attention data parallelism only for MoE models and engines that implement it; expert-parallel groups
@@ -178,20 +183,31 @@ def layouts(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None = None
             if g <= max(dom, 64) or g % pack or g > 1.25 * moe.experts or (g > dom and not wide_ok):
                 continue
             out.append((1, g, 1, g))
-    return pd.DataFrame(out, columns=["tp", "ep", "pp", "attn_dp"]).drop_duplicates()
+    return list(dict.fromkeys(out))  # unique, in order
 
 
 def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None, engine: EngineSpec | None = None) -> pd.DataFrame:
-    """Redundant expert slots per expert-parallel layout, with the copies factor and the imbalance of
-    a placement of the scenario's expert load (uniform when it gives none). ``R = -E mod G`` fills the
-    ``G`` GPUs of a stage equally; with a skewed load also ``R + G`` (one more slot per GPU). An engine
-    without redundant experts gets only the layouts whose EP divides the experts."""
+    """:func:`expert_rows` of the layouts in ``lay`` as a frame (columns of ``lay``, then ``redundant``,
+    ``expert_copies``, ``moe_imbalance``)."""
+    rows = expert_rows(model, list(lay.itertuples(index=False, name=None)), load, engine)
+    return pd.DataFrame(rows, columns=[*lay.columns, "redundant", "expert_copies", "moe_imbalance"])
+
+
+def expert_rows(model: ModelSpec, lay: list[tuple[int, int, int, int]], load: np.ndarray | None,
+                engine: EngineSpec | None = None) -> list[tuple]:
+    """Redundant expert slots per expert-parallel layout ``(tp, ep, pp, attn_dp)``, with the copies factor and
+    the imbalance of a placement of the scenario's expert load (uniform when it gives none): rows ``(tp, ep, pp,
+    attn_dp, redundant, expert_copies, moe_imbalance)``. ``R = -E mod G`` fills the ``G`` GPUs of a stage
+    equally; with a skewed load also ``R + G`` (one more slot per GPU). An engine without redundant experts gets
+    only the layouts whose EP divides the experts."""
     moe = model.architecture.moe
     red_ok = engine is None or engine.features.redundant_experts
     out = []
-    for row in lay.itertuples(index=False):
-        stage = row.tp * row.attn_dp
-        if not moe or row.ep == 1 or stage == 1:
+    vec = None
+    for row in lay:
+        tp, ep, _, dp = row
+        stage = tp * dp
+        if not moe or ep == 1 or stage == 1:
             out.append((*row, 0, 1.0, 1.0))
             continue
         r0 = (-moe.experts) % stage
@@ -200,11 +216,12 @@ def expert_options(model: ModelSpec, lay: pd.DataFrame, load: np.ndarray | None,
         rs = [r0]
         if load is not None and red_ok and (moe.experts + r0) // stage < moe.experts:
             rs.append(r0 + stage)
-        vec = np.ones(moe.experts) if load is None else load
+        if vec is None:
+            vec = np.ones(moe.experts) if load is None else load
         for r in rs:
             _, imb = heuristic_placement(vec, stage, r)
             out.append((*row, r, expert_copies(model, r), imb))
-    return pd.DataFrame(out, columns=[*lay.columns, "redundant", "expert_copies", "moe_imbalance"])
+    return out
 
 
 def decode_options(model: ModelSpec, engine: EngineSpec | None) -> tuple[tuple[int, ...], bool]:
@@ -220,20 +237,41 @@ def decode_options(model: ModelSpec, engine: EngineSpec | None) -> tuple[tuple[i
     return drafts, tbo
 
 
+GRID_COLUMNS = ("tp", "ep", "pp", "attn_dp", "redundant", "expert_copies", "moe_imbalance", "spec", "tbo", "b_rank",
+                "batch", "chips", "group_chips", "slots", "scale_out")
+
+
 def _grid(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None, load: np.ndarray | None = None) -> pd.DataFrame:
-    lay = expert_options(model, layouts(model, hw, engine), load, engine)
+    """:func:`grid_arrays` as a frame."""
+    return pd.DataFrame(grid_arrays(model, hw, engine, load), columns=list(GRID_COLUMNS))
+
+
+def grid_arrays(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None,
+                load: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every (layout, redundant experts, drafts, micro-batch overlap, batch per rank) ``engine`` may run ``model``
+    on ``hw`` with: one array per column of :data:`GRID_COLUMNS`, rows in that nesting order (layouts outermost,
+    batch innermost). Micro-batch overlap only where it splits an expert exchange (attention data parallelism
+    with expert parallelism)."""
+    lay = np.array(expert_rows(model, layout_tuples(model, hw, engine), load, engine), dtype=float).reshape(-1, 7)
     drafts, tbo_ok = decode_options(model, engine)
-    var = pd.DataFrame(list(itertools.product(drafts, (0, 1) if tbo_ok else (0,))), columns=["spec", "tbo"])
-    g = lay.merge(var, how="cross")
-    # Micro-batch overlap splits the expert exchange of attention-data-parallel expert-parallel layouts.
-    g = g[(g["tbo"] == 0) | ((g["attn_dp"] > 1) & (g["ep"] > 1))]
-    g = g.merge(pd.DataFrame({"b_rank": BATCH_PER_RANK}), how="cross")
-    g["batch"] = g["b_rank"] * g["attn_dp"]
+    var = np.array(list(itertools.product(drafts, (0, 1) if tbo_ok else (0,))), dtype=np.int64).reshape(-1, 2)
+    li = np.repeat(np.arange(len(lay)), len(var))
+    vi = np.tile(np.arange(len(var)), len(lay))
+    ints = lay[:, :5].astype(np.int64)
+    keep = (var[vi, 1] == 0) | ((ints[li, 3] > 1) & (ints[li, 1] > 1))
+    li, vi = li[keep], vi[keep]
+    nb = len(BATCH_PER_RANK)
+    li, vi = np.repeat(li, nb), np.repeat(vi, nb)
+    b_rank = np.tile(np.asarray(BATCH_PER_RANK, dtype=np.int64), len(keep.nonzero()[0]))
+    g = {k: ints[li, j] for j, k in enumerate(("tp", "ep", "pp", "attn_dp", "redundant"))}
+    g["expert_copies"], g["moe_imbalance"] = lay[li, 5], lay[li, 6]
+    g["spec"], g["tbo"], g["b_rank"] = var[vi, 0], var[vi, 1], b_rank
+    g["batch"] = b_rank * g["attn_dp"]
     g["chips"] = g["tp"] * g["attn_dp"] * g["pp"]
     g["group_chips"] = g["tp"] * g["attn_dp"]
     g["slots"] = slots_per_replica(hw, g["group_chips"], g["pp"])
     g["scale_out"] = g["group_chips"] > hw.scale_up_domain_chips
-    return g.reset_index(drop=True)
+    return g
 
 
 def roles_for(serving) -> list[str]:
@@ -298,12 +336,14 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     groups = [(m, [w for w in sc.workloads if rs.model_for(w.name).id == m.id]) for m in rs.models]
     for hw, choice, (model, wls) in ((h, c, g) for h in rs.hardware for c in engine_choices(rs, h, engine)
                                      for g in groups):
-        grid = _grid(model, hw, choice.engine, rs.expert_load_for(model))
-        gcols = {k: grid[k].to_numpy() for k in grid.columns}
+        gcols = grid_arrays(model, hw, choice.engine, rs.expert_load_for(model))
         # A prefill pass is one prompt per rank without drafts: only those grid rows are prefill candidates (the
         # others differ in decode batch and drafts alone), so only they are evaluated for that role.
         one = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
         by_role = {"prefill": {k: v[one] for k, v in gcols.items()}}
+        # each row's footprint as a small integer, for the dominance test's per-footprint maxima
+        foot = np.unique(gcols["slots"], return_inverse=True)[1].reshape(-1)
+        foot_of = {"prefill": foot[one]}
         kvs = kv_options(sc.kv_cache, choice.engine)
         for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine), kvs):
             setup = Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
@@ -324,8 +364,9 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                         idx = np.flatnonzero(ok)
                         if levels:
                             # filter on the columns the SLOs and dominance read, then gather every column once
-                            sel, drops = _stream_filter({k: _take(both[k], ok.shape, idx) for k in FILTER_COLUMNS},
-                                                        role, w.name, levels, sc.utilisation_cap,
+                            sub = {k: _take(both[k], ok.shape, idx) for k in FILTER_COLUMNS}
+                            sub["footprint"] = foot_of.get(role, foot)[idx]
+                            sel, drops = _stream_filter(sub, role, w.name, levels, sc.utilisation_cap,
                                                         _derate(rs, hw, choice.engine.id, role), shares.get(w.name))
                             for k, v in drops.items():
                                 slo_drops[k] += v
@@ -402,7 +443,8 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, level
         if idx.size:
             rate = lam[ok] / derate
             keep[idx[nondominated(chunk["slots"][idx], rate,
-                                  usable_share(chunk["prefix_bytes_per_replica"][idx], rate, share), tp[idx])]] = True
+                                  usable_share(chunk["prefix_bytes_per_replica"][idx], rate, share), tp[idx],
+                                  chunk["footprint"][idx])]] = True
     if role != "prefill":
         keep[np.argmin(tp)] = True
     first = tp <= pairs[0][1]
@@ -602,7 +644,7 @@ def usable_share(pcap, rate, share: tuple[float, float] | None) -> np.ndarray:
     return np.where(v >= lo * (1 - 1e-9), np.minimum(v, hi), -1.0)
 
 
-def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
+def nondominated(slots, rate, capacity, tpot, groups=None) -> np.ndarray:
     """Mask of the rows of one (workload, role, hardware, prefix tier) group that :func:`prune_dominated`
     keeps; ``capacity`` is each row's prefix bytes per request/s as :func:`usable_share` gives it. Rows in
     order of footprint (ascending), rate and capacity (descending), TPOT (ascending), then position; a row goes
@@ -610,21 +652,26 @@ def nondominated(slots, rate, capacity, tpot) -> np.ndarray:
     footprint ``k`` times smaller, ``k`` whole, gives at least its rate ``k`` times over and has at least its
     capacity. The first test leaves a few rows per footprint (the Pareto front of rate and capacity);
     the second compares those all against all (dominance is transitive, so being dominated by any of them is
-    being dominated by one that is kept)."""
+    being dominated by one that is kept). ``groups``: small non-negative integers, equal exactly where ``slots``
+    are (the footprint's index; computed here when not given)."""
     n = len(slots)
     if n <= 1:
         return np.ones(n, dtype=bool)
     if n > 64:
         # Most rows of a chunk trail the fastest row of their footprint in rate and capacity: off the front, so
-        # never kept. Sorting only the others gives the same answer (rows equal to that best row stay).
-        _, g = np.unique(slots, return_inverse=True)
-        g = g.reshape(-1)
-        qbest = np.full(g.max() + 1, -np.inf)
-        np.maximum.at(qbest, g, rate)
-        top = rate == qbest[g]
-        cbest = np.full(len(qbest), -np.inf)
-        np.maximum.at(cbest, g[top], capacity[top])
-        qb, cb = qbest[g], cbest[g]
+        # never kept. Sorting only the others gives the same answer (rows equal to that best row stay). The
+        # footprints are few: per-footprint maxima over a (footprints x rows) table, no sort.
+        if groups is None:
+            _, groups = np.unique(slots, return_inverse=True)
+        g = np.asarray(groups).reshape(-1)
+        at = np.arange(n)
+        table = np.full((int(g.max()) + 1, n), -np.inf)
+        table[g, at] = rate
+        qb = table.max(axis=1)[g]
+        top = rate == qb
+        table.fill(-np.inf)
+        table[g[top], at[top]] = capacity[top]
+        cb = table.max(axis=1)[g]
         live = np.flatnonzero(~((rate <= qb) & (capacity <= cb) & ((rate < qb) | (capacity < cb))))
         if live.size < n:
             keep = np.zeros(n, dtype=bool)
@@ -747,6 +794,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             memo["decode_only", key] = disagg_decode(setup, *L, B, I, O)
         decode_only = memo["decode_only", key]
     by_hit: dict[float, tuple] = {}
+    t_prompt: dict[float, np.ndarray] = {}  # an aggregated row's own prefill per new-token count (tiers share it)
     e = setup.eff
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * setup.stats.moe_layers * setup.stats.experts
     for tier, h in tiers:
@@ -799,7 +847,9 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 variants.append(("hbm+host", step + spill / max(hw.host_link_bw, 1.0), fits, spill))
         for kv_tier, tpot, ok, spill in variants:
             if role == "aggregated":
-                tb, work = ttft_base(setup, *L, I_new, tpot)
+                if I_new not in t_prompt:
+                    t_prompt[I_new] = prefill_time(setup, *L, I_new, 1.0)
+                tb, work = ttft_base(setup, *L, I_new, tpot, t_pf=t_prompt[I_new])
                 tb = tb + t_load
                 share = np.clip(1.0 - decode_only.step_s / tpot, 0.0, 1.0)
                 servers = L[3]

@@ -117,13 +117,15 @@ def staggered_wait(service_s, clients, think_s):
     return np.minimum(rho * t / (2.0 * (1.0 - rho)), (c - 1.0) * t)
 
 
-def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s):
+def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s, t_pf=None):
     """(TTFT without queueing, prefill work per request) of an aggregated replica under open arrivals, in
     seconds: the fixed overheads, the prompt's own prefill ``t_pf``, and the iterations it waits for
     (:func:`first_token_iterations`). Queueing behind other prompts comes on top, from the arrival rate (see
-    ``perf.candidates.planned_load``), each prompt occupying its rank for ``t_pf``."""
+    ``perf.candidates.planned_load``), each prompt occupying its rank for ``t_pf``. ``t_pf``: the prompt's
+    prefill where the caller has it already (``prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)``)."""
     e = setup.eff
-    t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
+    if t_pf is None:
+        t_pf = prefill_time(setup, tp, ep, pp, dp, input_tokens, 1.0)
     step = np.asarray(step_s, dtype=float)
     s = setup.stats
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * s.moe_layers * s.experts
