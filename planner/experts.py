@@ -470,14 +470,18 @@ def placement_map(lp: LayeredPlacement, *, model_id: str, moe_layers: int) -> di
         per_layer = per_layer * moe_layers
         layer_ids = list(range(moe_layers))
     p2l, l2p, counts = [], [], []
+    done: dict[int, tuple] = {}  # a shared placement repeats one object per layer: its maps are made once
     for placement in per_layer:
-        flat = [e for hold in placement for e in hold]
+        if id(placement) not in done:
+            flat = [e for hold in placement for e in hold]
+            inv: list[list[int]] = [[] for _ in range(first.experts)]
+            for p, e in enumerate(flat):
+                inv[e].append(p)
+            done[id(placement)] = (flat, inv, [len(x) for x in inv])
+        flat, inv, count = done[id(placement)]
         p2l.append(flat)
-        inv: list[list[int]] = [[] for _ in range(first.experts)]
-        for p, e in enumerate(flat):
-            inv[e].append(p)
         l2p.append(inv)
-        counts.append([len(x) for x in inv])
+        counts.append(count)
     return {
         "format": MAP_FORMAT,
         "model": model_id,

@@ -352,28 +352,34 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                 memo: dict = {}  # the disaggregated decode step, shared by the aggregated and decode roles
                 for role in roles_for(sc.serving):
                     g = by_role.get(role, gcols)
-                    for tags, var in _variants(setup, g, w, role, memo):
-                        ok = np.broadcast_to(var.pop("ok_memory"), g["batch"].shape)
-                        evaluated += len(ok)
-                        dropped += int((~ok).sum())
+                    size = len(g["batch"])
+                    for tags, var, rows in _variants(setup, g, w, role, memo):
+                        m = size if rows is None else len(rows)  # var's columns are over the grid's ``rows``
+                        ok = np.broadcast_to(var.pop("ok_memory"), (m,))
+                        evaluated += size
                         n = int(ok.sum())
+                        dropped += size - n
                         fit += n
                         if n == 0:
                             continue
-                        both = {**g, **var}
-                        idx = np.flatnonzero(ok)
+                        at = np.flatnonzero(ok)  # positions in var's columns
+                        gat = at if rows is None else rows[at]  # the same rows' positions in the grid
+
+                        def column(k, at=at, gat=gat, var=var, m=m, g=g):
+                            return _take(var[k], (m,), at) if k in var else g[k][gat]
+
                         if levels:
                             # filter on the columns the SLOs and dominance read, then gather every column once
-                            sub = {k: _take(both[k], ok.shape, idx) for k in FILTER_COLUMNS}
-                            sub["footprint"] = foot_of.get(role, foot)[idx]
+                            sub = {k: column(k) for k in FILTER_COLUMNS}
+                            sub["footprint"] = foot_of.get(role, foot)[gat]
                             sel, drops = _stream_filter(sub, role, w.name, levels, sc.utilisation_cap,
                                                         _derate(rs, hw, choice.engine.id, role), shares.get(w.name))
                             for k, v in drops.items():
                                 slo_drops[k] += v
-                            idx = idx[sel]
-                            n = idx.size
-                        chunk = {k: _take(v, ok.shape, idx) for k, v in both.items()}
-                        b = _take(tags["bound"], ok.shape, idx)
+                            at, gat = at[sel], gat[sel]
+                            n = at.size
+                        chunk = {k: column(k, at, gat) for k in {**g, **var}}
+                        b = _take(tags["bound"], (m,), at)
                         chunk["bound"] = ((b == "memory") * 1 + (b == "communication") * 2).astype(np.int16)
                         labels["bound"].append(chunk.pop("bound"))
                         for k, v in chunk.items():
@@ -709,37 +715,28 @@ def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
 
 
 def _variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, memo: dict | None = None):
-    """Evaluated rows of one (setup, workload, role): ``(labels, columns)`` per (prefix tier, KV tier), each
-    column over the whole grid (or a scalar). ``memo``: one dict per (setup, workload, grid) across its roles,
-    holding what they share (the disaggregated decode step, which aggregated rows need for their input share).
+    """Evaluated rows of one (setup, workload, role): ``(labels, columns, rows)`` per (prefix tier, KV tier),
+    each column over the grid's ``rows`` (an index array; ``None``: the whole grid), or a scalar. ``memo``: one
+    dict per (setup, workload, grid) across its roles, holding what they share (the disaggregated decode step,
+    which aggregated rows need for their input share).
 
     The performance model runs only on the grid rows that can fit in memory (in HBM, or spilling KV to host
-    DRAM): the others (40% of deepseek-chat's) come back with ``ok_memory`` False and placeholder values,
-    as every row that does not fit always did."""
+    DRAM): the others (40% of deepseek-chat's) are left out of ``rows`` (they do not fit: ``ok_memory`` would be
+    False)."""
     mem = _memory(setup, grid, w, role)
     shape = grid["batch"].shape
     need = np.broadcast_to(mem[2] >= 0, shape)
     if role != "prefill":
         need = need | _spill_fits(setup.hw, mem[0], mem[2])
     if need.all() or not need.any():
-        yield from _variants_of(setup, grid, w, role, memo, b"", mem)
+        for tags, var in _variants_of(setup, grid, w, role, memo, b"", mem):
+            yield tags, var, None
         return
-    n, idx = len(need), np.flatnonzero(need)
+    idx = np.flatnonzero(need)
     sub = {k: v[idx] for k, v in grid.items()}
     sub_mem = tuple(np.broadcast_to(v, shape)[idx] for v in mem)
     for tags, var in _variants_of(setup, sub, w, role, memo, need.tobytes(), sub_mem):
-        out = {k: _spread(v, n, idx, False if k == "ok_memory" else 0.0) for k, v in var.items()}
-        yield {**tags, "bound": _spread(tags["bound"], n, idx, "memory")}, out
-
-
-def _spread(v, n: int, idx: np.ndarray, fill):
-    """``v`` (values at rows ``idx`` of ``n``, or a scalar) over all ``n`` rows, ``fill`` elsewhere."""
-    if np.ndim(v) == 0:
-        return v
-    v = np.asarray(v)
-    out = np.full(n, fill, dtype=v.dtype if v.dtype != object else object)
-    out[idx] = v
-    return out
+        yield tags, var, idx
 
 
 def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -900,7 +897,7 @@ def evaluate_point(
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens)
-    for tags, var in _variants(setup, g, workload, role):
+    for tags, var, _ in _variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):
                 return None
