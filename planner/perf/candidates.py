@@ -427,10 +427,13 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, level
     pairs = list(dict.fromkeys(lv[workload] for lv in levels))
     # Only rows within some level's TPOT need their load (the M/D/c bisection is the costly part).
     cand = np.flatnonzero(tp <= max(t for _, t in pairs))
-    sub = {k: chunk[k][cand] for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
+    ttfts = list(dict.fromkeys(f for f, _ in pairs))
+    # every TTFT level's load in one pass: the rows stacked once per level
+    sub = {k: np.broadcast_to(chunk[k][cand], (len(ttfts), cand.size))
+           for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
+    lams = planned_load(sub, np.asarray(ttfts, dtype=float)[:, None], cap, with_ttft=False)[0]
     loads: dict[float, np.ndarray] = {}
-    for ttft in dict.fromkeys(f for f, _ in pairs):
-        lam = planned_load(sub, ttft, cap)[0]
+    for ttft, lam in zip(ttfts, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
         loads[ttft] = next((v for v in loads.values() if np.array_equal(v, lam, equal_nan=True)), lam)
     drops = {}
@@ -522,10 +525,12 @@ def _utilisation_for_wait(c, work, slack) -> np.ndarray:
     return rho
 
 
-def planned_load(rows, ttft_limit_s, cap: float) -> tuple[np.ndarray, np.ndarray]:
+def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """(requests/s per replica, TTFT at that load) of each row: the highest request rate whose TTFT under
     open arrivals stays within ``ttft_limit_s`` and whose utilisation stays within ``cap`` (NaN rate where
-    even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap."""
+    even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap. Elementwise: the
+    columns and the limit may be arrays of any shape that broadcast together. ``with_ttft=False``: the rate
+    alone (``None`` for the TTFT)."""
     full, base, work, c = (np.asarray(rows[k], dtype=float)
                            for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers"))
     lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
@@ -537,15 +542,17 @@ def planned_load(rows, ttft_limit_s, cap: float) -> tuple[np.ndarray, np.ndarray
     cs = np.maximum(c, 1.0)
     at_cap = np.clip(cap * full * work / cs, 0.0, 1.0)
     need = queued & (slack >= 0) & (queue_wait(at_cap, c, work) > slack)
-    rho = np.ones_like(base)
+    rho = np.ones(need.shape)
     one = need & (cs <= 1.0)
     rho[one] = 2.0 * slack[one] / (work[one] + 2.0 * slack[one])
-    many = np.flatnonzero(need & (cs > 1.0))
-    if many.size:
+    many = need & (cs > 1.0)
+    if many.any():
         rho[many] = _utilisation_for_wait(c[many], work[many], slack[many])
     lam_slo = np.where(need, rho * cs / np.maximum(work, 1e-30), np.inf)
     lam = np.minimum(cap * full, lam_slo)
     lam = np.where(slack >= 0, lam, np.nan)
+    if not with_ttft:
+        return lam, None
     t = np.where(queued, base + queue_wait(lam * work / np.maximum(c, 1.0), c, work), base)
     return lam, t
 
