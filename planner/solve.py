@@ -27,6 +27,12 @@ NO_UPDATES = {k: False for k in (
     "update_objective")}
 """Pyomo's persistent-solver change scan switched off, for a solve right after :meth:`Solver.load` (nothing changed)."""
 
+SMALL_MODEL_COLUMNS = 1500
+"""Models up to this many columns are solved on one HiGHS thread (see :meth:`Solver.threads_for`)."""
+
+_scheduler_threads: list[int | None] = [None]
+"""The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""
+
 HEURISTICS = tuple(f"mip_heuristic_run_{h}" for h in ("rins", "rens", "root_reduced_cost", "zi_round", "shifting",
                                                         "feasibility_jump"))
 
@@ -52,6 +58,7 @@ class Solver:
         self.time_limit_s = time_limit_s
         self.mip_gap = mip_gap
         self.threads = threads
+        """HiGHS threads; ``None``: :meth:`threads_for` the model."""
         self.heuristics = heuristics
         """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known;
         a re-solve that starts from one (a relaxation of a solved plan) proves its optimum several times faster
@@ -81,6 +88,8 @@ class Solver:
         if start:
             self._with_start(start)
         undo = self._cap(caps) if caps else None
+        threads = self.threads_for()
+        _use_scheduler(threads)
         try:
             res = self._opt.solve(
                 model,
@@ -88,7 +97,7 @@ class Solver:
                 raise_exception_on_nonoptimal_result=False,
                 time_limit=self.time_limit_s,
                 rel_gap=self.mip_gap,
-                threads=self.threads,
+                threads=threads,
                 auto_updates=NO_UPDATES,
                 # set every time: a persistent HiGHS instance keeps options from one solve to the next
                 solver_options={k: self.heuristics for k in HEURISTICS},
@@ -118,6 +127,15 @@ class Solver:
         else:
             status = "limit"
         return SolveResult(status, term.name, None if obj is None else float(obj), bound, gap, wall)
+
+    def threads_for(self) -> int:
+        """HiGHS threads for the model loaded: ``threads`` where set; else one for a model of at most
+        :data:`SMALL_MODEL_COLUMNS` columns (a deployment MILP of one to a few workloads proves its optimum in a
+        few nodes, where HiGHS's other workers only wait: the whole deepseek-chat plan takes 0.2-0.3 s less
+        CPU, the 3-workload fleet a quarter less, wall unchanged), HiGHS's default (0: its own choice) above."""
+        if self.threads is not None:
+            return self.threads
+        return 1 if self._opt._solver_model.getNumCol() <= SMALL_MODEL_COLUMNS else 0
 
     def load(self, model: pyo.ConcreteModel) -> None:
         """Bring the persistent HiGHS instance up to date with ``model`` (load it, or send what changed since the
@@ -209,3 +227,14 @@ class Solver:
 
         opt._solve = solve_with_start
 
+
+def _use_scheduler(threads: int) -> None:
+    """Make HiGHS's process-wide task scheduler run ``threads`` threads: HiGHS starts it at its first solve and
+    refuses a later solve that asks for another count (the solve then ends without a result), so where the count
+    changes the scheduler is restarted (between solves; the planner never runs two HiGHS solves at once in one
+    process with different counts: sweep workers all ask for one)."""
+    if _scheduler_threads[0] is not None and _scheduler_threads[0] != threads:
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
+    _scheduler_threads[0] = threads

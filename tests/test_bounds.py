@@ -152,3 +152,26 @@ def test_greedy_start_survives_the_loss_of_units_it_must_survive():
         assert start is not None and start[m.x[0]] == 5 + 8 * k and start[m.u["a"]] == nodes
         res = Solver(mip_gap=0.0).solve(m)
         assert res.status == "optimal" and objective_at(m, start) >= pyo.value(m.cost) - 1e-9
+
+
+def test_solvers_asking_for_other_thread_counts_in_one_process_all_solve():
+    """HiGHS's task scheduler is process-wide and refuses a solve that asks for another thread count than the one
+    it started with (the solve then ends with no result: a plan would read 'no feasible plan within the time
+    limit'). A small model gets one thread by default and a sweep's workers ask for one; a solver that asks for
+    another count in the same process must still solve."""
+    from planner.solve import SMALL_MODEL_COLUMNS
+
+    def small():
+        m = pyo.ConcreteModel()
+        m.x = pyo.Var(within=pyo.NonNegativeIntegers)
+        m.y = pyo.Var(within=pyo.NonNegativeReals)
+        m.c = pyo.Constraint(expr=m.x + 2 * m.y >= 2.5)
+        m.o = pyo.Objective(expr=m.x + m.y)
+        return m
+
+    s = Solver()
+    s.load(small())
+    assert s.threads_for() == 1 and 2 <= SMALL_MODEL_COLUMNS
+    for threads in (None, 2, 1, 0, None, 2):
+        r = Solver(threads=threads).solve(small())
+        assert r.status == "optimal" and r.objective == pytest.approx(1.25), threads
