@@ -52,7 +52,14 @@ from planner.perf.layout import (
     weight_bytes_per_chip,
 )
 from planner.perf.roofline import Setup, prefill_pass, prefill_time
-from planner.perf.serving import agg_decode, disagg_decode, kv_transfer_time, prefill_capacity_rps, ttft_base
+from planner.perf.serving import (
+    agg_decode,
+    disagg_decode,
+    kv_transfer_time,
+    plain_decode,
+    prefill_capacity_rps,
+    ttft_base,
+)
 from planner.units import GB, MS, US
 
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -791,12 +798,14 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
     prefix_bytes_chip = P.kv_bytes_per_sequence(model, I * hit, setup.kv_dtype) / (kv_shard(model, L[0]) * L[2])
     tier_bw = {"host": hw.host_link_bw, "nvme": hw.nvme_bw}
     tier_cap = {"host": hw.host_dram_bytes, "nvme": hw.nvme_bytes}
-    decode_only = None
+    decode_only = plain = None
     if role != "prefill":
         memo = {} if memo is None else memo
         if ("decode_only", key) not in memo:
-            memo["decode_only", key] = disagg_decode(setup, *L, B, I, O)
-        decode_only = memo["decode_only", key]
+            # the draft-free step both roles price their drafts from, then the disaggregated step
+            memo["plain", key] = plain_decode(setup, *L, B, I, O) if np.any(spec > 0) else None
+            memo["decode_only", key] = disagg_decode(setup, *L, B, I, O, plain=memo["plain", key])
+        decode_only, plain = memo["decode_only", key], memo["plain", key]
     by_hit: dict[float, tuple] = {}
     t_prompt: dict[float, np.ndarray] = {}  # an aggregated row's own prefill per new-token count (tiers share it)
     e = setup.eff
@@ -838,7 +847,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             yield {"prefix_tier": tier, "kv_tier": "hbm", "bound": pf_bound}, var
             continue
         if h not in by_hit:
-            st = agg_decode(setup, *L, B, I, O, new_tokens=I_new) if role == "aggregated" else decode_only
+            st = agg_decode(setup, *L, B, I, O, new_tokens=I_new, plain=plain) if role == "aggregated" else decode_only
             by_hit[h] = (st.step_s, np.asarray(st.bound))
         step, bound = by_hit[h]
         variants = [("hbm", step, free >= 0, 0.0)]

@@ -479,6 +479,7 @@ def decode_step(
     prefill_tokens_per_step=0.0,
     prefill_context=0.0,
     prefill_prompt_tokens=None,
+    plain: StepTimes | None = None,
 ) -> StepTimes:
     """Decode step of ``batch`` sequences in flight at mean ``context`` tokens (see module docstring).
 
@@ -489,6 +490,10 @@ def decode_step(
     by the efficiency block's ``interference``. With
     two micro-batch overlap (``setup.tbo``) a stage pass is two half micro-batches whose communication
     runs under the other's compute: ``2 max(compute_half + layer overheads, comm_half)``.
+
+    ``plain``: the step of the same rows without drafts and without prompt tokens (``decode_step`` with
+    ``spec_tokens`` 0 at this batch and context), where the caller has it: drafting is priced from it
+    (:func:`_draft_time`), else it is computed.
     """
     e = setup.eff
     tp, ep, pp, dp = (np.asarray(x, dtype=float) for x in (tp, ep, pp, dp))
@@ -518,7 +523,7 @@ def decode_step(
     k = np.asarray(setup.spec_tokens, dtype=float)
     overhead = f.layer_overhead + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
     step = pp * stage_t
-    draft = _draft_time(setup, tp, ep, pp, dp, B, S) if np.any(k > 0) else 0.0
+    draft = _draft_time(setup, tp, ep, pp, dp, B, S, plain) if np.any(k > 0) else 0.0
     per_step = setup.tokens_per_step
     return StepTimes(
         step_s=(step + draft) / per_step,
@@ -537,13 +542,15 @@ def decode_step(
     )
 
 
-def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context):
+def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context, plain: StepTimes | None = None):
     """Drafting of speculative decoding per step: ``spec_tokens`` sequential passes of the draft layers
     (the model's multi-token-prediction layers, or one layer) at one token per sequence, each ending
-    in the LM head. A pass of one layer costs a layer's share of a plain decode step."""
+    in the LM head. A pass of one layer costs a layer's share of a plain decode step (``plain``, computed
+    where not given)."""
     from dataclasses import replace
 
-    plain = decode_step(replace(setup, spec_tokens=0.0), tp, ep, pp, dp, batch, context)
+    if plain is None:
+        plain = decode_step(replace(setup, spec_tokens=0.0), tp, ep, pp, dp, batch, context)
     layers = float(setup.model.architecture.layers)
     per_layer = (plain.step_s - plain.overhead_s) / layers
     head = setup.wb.lm_head if setup.wb.lm_head else setup.wb.embed

@@ -25,10 +25,10 @@ from planner.units import HOUR_S, MS, MTOK, US
 
 
 def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens, new_tokens=None,
-               prompt_share=1.0) -> StepTimes:
+               prompt_share=1.0, plain: StepTimes | None = None) -> StepTimes:
     """Decode step of an aggregated worker at mean context ``I + O / 2`` with interleaved prefill of
     ``new_tokens`` per prompt (default ``I``; fewer when a cached prefix is reused), of ``prompt_share`` of the
-    prompts that start while the batch decodes (see :func:`others_share`)."""
+    prompts that start while the batch decodes (see :func:`others_share`). ``plain``: see :func:`plain_decode`."""
     I = np.asarray(input_tokens, dtype=float)
     N = I if new_tokens is None else np.asarray(new_tokens, dtype=float)
     O = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
@@ -38,6 +38,7 @@ def agg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens,
     return decode_step(
         setup, tp, ep, pp, dp, np.asarray(batch, dtype=float), I + O / 2.0,
         prefill_tokens_per_step=B * N * setup.tokens_per_step / O, prefill_context=I, prefill_prompt_tokens=N,
+        plain=plain,
     )
 
 
@@ -52,11 +53,22 @@ def others_share(batch):
     return (B - 1.0) / B
 
 
-def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
-    """Decode step of a disaggregated decode worker (no prefill interleaved)."""
+def disagg_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens,
+                  plain: StepTimes | None = None) -> StepTimes:
+    """Decode step of a disaggregated decode worker (no prefill interleaved). ``plain``: see :func:`plain_decode`."""
     I = np.asarray(input_tokens, dtype=float)
     O = np.asarray(output_tokens, dtype=float)
-    return decode_step(setup, tp, ep, pp, dp, batch, I + O / 2.0)
+    return decode_step(setup, tp, ep, pp, dp, batch, I + O / 2.0, plain=plain)
+
+
+def plain_decode(setup: Setup, tp, ep, pp, dp, batch, input_tokens, output_tokens) -> StepTimes:
+    """The decode step of the same worker without drafts and without interleaved prompts: what speculative
+    decoding prices its draft passes from. The aggregated and the disaggregated step of the same rows (at output
+    lengths of at least one token) draft from the same one; a caller that evaluates both passes it to each
+    (``plain``) instead of having it computed twice."""
+    from dataclasses import replace
+
+    return disagg_decode(replace(setup, spec_tokens=0.0), tp, ep, pp, dp, batch, input_tokens, output_tokens)
 
 
 def ttft(setup: Setup, tp, ep, pp, dp, input_tokens, in_flight_per_rank, *, step_s=None, transfer_s=0.0,
