@@ -339,8 +339,17 @@ def define_simplicity(m) -> None:
 
 
 def define_objective(m) -> None:
+    m.cost = pyo.Objective(expr=objective_expr(m), sense=pyo.minimize)
+
+
+def objective_expr(m):
+    """The objective at the prices the model's parameters hold now. The fleet's dollars follow the price
+    parameters; the tie-break's coefficients are numbers (one per candidate row: as mutable coefficients Pyomo
+    re-evaluated and re-sent every one of them before each re-solve), so :func:`update_parameters` rebuilds the
+    objective where a price changes."""
     hw, slots = m._arr["hardware"], _coef(m, "slots")
-    chip_usd = sum(EPSILON * slots[i] * m.usd_per_chip_hour[hw[i]] * m.x[i] for i in m.R)
+    price = {h: float(pyo.value(m.usd_per_chip_hour[h])) for h in m.H}
+    chip_usd = sum(EPSILON * slots[i] * price[hw[i]] * m.x[i] for i in m.R)
     cost = fleet_usd_per_hour(m) + chip_usd
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         cost = cost + m._data.pool_type_usd_per_hour * sum(m.row_used[i] for i in m.R)
@@ -352,7 +361,7 @@ def define_objective(m) -> None:
         if m._data.budget_usd_per_hour is not None:
             short += m.extra_usd / m.budget_usd_per_hour
         cost = ELASTIC_WEIGHT * short + cost / 1e6
-    m.cost = pyo.Objective(expr=cost, sense=pyo.minimize)
+    return cost
 
 
 def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:
@@ -366,9 +375,13 @@ def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:
         wd = data.workloads[w]
         m.demand[w] = wd.requests_per_s
         m.working_set_gb[w] = wd.working_set_bytes / 1e9
+    repriced = False
     for h in m.H:
         hd = data.hardware[h]
+        repriced |= pyo.value(m.usd_per_chip_hour[h]) != hd.usd_per_chip_hour
         m.usd_per_chip_hour[h] = hd.usd_per_chip_hour
         m.max_units[h] = 10**9 if hd.max_units is None else hd.max_units
+    if repriced:
+        m.cost.set_value(objective_expr(m))  # the tie-break's coefficients are numbers (see objective_expr)
     m.power_limit_kw = data.power_kw if data.power_kw is not None else 1e12
     m.budget_usd_per_hour = data.budget_usd_per_hour if data.budget_usd_per_hour is not None else 1e12
