@@ -23,7 +23,7 @@ from planner.catalog.writer import atomic_write_with
 from planner.errors import InfeasibleError, PlanCheckError, PlannerError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
 from planner.model.bounds import greedy_start, snapshot, solve_from
-from planner.model.build import EPSILON, fleet_kw
+from planner.model.build import EPSILON, fleet_kw, prefix_bounds_move
 from planner.model.data import drop_unpowered
 from planner.model.periods import Tiers
 from planner.perf.candidates import (
@@ -520,14 +520,18 @@ class _Ctx:
     def cost(self) -> float:
         return self.plan.objective.usd_per_hour
 
-    def resolve_with(self, param, value, workload: str | None = None) -> float | None:
+    def resolve_with(self, param, value, workload: str | None = None, moves: Callable[[], bool] | None = None) -> float | None:
         """Fleet $/h with one mutable parameter changed (then restored); each change the analysis makes (less
         demand, a smaller working set, a higher limit) relaxes the model. ``workload``: the one the parameter is
         of, re-served from scratch in the start where the change leaves the plan infeasible (less demand gives
-        each prefix-caching replica a larger share of the prefixes to hold)."""
+        each prefix-caching replica a larger share of the prefixes to hold). ``moves``: asked with the parameter
+        changed, whether the model changes at all; where not, the plan's cost is the answer (no re-solve)."""
         old = pyo.value(param)
         param.set_value(value)
         try:
+            if moves is not None and not moves():
+                self.proven = True
+                return self.cost
             r = self.solve_relaxed(workload)
             self.proven = r.status == "optimal"
             return _fleet_cost(self.model, self.data) if r.has_solution else None
@@ -719,7 +723,8 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
         wo = next(o for o in plan.workloads if o.name == w.name)
         if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
             ctx.say(f"analysis: {w.name}'s prefix working set {RELAX:.0%} smaller")
-            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX), w.name))
+            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX), w.name,
+                                                  moves=lambda w=w.name: prefix_bounds_move(m, w)))
             if saved and saved > 1e-6 * base:
                 out.append(Binding(
                     name=f"prefix_cache.{w.name}",

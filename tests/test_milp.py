@@ -208,6 +208,95 @@ def test_pruning_answers_every_working_set_and_demand_in_its_range(seed):
         assert _milp(PlanData(kept.reset_index(drop=True), hw, wd)) == pytest.approx(full, rel=1e-12)
 
 
+def test_a_mix_of_rows_drops_a_row_no_whole_multiple_of_one_row_matches():
+    """On an NVL72-like unit an 18-slot replica (a 16-chip group) giving 13 req/s: nine 2-slot replicas give
+    11.7 and two 8-slot ones 12 (the single-row rule keeps it), but two 8-slot and one 2-slot replica give 13.3
+    in 18 slots, so the mix rule drops it; with mixes off (pool types limited or priced) it stays."""
+    from planner.perf.candidates import mix_kept, prune_dominated
+
+    rows = _rows([("w", "aggregated", "a", 8.0, 6.0, 0), ("w", "aggregated", "a", 2.0, 1.3, 0),
+                  ("w", "aggregated", "a", 18.0, 13.0, 0)])
+    rows["tpot_s"] = [0.03, 0.03, 0.02]
+    assert prune_dominated(rows)[1] == 0
+    kept, dropped = prune_dominated(rows, mixes=True)
+    assert dropped == 1 and kept["slots"].tolist() == [8.0, 2.0]
+    # 13.4 req/s is more than the best 18-slot mix (13.3): kept
+    assert mix_kept(np.array([8.0, 2.0, 18.0]), np.array([6.0, 1.3, 13.4]), np.zeros(3)).tolist() == [True, True, True]
+    # a mix may only use rows usable wherever the row is: the same 8-slot row holding fewer prefixes cannot
+    assert mix_kept(np.array([8.0, 2.0, 18.0]), np.array([6.0, 1.3, 13.0]), np.array([1.0, 2.0, 2.0])).tolist() == [True, True, True]
+
+
+def test_mixes_are_off_where_pool_types_count():
+    from planner.perf.candidates import mixes_allowed
+
+    base = {"name": "s", "model": "llama-3.1-8b", "hardware": ["h100-sxm"],
+            "workloads": [{"name": "w", "requests_per_s": 1, "input_tokens": 100, "output_tokens": 10,
+                           "slo": {"ttft_ms": 1000, "tpot_ms": 50}}]}
+    assert mixes_allowed(Scenario.model_validate(base))
+    for extra in ({"limits": {"max_pool_types_per_workload": 2}}, {"limits": {"pool_type_usd_per_hour": 1.0}},
+                  {"resilience": {"lose_units": 1}}):
+        assert not mixes_allowed(Scenario.model_validate({**base, **extra}))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_mix_pruning_answers_every_working_set_and_demand_in_its_range(seed):
+    """Rows pruned with mixes (footprints of an NVL72 rack's packing, prefix tiers with and without reuse) give
+    the unpruned table's optimum (or its infeasibility) at every working set and demand of the range, and
+    prune at least what the single-row rule does."""
+    from planner.perf.candidates import prune_dominated
+
+    rng = np.random.default_rng(100 + seed)
+    n = 16
+    slots = rng.choice([1.0, 2.0, 4.0, 8.0, 18.0, 36.0], n)
+    spec = [("w", "aggregated", "a", float(s), float(s ** 0.9 * rng.uniform(0.5, 3.0)),
+             float(rng.choice([0, 1, 2, 5, 10, 20]) * s)) for s in slots]
+    rows = _rows(spec)
+    rows["tpot_s"] = rng.uniform(0.01, 0.05, n)
+    # a working set per request/s that most prefix rows miss (the rule that ignored it failed 10 of 12 seeds)
+    demand, ws = 30.0, float(rng.uniform(200, 600)) * 1e9
+    tau = ws / demand
+    single = prune_dominated(rows, {"w": (tau * 0.9, tau / 0.9)})[1]
+    kept, dropped = prune_dominated(rows, {"w": (tau * 0.9, tau / 0.9)}, mixes=True)
+    assert dropped >= single
+    for d, wset in ((demand, ws), (demand * 0.9, ws), (demand, ws * 0.9), (demand * 0.9, ws * 0.9)):
+        hw, wd = {"a": _hw("a", 72, 1.0)}, {"w": WorkloadData("w", d, 100, 100, wset)}
+        full = _milp(PlanData(rows.reset_index(drop=True), hw, wd))
+        assert _milp(PlanData(kept.reset_index(drop=True), hw, wd)) == pytest.approx(full, rel=1e-12)
+
+
+def test_mix_knapsack_matches_enumeration():
+    """``_add_replicas`` (a running maximum per residue) against the unbounded knapsack by enumeration."""
+    from planner.perf.candidates import _add_replicas
+
+    rng = np.random.default_rng(7)
+    items = [(int(k), float(q)) for k, q in zip(rng.integers(1, 12, 6), rng.uniform(0.5, 5.0, 6), strict=True)]
+    best = np.zeros(40)
+    for k, q in items:
+        _add_replicas(best, k, q)
+    for cap in range(40):
+        ref = 0.0
+        for counts in itertools.product(*(range(cap // k + 1) for k, _ in items)):
+            if sum(c * k for c, (k, _) in zip(counts, items, strict=True)) <= cap:
+                ref = max(ref, sum(c * q for c, (_, q) in zip(counts, items, strict=True)))
+        assert best[cap] == pytest.approx(ref, rel=1e-12)
+
+
+def test_a_working_set_change_that_moves_no_row_leaves_the_model_as_it_was():
+    """The analysis prices a 10% smaller working set by re-solving only where some row's prefix-capacity verdict
+    moves (it is the parameter's only use in the model): here 2 GB per req/s holds a 1.5 GB per req/s share at
+    both working sets, 1.4 GB per req/s only at the smaller one."""
+    from planner.model.build import prefix_bounds_move
+
+    hw = {"a": _hw("a", 8, 1.0)}
+    for pcap_gb, moves in ((10.0, False), (7.0, True)):
+        rows = _rows([("w", "aggregated", "a", 1.0, 5.0, pcap_gb), ("w", "aggregated", "a", 1.0, 1.0, 0)])
+        m = build_model(PlanData(rows, hw, {"w": WorkloadData("w", 10.0, 100, 100, 15e9)}))
+        assert not prefix_bounds_move(m, "w")
+        m.working_set_gb["w"] = 15 * 0.9
+        assert prefix_bounds_move(m, "w") is moves
+        assert pyo.value(m.working_set_gb["w"]) == pytest.approx(13.5)
+
+
 def test_huge_demand_is_scaled_not_infinite():
     """Demand near the planner's limit (1e7 req/s) solves to a fleet, with coefficients scaled per scenario."""
     from planner.model.build import rate_unit

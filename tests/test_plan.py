@@ -324,18 +324,26 @@ def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
     says the analysis stopped; nothing is invented for the rest."""
     from planner import planning
 
-    full = make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan
-    calls = {"n": 0}
+    calls = {"n": 0, "stop": None}
     original = planning._Ctx._quick
 
     def quick(self, *, fresh=False):
         calls["n"] += 1
-        if calls["n"] > 4:  # the runner-up, SLO re-solves, then demand; out of time at the prefix working set
+        if calls["stop"] is not None and calls["n"] >= calls["stop"]:
             raise planning.OutOfTime
         return original(self, fresh=fresh)
 
     monkeypatch.setattr(planning._Ctx, "_quick", quick)
-    cut = make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan
+    # a power limit just above what the plan draws: priced before the workloads' questions
+    kw = sum(g.kw for g in make_plan(_scenario(catalog, requests_per_s=700), QUICK).plan.units)
+    rs = _scenario(catalog, requests_per_s=700, limits={"power_kw": kw * 1.01})
+    calls["n"] = 0
+    full = make_plan(rs, PlanOptions()).plan
+    assert any(b.name == "limits.power_kw" for b in full.binding_constraints)
+    # out of time at the last re-solve (the runner-up, the power limit, the SLO re-solves, then the demand)
+    assert calls["n"] >= 3
+    calls.update(stop=calls["n"], n=0)
+    cut = make_plan(rs, PlanOptions()).plan
     assert 1 <= len(cut.binding_constraints) < len(full.binding_constraints) + 1
     assert any("analysis not completed" in a and "before the rest;" in a for a in cut.assumptions)
     # the runner-up is found first, so a cut analysis still has it

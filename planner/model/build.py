@@ -238,6 +238,16 @@ def prefix_rows_hold(m, w: str, rows: np.ndarray) -> np.ndarray:
     return ~a["prefix"][rows] | (a["pcap"][rows] / 1e9 / ws >= a["rate"][rows] / max(demand, 1e-30) * (1 - 1e-9))
 
 
+def prefix_bounds_move(m, w: str) -> bool:
+    """Whether the demand and working set the parameters hold now change which of ``w``'s rows may be used
+    (the prefix-capacity bounds last applied): where not, a change of ``w``'s working set leaves the model as it
+    was (it enters no other constraint)."""
+    rows = getattr(m, "_prefix_rows", {}).get(w)
+    if rows is None or not len(rows):
+        return False
+    return bool((prefix_rows_hold(m, w, rows) != m._prefix_ok[rows]).any())
+
+
 def apply_prefix_capacity(m) -> None:
     """Set the prefix-capacity bounds of :func:`define_prefix_cache_capacity` from the parameters as they
     stand: upper bound 0 on the replicas of a row that cannot hold its share, none on the others (only the

@@ -91,6 +91,8 @@ class CandidatePool:
     shares: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per workload, the range of prefix bytes per request/s (working set / demand) its pruning answers for
     (see :func:`prefix_shares`); a workload not listed: any."""
+    mixes: bool = True
+    """Whether pruning may drop a row that replicas of several other rows match (:func:`mixes_allowed`)."""
 
 
 @dataclass
@@ -402,7 +404,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                                 labels[k].append(np.full(n, cats.index(tags[k]), dtype=np.int16))
                         cols.setdefault("usd_per_hour", []).append(chunk["chips"] * rs.prices[hw.id])
     pool = CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap, tuple(levels or ()), fit,
-                         slo_drops if levels else {}, dict(shares))
+                         slo_drops if levels else {}, dict(shares), mixes_allowed(sc))
     if not cols:
         return pool
     data = {k: np.concatenate(v) for k, v in cols.items()}
@@ -587,7 +589,7 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     rows["ttft_s"] = t[keep]
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
-        rows, dropped["dominated"] = prune_dominated(rows, pool.shares)
+        rows, dropped["dominated"] = prune_dominated(rows, pool.shares, mixes=pool.mixes)
     if pool.levels and pool.base_slo_drops and slos == pool.levels[0]:
         # counted as the rows were streamed: the pool no longer holds most of the rows that missed or were dominated
         dropped.update(pool.base_slo_drops)
@@ -606,9 +608,19 @@ def scenario_slos(workloads: list[Workload]) -> dict[str, tuple[float, float]]:
 
 
 PRUNE_KEYS = ["workload", "role", "hardware", "prefix_tier"]
+MIX_KEYS = ["workload", "role", "hardware"]
 
 
-def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | None = None) -> tuple[pd.DataFrame, int]:
+def mixes_allowed(sc) -> bool:
+    """Whether a row matched by replicas of several other rows may be pruned (:func:`prune_dominated`): not
+    where the scenario limits or prices pool types (the mix is more pool types than the row) or asks for N+k
+    (its per-unit loss bound is read from the rows)."""
+    lim = sc.limits
+    return not (lim.max_pool_types_per_workload or lim.pool_type_usd_per_hour or sc.resilience.lose_units)
+
+
+def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | None = None, *,
+                    mixes: bool = False) -> tuple[pd.DataFrame, int]:
     """Drop rows the MILP never needs.
 
     In the MILP a row is only its packing footprint ``slots``, its request rate and, where it reuses
@@ -620,6 +632,12 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     of A give at least B's rate, and A is usable wherever in that range B is (:func:`usable_share`): any plan
     using B is matched, at the same units, power and cost, by one using A. Ties keep the first row (fastest
     TPOT). A workload missing from ``shares`` is pruned for any working set and demand.
+
+    With ``mixes`` (:func:`mixes_allowed`), a row left is then also dropped where replicas of *several* rows
+    left match it: rows of its (workload, role, hardware), of any prefix tier, each usable wherever it is,
+    that together occupy no more slots and give at least its rate (:func:`mix_kept`). A row without prefix
+    reuse is usable at any working set. In the MILP such a mix replaces the row at the same units, power and
+    cost; what it may add is pool types, which is why a scenario that limits or prices them keeps the row.
     """
     if df.empty:
         return df, 0
@@ -631,8 +649,71 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     for idx in df.groupby(PRUNE_KEYS, observed=True, sort=False).indices.values():
         share = usable_share(c[idx], q[idx], shares.get(wl[idx[0]], (0.0, np.inf)))
         keep[idx[nondominated(s[idx], q[idx], share, t[idx])]] = True
+    if mixes:
+        left = np.flatnonzero(keep)
+        sub = df.iloc[left]
+        cap = np.where(sub["prefix_tier"].astype(str).to_numpy() == "none", np.inf, c[left])
+        for idx in sub.groupby(MIX_KEYS, observed=True, sort=False).indices.values():
+            rows = left[idx]
+            share = usable_share(cap[idx], q[rows], shares.get(wl[rows[0]], (0.0, np.inf)))
+            keep[rows[~mix_kept(s[rows], q[rows], share)]] = False
     out = df[keep]
     return out, len(df) - len(out)
+
+
+def mix_kept(slots, rate, capacity) -> np.ndarray:
+    """Mask of the rows of one (workload, role, hardware) group that no mix of the others matches: replicas of
+    rows usable wherever the row is (``capacity``, its prefix bytes per request/s as :func:`usable_share` gives
+    it, at least the row's) that occupy at most its ``slots`` and give at least its ``rate``.
+
+    Rows are taken by capacity (descending), then footprint (ascending), then rate (descending), then position,
+    so every row a mix for a row may use (capacity at least its own, a smaller footprint, or its footprint and at
+    least its rate: then the mix is that one row) comes before it. A row goes when the rows kept before it reach
+    its rate within its slots: the most rate ``F[n]`` replicas of them give in ``n`` slots (an unbounded
+    knapsack over whole slots, extended by each kept row) is at least its rate; a row dropped earlier needs no
+    place in ``F``, the rows that match it are there. Every row dropped is matched by rows kept, so the MILP's
+    optimum is the same; of equal rows the first stays. Footprints that are not whole numbers of slots are
+    scaled to whole numbers where a small factor does it; else nothing is dropped."""
+    n = len(slots)
+    keep = np.ones(n, dtype=bool)
+    if n <= 1:
+        return keep
+    whole = _whole_slots(np.asarray(slots, dtype=float))
+    if whole is None:
+        return keep
+    rate = np.asarray(rate, dtype=float)
+    best = np.zeros(int(whole.max()) + 1)  # F[n]: most rate in at most n slots from the rows kept so far
+    for i in np.lexsort((np.arange(n), -rate, whole, -np.asarray(capacity, dtype=float))):
+        k = int(whole[i])
+        if best[k] >= rate[i] * (1 - 1e-12):
+            keep[i] = False
+            continue
+        _add_replicas(best, k, rate[i])
+    return keep
+
+
+def _whole_slots(slots: np.ndarray, most: int = 1 << 16) -> np.ndarray | None:
+    """``slots`` times the smallest factor of 1 to 100 that makes each a whole number (at most ``most``),
+    as integers; ``None`` where none does."""
+    for f in range(1, 101):
+        v = slots * f
+        r = np.rint(v)
+        if np.all(np.abs(v - r) <= 1e-9 * np.maximum(v, 1.0)):
+            return r.astype(np.int64) if r.max() <= most else None
+    return None
+
+
+def _add_replicas(best: np.ndarray, k: int, q: float) -> None:
+    """``best[n] = max over j of best[n - j k] + j q`` in place: any number of replicas of ``k`` slots and rate
+    ``q`` added to the rows ``best`` is of. Along each residue of ``n`` modulo ``k`` that is a running maximum
+    of ``best[n] - (n // k) q``, one vectorised pass."""
+    size = len(best)
+    rows = -(-size // k)
+    pad = np.full(rows * k, -np.inf)
+    pad[:size] = best
+    grid = pad.reshape(rows, k)
+    step = np.arange(rows, dtype=float)[:, None] * q
+    best[:] = (np.maximum.accumulate(grid - step, axis=0) + step).reshape(-1)[:size]
 
 
 def prefix_shares(workloads, low: float = 1.0, high: float = 1.0) -> dict[str, tuple[float, float]]:
