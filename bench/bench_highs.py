@@ -8,10 +8,11 @@ Then:
 
 - for the plan's own model, the size after presolve and four bounds: the LP relaxation, replica counts
   integral with units continuous, units integral with replica counts continuous, and the optimum;
-- each ``--options`` set (a JSON object of HiGHS options, e.g. '{"threads": 1}' or
-  '{"mip_allow_restart": false}'; '{}' is the planner's own settings) replayed over all the dumped models in
-  a fresh process (HiGHS fixes its thread count per process), from the same starts: total wall and CPU, and
-  each solve's wall.
+- each ``--options`` set (a JSON object of HiGHS options, e.g. '{"threads": 0}' or
+  '{"mip_allow_restart": false}'; '{}' is the planner's own settings, its thread count included) replayed
+  over all the dumped models in a fresh process, from the same starts: total wall and CPU, and each solve's
+  wall. A model's options are read as HiGHS starts it (Pyomo sets them just before: read earlier, they were
+  the previous solve's).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-PLANNER_OPTIONS = ("time_limit", "mip_rel_gap", "mip_heuristic_run_rins", "mip_heuristic_run_rens",
+PLANNER_OPTIONS = ("threads", "time_limit", "mip_rel_gap", "mip_heuristic_run_rins", "mip_heuristic_run_rens",
                    "mip_heuristic_run_root_reduced_cost", "mip_heuristic_run_zi_round", "mip_heuristic_run_shifting",
                    "mip_heuristic_run_feasibility_jump")
 
@@ -49,16 +50,27 @@ def dump(n: int, folder: Path) -> None:
 
     def solve(self):
         h = self._solver_model
-        k = count[0]
-        count[0] += 1
-        h.writeModel(str(folder / f"m{k:02d}.mps"))
-        sol = h.getSolution()
         units = [col for vid, col in self._pyomo_var_to_solver_var_map.items()
                  if self._vars[vid][0].name.startswith("u[")]
-        meta = {"options": {o: _option(h, o) for o in PLANNER_OPTIONS}, "units": units,
-                "start": list(np.asarray(sol.col_value)) if sol.value_valid else None}
-        (folder / f"m{k:02d}.json").write_text(json.dumps(meta))
-        return original(self)
+        run = h.run
+
+        def dump_then_run():
+            # here, not before Pyomo's _solve: it sets this solve's options (a persistent instance otherwise
+            # still holds the previous solve's)
+            k = count[0]
+            count[0] += 1
+            h.writeModel(str(folder / f"m{k:02d}.mps"))
+            sol = h.getSolution()
+            meta = {"options": {o: _option(h, o) for o in PLANNER_OPTIONS}, "units": units,
+                    "start": list(np.asarray(sol.col_value)) if sol.value_valid else None}
+            (folder / f"m{k:02d}.json").write_text(json.dumps(meta))
+            return run()
+
+        h.run = dump_then_run
+        try:
+            return original(self)
+        finally:
+            del h.run
 
     highs.Highs._solve = solve
     try:
@@ -113,10 +125,18 @@ def bounds(folder: Path) -> None:
 
 
 def replay(folder: Path, options: dict) -> dict:
+    import highspy
+
     walls = []
     c0 = time.process_time()
+    threads = None
     for path in sorted(folder.glob("m*.mps")):
-        h = _highs(path, json.loads(path.with_suffix(".json").read_text()), options)
+        meta = json.loads(path.with_suffix(".json").read_text())
+        want = {**meta["options"], **options}.get("threads", 0)
+        if threads is not None and want != threads:
+            highspy.Highs.resetGlobalScheduler(True)  # HiGHS's scheduler is process-wide (see planner.solve)
+        threads = want
+        h = _highs(path, meta, options)
         t = time.perf_counter()
         h.run()
         walls.append(time.perf_counter() - t)
