@@ -633,11 +633,12 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     using B is matched, at the same units, power and cost, by one using A. Ties keep the first row (fastest
     TPOT). A workload missing from ``shares`` is pruned for any working set and demand.
 
-    With ``mixes`` (:func:`mixes_allowed`), a row left is then also dropped where replicas of *several* rows
-    left match it: rows of its (workload, role, hardware), of any prefix tier, each usable wherever it is,
-    that together occupy no more slots and give at least its rate (:func:`mix_kept`). A row without prefix
-    reuse is usable at any working set. In the MILP such a mix replaces the row at the same units, power and
-    cost; what it may add is pool types, which is why a scenario that limits or prices them keeps the row.
+    With ``mixes`` (:func:`mixes_allowed`), a row left is then also dropped where rows left of its (workload,
+    role, hardware), of any prefix tier, each usable wherever it is, beat it: one of its footprint with at least
+    its rate, or replicas of several that give at least its rate in fewer slots (:func:`mix_kept`). A row
+    without prefix reuse is usable at any working set. In the MILP such a mix replaces the row at the same
+    units, power and cost; what it may add is pool types, which is why a scenario that limits or prices them
+    keeps the row.
     """
     if df.empty:
         return df, 0
@@ -662,18 +663,21 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
 
 
 def mix_kept(slots, rate, capacity) -> np.ndarray:
-    """Mask of the rows of one (workload, role, hardware) group that no mix of the others matches: replicas of
-    rows usable wherever the row is (``capacity``, its prefix bytes per request/s as :func:`usable_share` gives
-    it, at least the row's) that occupy at most its ``slots`` and give at least its ``rate``.
+    """Mask of the rows of one (workload, role, hardware) group that no mix of the others beats, among rows
+    usable wherever the row is (``capacity``, its prefix bytes per request/s as :func:`usable_share` gives it, at
+    least the row's): one row of its footprint with at least its ``rate``, or replicas of rows that give at least
+    its rate in *fewer* slots than its ``slots``. A plan using the row costs the same with the other row instead
+    (the same slots, as many pool types), or with the mix (fewer slots, which the objective's tie-break prefers:
+    no optimum uses the row), so dropping it leaves the MILP every plan it may choose, up to equal rows (a mix
+    in exactly the row's slots is no reason: the row alone is one pool type where the mix is several).
 
     Rows are taken by capacity (descending), then footprint (ascending), then rate (descending), then position,
-    so every row a mix for a row may use (capacity at least its own, a smaller footprint, or its footprint and at
-    least its rate: then the mix is that one row) comes before it. A row goes when the rows kept before it reach
-    its rate within its slots: the most rate ``F[n]`` replicas of them give in ``n`` slots (an unbounded
-    knapsack over whole slots, extended by each kept row) is at least its rate; a row dropped earlier needs no
-    place in ``F``, the rows that match it are there. Every row dropped is matched by rows kept, so the MILP's
-    optimum is the same; of equal rows the first stays. Footprints that are not whole numbers of slots are
-    scaled to whole numbers where a small factor does it; else nothing is dropped."""
+    so every row such a mix may use (capacity at least its own and a smaller footprint, or its footprint and at
+    least its rate) comes before it. ``F[n]``, the most rate replicas of the rows kept so far give in at most
+    ``n`` slots, is an unbounded knapsack over whole slots extended by each kept row; a row dropped earlier
+    needs no place in it, the rows that beat it are there. Of equal rows the first stays. Footprints that are
+    not whole numbers of slots are scaled to whole numbers where a small factor does it; else nothing is
+    dropped."""
     n = len(slots)
     keep = np.ones(n, dtype=bool)
     if n <= 1:
@@ -683,12 +687,14 @@ def mix_kept(slots, rate, capacity) -> np.ndarray:
         return keep
     rate = np.asarray(rate, dtype=float)
     best = np.zeros(int(whole.max()) + 1)  # F[n]: most rate in at most n slots from the rows kept so far
+    single = np.full(len(best), -np.inf)  # most rate of one kept row of n slots
     for i in np.lexsort((np.arange(n), -rate, whole, -np.asarray(capacity, dtype=float))):
         k = int(whole[i])
-        if best[k] >= rate[i] * (1 - 1e-12):
+        if max(best[k - 1], single[k]) >= rate[i] * (1 - 1e-12):
             keep[i] = False
             continue
         _add_replicas(best, k, rate[i])
+        single[k] = max(single[k], rate[i])
     return keep
 
 
