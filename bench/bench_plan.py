@@ -1,17 +1,25 @@
 """Benchmark of `planner plan` on the bundled scenarios (figures for issue notes, never a timed test).
 
-    python bench/bench_plan.py [SCENARIO ...]
+    python bench/bench_plan.py [SCENARIO ...] [--repeat N]
 
 Each scenario runs in a fresh process: candidate generation, model build and HiGHS solve to the
 default gap (1e-4) are timed separately, then the analysis (binding constraints, runner-up); peak
-resident memory is that process's maximum RSS.
+resident memory is that process's maximum RSS. Then the command as a user runs it, ``planner plan
+SCENARIO --out DIR`` (analysis, expert placement, re-check and the written plan included), ``N`` times
+(default 3) in fresh processes: the CPU time (user + system) and wall of the whole process, least and
+median (the host is shared: the least is the closest to the machine's own figure).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import resource
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,17 +52,39 @@ def run(path: Path, analysis: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def cli(path: Path, repeat: int) -> tuple[list[float], list[float]]:
+    """CPU (user + system) and wall of ``planner plan PATH --out DIR``, each run a fresh process."""
+    cpu, wall = [], []
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "planner", "plan", str(path), "--out", str(Path(d) / "plan"), "--force"],
+                           cwd=ROOT, capture_output=True, check=True)
+            wall.append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
 def main() -> None:
-    names = sys.argv[1:] or [p.stem for p in sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the whole command per scenario")
+    a = ap.parse_args()
+    names = a.names or [p.stem for p in sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))]
     for name in names:
         path = ROOT / "catalogs" / "scenarios" / f"{name}.yaml"
         r = run(path, analysis=False)
-        a = run(path, analysis=True)
+        an = run(path, analysis=True)
+        cpu, wall = cli(path, max(a.repeat, 1))
         print(
             f"{name:16} rows {r['evaluated']:>9,} -> {r['kept']:>5,}  candidates {r['candidates_s']:.2f} s  build {r['build_s']:.2f} s  "
             f"solve {r['solve_s']:.2f} s  (cand+build+solve {r['candidates_s'] + r['build_s'] + r['solve_s']:.2f} s, "
             f"process {r['wall_s']:.2f} s incl. imports {r['import_load_s']:.2f} s)  {r['status']} gap {r['gap']:.1e}  "
-            f"${r['usd_per_hour']:,.2f}/h  RSS {r['max_rss_mb']:.0f} MB | with analysis: +{a['analysis_s']:.1f} s, RSS {a['max_rss_mb']:.0f} MB"
+            f"${r['usd_per_hour']:,.2f}/h  RSS {r['max_rss_mb']:.0f} MB | with analysis: +{an['analysis_s']:.1f} s, RSS {an['max_rss_mb']:.0f} MB"
+            f" | planner plan: CPU {min(cpu):.2f} s least, {statistics.median(cpu):.2f} median; "
+            f"wall {min(wall):.2f} / {statistics.median(wall):.2f} s ({len(cpu)} runs)"
         )
 
 
