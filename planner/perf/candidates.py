@@ -92,7 +92,7 @@ class CandidatePool:
     """Per workload, the range of prefix bytes per request/s (working set / demand) its pruning answers for
     (see :func:`prefix_shares`); a workload not listed: any."""
     mixes: bool = True
-    """Whether pruning may drop a row that replicas of several other rows match (:func:`mixes_allowed`)."""
+    """Whether pruning may drop a row that a mix of other rows beats (:func:`mix_kept`, :func:`mixes_allowed`)."""
 
 
 @dataclass
@@ -612,7 +612,7 @@ MIX_KEYS = ["workload", "role", "hardware"]
 
 
 def mixes_allowed(sc) -> bool:
-    """Whether a row matched by replicas of several other rows may be pruned (:func:`prune_dominated`): not
+    """Whether a row that a mix of several other rows beats may be pruned (:func:`prune_dominated`): not
     where the scenario limits or prices pool types (the mix is more pool types than the row) or asks for N+k
     (its per-unit loss bound is read from the rows)."""
     lim = sc.limits
@@ -683,7 +683,7 @@ def mix_kept(slots, rate, capacity) -> np.ndarray:
     if n <= 1:
         return keep
     whole = _whole_slots(np.asarray(slots, dtype=float))
-    if whole is None:
+    if whole is None or whole.min() < 1:
         return keep
     rate = np.asarray(rate, dtype=float)
     best = np.zeros(int(whole.max()) + 1)  # F[n]: most rate in at most n slots from the rows kept so far
