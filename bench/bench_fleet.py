@@ -1,12 +1,13 @@
 """Benchmark of `planner plan` at fleet scale: N workloads on one Qwen3-235B fleet (figures for issue notes,
 never a timed test).
 
-    python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G]
+    python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G] [--demand-scale F ...]
 
 For each N (default 3 10 30) a scenario is generated from the three archetypes of
 ``catalogs/scenarios/multi-workload.yaml`` (interactive chat with prefix reuse, a batch API, long context),
 each copy with its own lengths, rate and SLOs (deterministic), and planned by the CLI in a fresh process,
-as a user runs it. Reported: CPU time (user + system) and wall of that process, its peak RSS, the plan's
+as a user runs it; ``--demand-scale`` plans each fleet again with every workload's request rate times each
+factor given (the instances of the demand-scaling figures in docs/formulation.md). Reported: CPU time (user + system) and wall of that process, its peak RSS, the plan's
 status and MIP gap, and the rows evaluated and kept.
 """
 
@@ -37,7 +38,7 @@ SCALE = [1.0, 0.6, 1.5, 0.8, 1.25]
 """Per copy: factors on rate, lengths and SLOs, so that no two workloads are the same problem."""
 
 
-def scenario(n: int) -> dict:
+def scenario(n: int, demand_scale: float = 1.0) -> dict:
     wls = []
     for i in range(n):
         a = ARCHETYPES[i % 3]
@@ -45,7 +46,7 @@ def scenario(n: int) -> dict:
         g = SCALE[(i // 3 + 2) % len(SCALE)]
         w = {
             "name": f"{a['name']}-{i}",
-            "requests_per_s": round(a["requests_per_s"] * f, 3),
+            "requests_per_s": round(a["requests_per_s"] * f * demand_scale, 3),
             "input_tokens": min(int(a["input_tokens"] * g), 120000),  # within the model's 128k context
             "output_tokens": int(a["output_tokens"] * f),
             "slo": {"ttft_ms": round(a["slo"]["ttft_ms"] * g), "tpot_ms": round(a["slo"]["tpot_ms"] * f)},
@@ -67,10 +68,10 @@ def scenario(n: int) -> dict:
     }
 
 
-def run(n: int, analysis: bool, extra: list[str]) -> dict:
+def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0) -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"fleet-{n}.yaml"
-        path.write_text(yaml.safe_dump(scenario(n), sort_keys=False))
+        path.write_text(yaml.safe_dump(scenario(n, demand_scale), sort_keys=False))
         out = Path(d) / "plan"
         cmd = [sys.executable, "-m", "planner", "plan", str(path), "--out", str(out), *extra]
         if not analysis:
@@ -98,14 +99,17 @@ def main() -> None:
     ap.add_argument("--no-analysis", action="store_true")
     ap.add_argument("--time-limit", type=float)
     ap.add_argument("--mip-gap", type=float)
+    ap.add_argument("--demand-scale", type=float, nargs="+", default=[1.0],
+                    help="factors on every workload's request rate (one plan per factor)")
     a = ap.parse_args()
     extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else [])
-    for n in a.n:
-        r = run(n, not a.no_analysis, extra)
+    for n, f in ((n, f) for n in a.n for f in a.demand_scale):
+        r = run(n, not a.no_analysis, extra, f)
+        tag = f" x{f:g}" if f != 1.0 else ""
         if r["rc"] != 0:
-            print(f"{n:3d} workloads: exit {r['rc']} after {r['wall_s']:.1f} s: {r['message']}")
+            print(f"{n:3d} workloads{tag}: exit {r['rc']} after {r['wall_s']:.1f} s: {r['message']}")
             continue
-        print(f"{n:3d} workloads: CPU {r['cpu_s']:.1f} s, wall {r['wall_s']:.1f} s, peak RSS {r['max_rss_mb']:.0f} MB, "
+        print(f"{n:3d} workloads{tag}: CPU {r['cpu_s']:.1f} s, wall {r['wall_s']:.1f} s, peak RSS {r['max_rss_mb']:.0f} MB, "
               f"{r['status']} gap {r['gap'] if r['gap'] is None else format(r['gap'], '.1e')}, ${r['usd_per_hour']:,.2f}/h, "
               f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints")
 

@@ -245,7 +245,14 @@ def prefix_bounds_move(m, w: str) -> bool:
     rows = getattr(m, "_prefix_rows", {}).get(w)
     if rows is None or not len(rows):
         return False
-    return bool((prefix_rows_hold(m, w, rows) != m._prefix_ok[rows]).any())
+    return bool(_prefix_verdicts(m, w, rows)[1].any())
+
+
+def _prefix_verdicts(m, w: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``w``'s prefix ``rows``: whether each holds its share now, and whether that differs from the bound
+    last applied."""
+    ok = prefix_rows_hold(m, w, rows)
+    return ok, ok != m._prefix_ok[rows]
 
 
 def apply_prefix_capacity(m) -> None:
@@ -253,8 +260,8 @@ def apply_prefix_capacity(m) -> None:
     stand: upper bound 0 on the replicas of a row that cannot hold its share, none on the others (only the
     rows whose verdict changed are touched)."""
     for w, rows in getattr(m, "_prefix_rows", {}).items():
-        ok = prefix_rows_hold(m, w, rows)
-        for i, good in zip(rows[ok != m._prefix_ok[rows]].tolist(), ok[ok != m._prefix_ok[rows]].tolist(), strict=True):
+        ok, moved = _prefix_verdicts(m, w, rows)
+        for i, good in zip(rows[moved].tolist(), ok[moved].tolist(), strict=True):
             m.x[i].setub(None if good else 0)
         m._prefix_ok[rows] = ok
 

@@ -91,8 +91,9 @@ class CandidatePool:
     shares: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per workload, the range of prefix bytes per request/s (working set / demand) its pruning answers for
     (see :func:`prefix_shares`); a workload not listed: any."""
-    mixes: bool = True
-    """Whether pruning may drop a row that a mix of other rows beats (:func:`mix_kept`, :func:`mixes_allowed`)."""
+    mixes: bool = False
+    """Whether pruning may drop a row that a mix of other rows beats (:func:`mix_kept`): only where the scenario
+    allows it (:func:`mixes_allowed`, which :func:`evaluate_candidates` asks), so off unless said."""
 
 
 @dataclass
