@@ -122,6 +122,9 @@ def plan(
     analysis: Annotated[
         bool, typer.Option("--analysis/--no-analysis", help="Price binding constraints and find the runner-up.")
     ] = True,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", min=1, help="Processes for the analysis's re-solves (default: one per core, up to 4, where the plan's solve takes 0.5 s or more; 1: this process only).")
+    ] = None,
     lp: Annotated[Path | None, typer.Option("--lp", help="Also write the MILP in LP format to this file (debugging).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing plan.")] = False,
     export: Annotated[
@@ -150,7 +153,7 @@ def plan(
         targets = parse_targets(export)
         check_folder(target / "export", option="--export (into --out/export)")
     opts = PlanOptions(time_limit_s=time_limit, mip_gap=mip_gap, engine=engine, analysis=analysis,
-                       lp_path=None if lp is None else str(lp))
+                       lp_path=None if lp is None else str(lp), jobs=jobs)
     with _stages() as say:
         res = make_plan(rs, opts, progress=say)
     md, js = write_plan(res.plan, target, force=force, files=res.files)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,11 @@ from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveRe
 RELAX = 0.10
 """Relative relaxation used to price a binding constraint."""
 SENSITIVITY_TIME_LIMIT_S = 5.0
+MAX_ANALYSIS_JOBS = 4
+"""At most this many analysis processes by default (each holds a copy of the model and the candidate pool)."""
+PARALLEL_MIN_SOLVE_S = 0.5
+"""By default the analysis runs on several processes only where the plan's own solve took this long: each
+question costs about one such solve, so below it a process start-up costs more than it saves."""
 
 
 @dataclass
@@ -77,6 +83,10 @@ class PlanOptions:
     """Per workload, the range of prefix working set per request/s (bytes per req/s) the plan's models may be
     given, which candidate pruning must answer for (None: the scenario's own, widened for the analysis; a
     sweep that varies demand or working sets sets the range of its points)."""
+    jobs: int | None = None
+    """Processes that re-solve the analysis's questions (1: this one; None: one per core up to
+    :data:`MAX_ANALYSIS_JOBS`, where the plan's own solve took at least :data:`PARALLEL_MIN_SOLVE_S`, so that
+    a plan of a few seconds pays no process start-up)."""
 
 
 @dataclass
@@ -190,27 +200,29 @@ def make_plan(rs: ResolvedScenario, opts: PlanOptions | None = None,
     plan.solver.candidates = {"evaluated": table.evaluated, "kept": len(table.rows), **{f"dropped_{k}": v for k, v in table.dropped.items()}}
     t3 = time.perf_counter()
     ctx = None
+    answers: dict[Question, Answer] = {}
     if opts.analysis:
         ctx = _Ctx(rs, pool, data, model, solver, res, plan, opts, deadline, base, say=say)
-        try:
-            # the runner-up first: one solve that answers a question of its own, where the binding constraints
-            # are many (a time limit that cuts them short still leaves the dearest priced, see binding_constraints)
-            plan.runner_up = runner_up(ctx)
-            plan.binding_constraints = binding_constraints(ctx)
-        except OutOfTime:
+        qs = questions(ctx)
+        answers, cut = answer_questions(ctx, qs, analysis_jobs(opts, len(qs), res.wall_s))
+        plan.runner_up = next((a.runner_up for q, a in answers.items() if q.kind == "runner_up"), None)
+        plan.binding_constraints = binding_constraints(ctx, answers)
+        if cut:
             # keep what was found before the time ran out
-            plan.binding_constraints = sorted(ctx.priced, key=lambda b: -(b.usd_per_hour_saved or 0.0))
-            rest = "the rest" if plan.runner_up is not None else "the rest and the runner-up"
+            rest = "the rest" if plan.runner_up is not None or not any(q.kind == "runner_up" for q in qs) \
+                else "the rest and the runner-up"
             plan.assumptions.append(
-                f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(ctx.priced)} "
-                f"binding constraint(s) were priced (those are listed), before {rest}; raise --time-limit to get them")
+                f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(answers)} of "
+                f"{len(qs)} re-solves (the binding constraints they priced are listed), before {rest}; "
+                "raise --time-limit to get them")
     if data.lose_units:
         say(f"analysis: what surviving the loss of {data.lose_units} unit(s) costs")
         left = capacity_after_losing(plan, data.lose_units)
+        without = next((a for q, a in answers.items() if q.kind == "resilience"), None)
         plan.resilience = ResilienceOut(
             lose_units=data.lose_units, capacity_after_worst_loss_rps={w: c for w, (c, _) in left.items()},
             worst_units={w: u for w, (_, u) in left.items()},
-            headroom_usd_per_hour=resilience_cost(ctx) if ctx is not None else None)
+            headroom_usd_per_hour=None if without is None or without.cost is None else max(plan.objective.usd_per_hour - without.cost, 0.0))
     if any(w.profile is not None for w in rs.scenario.workloads):
         say("planning the fleet for every period of the traffic profile")
         plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
@@ -511,8 +523,6 @@ class _Ctx:
     """The plan's solution (every variable of the model), the start of the re-solves of relaxations."""
     proven: bool = True
     """Whether the last re-solve proved its optimum (else a saving found is a lower bound)."""
-    priced: list = field(default_factory=list)
-    """Binding constraints priced so far (what an analysis cut short by the time limit still reports)."""
     say: Callable[[str], None] = lambda _msg: None
     """Told what the analysis re-solves next (see :func:`make_plan`'s ``progress``)."""
 
@@ -647,90 +657,225 @@ def _fleet_floor(r: SolveResult, data: PlanData, usd: float) -> float | None:
     return min(usd, r.bound / (1 + EPSILON))
 
 
-def _saves(ctx: _Ctx) -> str:
-    """How a saving reads: exact, or a lower bound where the re-solve stopped at its time limit."""
-    return "saves" if ctx.proven else "saves at least"
-
-
 def _saved(base: float, new: float | None) -> float | None:
     if new is None:
         return None
     return max(base - new, 0.0)
 
 
-def binding_constraints(ctx: _Ctx) -> list[Binding]:
-    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (re-solved). The
-    fleet-wide limits are priced first, then each workload's SLOs, demand and prefix cache, dearest workload
-    first: where the time limit cuts the analysis short, what is listed is what weighs most."""
-    out: list[Binding] = ctx.priced
-    plan, data, m, sc = ctx.plan, ctx.data, ctx.model, ctx.rs.scenario
-    base = ctx.cost
+@dataclass(frozen=True)
+class Question:
+    """One re-solve of the analysis: what is relaxed and how far. Plain data, so that a worker process can be
+    handed it (:mod:`planner.analysis_workers`)."""
+
+    kind: str
+    """``runner_up`` (``target``: the hardware left out), ``power``, ``max_units`` (``target``: the hardware),
+    ``slo`` (``target``: the workload, ``which``: ``tpot`` or ``ttft``), ``demand`` or ``prefix`` (``target``:
+    the workload), ``resilience`` (the N+k rows dropped)."""
+    target: str | None = None
+    which: str | None = None
+    value: float | None = None
+    """The relaxed parameter's value: kW, units, requests/s or GB of prefixes."""
+
+    @property
+    def label(self) -> str:
+        """What the progress line says while it is re-solved."""
+        return {
+            "runner_up": f"the cheapest plan without {self.target}",
+            "power": f"{RELAX:.0%} more power",
+            "max_units": f"more {self.target} units",
+            "slo": f"{self.target}'s {(self.which or '').upper()} {RELAX:.0%} looser",
+            "demand": f"{self.target}'s demand {RELAX:.0%} lower",
+            "prefix": f"{self.target}'s prefix working set {RELAX:.0%} smaller",
+            "resilience": "the plan without its N+k headroom",
+        }[self.kind]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a question's re-solve found: the fleet $/h of the relaxed optimum (``None``: no plan within the
+    limit) and whether it is proven; the runner-up's description for that question."""
+
+    cost: float | None
+    proven: bool
+    runner_up: RunnerUp | None = None
+
+
+def questions(ctx: _Ctx) -> list[Question]:
+    """The analysis's re-solves, in the order they are asked: the runner-up (one solve that answers a question of
+    its own), the fleet-wide limits within one unit of binding, then each workload's looser SLOs (where a newly
+    admitted row is cheaper per request than the plan's pools), lower demand and smaller prefix working set, the
+    dearest workload first (where the time limit cuts the analysis short, what is priced is what weighs most),
+    and last what N+k headroom costs."""
+    plan, data, sc = ctx.plan, ctx.data, ctx.rs.scenario
+    out: list[Question] = []
+    if plan.units:
+        out.append(Question("runner_up", max(plan.units, key=lambda g: g.usd_per_hour).hardware))
     if data.power_kw is not None:
         kw = sum(g.kw or 0.0 for g in plan.units)
         # With more than one unit's worth of slack, more power cannot change the plan.
         unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
-        ctx.proven = True
-        saved = _saved(base, ctx.resolve_with(m.power_limit_kw, data.power_kw * (1 + RELAX))) if kw + unit_kw > data.power_kw else 0.0
-        if (saved and saved > 1e-6 * base) or kw > data.power_kw * 0.98:
-            out.append(Binding(
-                name="limits.power_kw",
-                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {_saves(ctx)} ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved, saving_proven=ctx.proven,
-            ))
-    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
-        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
+        if kw + unit_kw > data.power_kw:
+            out.append(Question("power", value=data.power_kw * (1 + RELAX)))
     for h, hd in data.hardware.items():
-        if hd.max_units is None:
-            continue
-        used = next((g.count for g in plan.units if g.hardware == h), 0)
-        more = max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))
-        ctx.proven = True
-        saved = _saved(base, ctx.resolve_with(m.max_units[h], more)) if used >= hd.max_units else 0.0
-        if used >= hd.max_units or (saved and saved > 1e-6 * base):
-            out.append(Binding(
-                name=f"limits.max_units.{h}",
-                detail=f"{used} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {more} {_saves(ctx)} ${saved or 0:,.2f}/h",
-                usd_per_hour_saved=saved, saving_proven=ctx.proven,
-            ))
-    spend = {w.name: 0.0 for w in sc.workloads}  # $/h of each workload's pools
-    for p in plan.pools:
-        spend[p.workload] = spend.get(p.workload, 0.0) + p.usd_per_hour
-    for w in sorted(sc.workloads, key=lambda w: -spend[w.name]):
-        slos = scenario_slos(sc.workloads)
-        for which, k, unit, scale in (("tpot", 1, "ms", 1e3), ("ttft", 0, "ms", 1e3)):
-            relaxed = relaxed_slos(slos, w.name, k)
-            if not ctx.admits_cheaper(w.name, relaxed[w.name]):
-                continue
-            ctx.say(f"analysis: {w.name}'s {which.upper()} {RELAX:.0%} looser")
-            saved = _saved(base, ctx.cost_with_slos(relaxed))
-            wo = next(o for o in plan.workloads if o.name == w.name)
-            got = wo.tpot_s if which == "tpot" else wo.ttft_s
-            if saved and saved > 1e-6 * base:
-                out.append(Binding(
-                    name=f"slo.{which}.{w.name}",
-                    detail=f"{w.name}: {which.upper()} {got * scale:,.1f} {unit} against a {slos[w.name][k] * scale:,.0f} {unit} target; "
-                    f"{RELAX:.0%} looser {_saves(ctx)} ${saved:,.2f}/h",
-                    usd_per_hour_saved=saved, saving_proven=ctx.proven,
-                ))
-        ctx.say(f"analysis: {w.name}'s demand {RELAX:.0%} lower")
-        saved = _saved(base, ctx.resolve_with(m.demand[w.name], w.requests_per_s * (1 - RELAX), w.name))
-        worth = f"{_saves(ctx)} ${saved:,.2f}/h" if saved is not None else "was not re-solved within the time limit"
-        out.append(Binding(
-            name=f"demand.{w.name}",
-            detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic {worth}",
-            usd_per_hour_saved=saved, saving_proven=ctx.proven or saved is None,
-        ))
+        if hd.max_units is not None and _units_of(plan, h) >= hd.max_units:
+            out.append(Question("max_units", h, value=max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))))
+    slos = scenario_slos(sc.workloads)
+    for w in sorted(sc.workloads, key=lambda w: -_spend(plan).get(w.name, 0.0)):
+        for which, k in (("tpot", 1), ("ttft", 0)):
+            if ctx.admits_cheaper(w.name, relaxed_slos(slos, w.name, k)[w.name]):
+                out.append(Question("slo", w.name, which))
+        out.append(Question("demand", w.name, value=w.requests_per_s * (1 - RELAX)))
         wo = next(o for o in plan.workloads if o.name == w.name)
         if wo.prefix_working_set_bytes > 0 and wo.prefix_capacity_bytes > 0:
-            ctx.say(f"analysis: {w.name}'s prefix working set {RELAX:.0%} smaller")
-            saved = _saved(base, ctx.resolve_with(m.working_set_gb[w.name], wo.prefix_working_set_bytes / 1e9 * (1 - RELAX), w.name,
-                                                  moves=lambda w=w.name: prefix_bounds_move(m, w)))
-            if saved and saved > 1e-6 * base:
+            out.append(Question("prefix", w.name, value=wo.prefix_working_set_bytes / 1e9 * (1 - RELAX)))
+    if data.lose_units and hasattr(ctx.model, "resilience"):
+        out.append(Question("resilience"))
+    return out
+
+
+def ask(ctx: _Ctx, q: Question) -> Answer:
+    """Re-solve one question on ``ctx``'s model (raises :class:`OutOfTime` where the time limit is spent)."""
+    m = ctx.model
+    ctx.proven = True
+    if q.kind == "runner_up":
+        return Answer(None, True, runner_up(ctx, q.target))
+    if q.kind == "power":
+        cost = ctx.resolve_with(m.power_limit_kw, q.value)
+    elif q.kind == "max_units":
+        cost = ctx.resolve_with(m.max_units[q.target], q.value)
+    elif q.kind == "slo":
+        k = 1 if q.which == "tpot" else 0
+        cost = ctx.cost_with_slos(relaxed_slos(scenario_slos(ctx.rs.scenario.workloads), q.target, k))
+    elif q.kind == "demand":
+        cost = ctx.resolve_with(m.demand[q.target], q.value, q.target)
+    elif q.kind == "prefix":
+        cost = ctx.resolve_with(m.working_set_gb[q.target], q.value, q.target,
+                                moves=lambda: prefix_bounds_move(m, q.target))
+    elif q.kind == "resilience":
+        cost = _without_resilience(ctx)
+    else:
+        raise ValueError(f"unknown analysis question {q.kind!r}")
+    return Answer(cost, ctx.proven)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def analysis_jobs(opts: PlanOptions, questions: int, solve_s: float) -> int:
+    """Processes for ``questions`` re-solves after a plan solve of ``solve_s`` seconds (see ``PlanOptions.jobs``)."""
+    if questions < 2:
+        return 1
+    if opts.jobs is not None:
+        return max(1, min(opts.jobs, questions))
+    if solve_s < PARALLEL_MIN_SOLVE_S:
+        return 1
+    return max(1, min(available_cores(), MAX_ANALYSIS_JOBS, questions))
+
+
+def answer_questions(ctx: _Ctx, qs: list[Question], jobs: int = 1) -> tuple[dict[Question, Answer], bool]:
+    """Each question's answer, and whether the time limit stopped the analysis before every one was answered.
+    With ``jobs`` > 1 the questions are re-solved on that many worker processes
+    (:func:`planner.analysis_workers.answer_in_workers`): each is independent of the others (every re-solve starts
+    from the plan), so the answers are those of one process, found sooner."""
+    if jobs > 1 and len(qs) > 1:
+        from planner.analysis_workers import answer_in_workers
+
+        return answer_in_workers(ctx, qs, jobs)
+    answers: dict[Question, Answer] = {}
+    for q in qs:
+        ctx.say(f"analysis: {q.label}")
+        try:
+            answers[q] = ask(ctx, q)
+        except OutOfTime:
+            return answers, True
+    return answers, False
+
+
+def _units_of(plan: Plan, h: str) -> int:
+    return next((g.count for g in plan.units if g.hardware == h), 0)
+
+
+def _spend(plan: Plan) -> dict[str, float]:
+    """$/h of each workload's pools."""
+    spend: dict[str, float] = {}
+    for p in plan.pools:
+        spend[p.workload] = spend.get(p.workload, 0.0) + p.usd_per_hour
+    return spend
+
+
+def binding_constraints(ctx: _Ctx, answers: dict[Question, Answer]) -> list[Binding]:
+    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (the ``answers`` to
+    :func:`questions`; a question the time limit left unanswered is left out), the largest saving first."""
+    out: list[Binding] = []
+    plan, data, sc = ctx.plan, ctx.data, ctx.rs.scenario
+    base = ctx.cost
+    got = {(q.kind, q.target, q.which): a for q, a in answers.items()}
+
+    def saved(kind, target=None, which=None) -> tuple[float | None, bool] | None:
+        a = got.get((kind, target, which))
+        return None if a is None else (_saved(base, a.cost), a.proven)
+
+    def saves(proven: bool) -> str:
+        return "saves" if proven else "saves at least"
+
+    if data.power_kw is not None:
+        kw = sum(g.kw or 0.0 for g in plan.units)
+        asked = any(q.kind == "power" for q in answers)
+        r = saved("power") if asked else (0.0, True)
+        if r is not None:
+            s, proven = r
+            if (s and s > 1e-6 * base) or kw > data.power_kw * 0.98:
                 out.append(Binding(
-                    name=f"prefix_cache.{w.name}",
-                    detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller {_saves(ctx)} ${saved:,.2f}/h",
-                    usd_per_hour_saved=saved, saving_proven=ctx.proven,
+                    name="limits.power_kw",
+                    detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {saves(proven)} ${s or 0:,.2f}/h",
+                    usd_per_hour_saved=s, saving_proven=proven,
                 ))
+    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
+        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
+    for q in (q for q in answers if q.kind == "max_units"):
+        h, hd = q.target, data.hardware[q.target]
+        s, proven = saved("max_units", h)
+        out.append(Binding(
+            name=f"limits.max_units.{h}",
+            detail=f"{_units_of(plan, h)} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {q.value:g} {saves(proven)} ${s or 0:,.2f}/h",
+            usd_per_hour_saved=s, saving_proven=proven,
+        ))
+    slos = scenario_slos(sc.workloads)
+    for w in sorted(sc.workloads, key=lambda w: -_spend(plan).get(w.name, 0.0)):
+        wo = next(o for o in plan.workloads if o.name == w.name)
+        for which, k, scale in (("tpot", 1, 1e3), ("ttft", 0, 1e3)):
+            r = saved("slo", w.name, which)
+            if r is not None and r[0] and r[0] > 1e-6 * base:
+                s, proven = r
+                reached = wo.tpot_s if which == "tpot" else wo.ttft_s
+                out.append(Binding(
+                    name=f"slo.{which}.{w.name}",
+                    detail=f"{w.name}: {which.upper()} {reached * scale:,.1f} ms against a {slos[w.name][k] * scale:,.0f} ms target; "
+                    f"{RELAX:.0%} looser {saves(proven)} ${s:,.2f}/h",
+                    usd_per_hour_saved=s, saving_proven=proven,
+                ))
+        r = saved("demand", w.name)
+        if r is not None:
+            s, proven = r
+            worth = f"{saves(proven)} ${s:,.2f}/h" if s is not None else "was not re-solved within the time limit"
+            out.append(Binding(
+                name=f"demand.{w.name}",
+                detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic {worth}",
+                usd_per_hour_saved=s, saving_proven=proven or s is None,
+            ))
+        r = saved("prefix", w.name)
+        if r is not None and r[0] and r[0] > 1e-6 * base:
+            s, proven = r
+            out.append(Binding(
+                name=f"prefix_cache.{w.name}",
+                detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller {saves(proven)} ${s:,.2f}/h",
+                usd_per_hour_saved=s, saving_proven=proven,
+            ))
     idle = [(g, g.chips - g.chips_used) for g in plan.units if g.chips > g.chips_used]
     if idle:
         usd = sum(g.usd_per_hour * n / g.chips for g, n in idle)
@@ -740,30 +885,22 @@ def binding_constraints(ctx: _Ctx) -> list[Binding]:
     return out
 
 
-def resilience_cost(ctx: _Ctx) -> float | None:
-    """$/h the N+k requirement adds: this plan's cost less the cheapest plan without it (re-solved)."""
+def _without_resilience(ctx: _Ctx) -> float | None:
+    """Fleet $/h of the cheapest plan without the N+k rows (re-solved; ``None``: none within the limit)."""
     m = ctx.model
-    if not hasattr(m, "resilience"):
-        return None
     m.resilience.deactivate()
     m.uses_link.deactivate()
     try:
         r = ctx.solve_relaxed()
-        return max(ctx.cost - _fleet_cost(m, ctx.data), 0.0) if r.has_solution else None
-    except OutOfTime:
-        return None
+        ctx.proven = r.status == "optimal"
+        return _fleet_cost(m, ctx.data) if r.has_solution else None
     finally:
         m.resilience.activate()
         m.uses_link.activate()
 
 
-def runner_up(ctx: _Ctx) -> RunnerUp | None:
-    """The cheapest plan without the hardware that carries most of the winner's cost."""
-    plan = ctx.plan
-    if not plan.units:
-        return None
-    main = max(plan.units, key=lambda g: g.usd_per_hour).hardware
-    ctx.say(f"analysis: the cheapest plan without {main}")
+def runner_up(ctx: _Ctx, main: str) -> RunnerUp:
+    """The cheapest plan without ``main``, the hardware that carries most of the winner's cost."""
     m = ctx.model
     # the plan with the workloads that ran on the excluded hardware re-served greedily: a start close to the new
     # optimum (the rest of the fleet rarely moves), else the greedy plan

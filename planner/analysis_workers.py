@@ -1,0 +1,195 @@
+"""The analysis's re-solves on several processes (``planner plan --jobs N``; by default one per core, up to four,
+where the plan's own solve is slow enough to pay for them).
+
+Each question of the analysis (:func:`planner.planning.questions`: the runner-up, a limit, an SLO, the demand or
+the working set of one workload made 10% looser) is one MILP re-solve that starts from the plan and changes
+nothing the others see, so they can run at once. The planning process answers questions itself and starts
+``N - 1`` worker processes (``python -m planner.analysis_workers``); each is handed the scenario, the candidate
+pool, the plan's model data, the plan and its solution once, builds its own copy of the model and its own HiGHS
+instance (one thread), and is handed questions one at a time, in the order they are asked (the dearest first, as
+in one process), as it becomes free. The answers are those one process gives; only the time to get them changes.
+The command's ``--time-limit`` binds every process (a question asked after it is spent comes back unanswered, as
+in one process).
+
+Workers are fresh interpreters talking over their stdin and stdout, never forked from the planning process (whose
+HiGHS task scheduler may have threads a fork would not copy) and never re-running the caller's ``__main__`` (as
+``multiprocessing``'s spawn does: a script without a main guard would run again). A worker that dies (killed,
+out of memory) costs no answer: what it had not answered is re-solved in the planning process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+STOP = None
+"""Sent to a worker in place of a question's index: no more questions, exit."""
+READY = "ready"
+"""A worker's first word: its model is built, it takes questions."""
+
+
+def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
+    """Answer ``qs`` on this process and ``jobs - 1`` workers: ``(answers, cut)`` as
+    :func:`planner.planning.answer_questions` gives them."""
+    from planner.planning import OutOfTime, answer_questions, ask
+
+    payload = pickle.dumps({
+        "rs": ctx.rs, "pool": ctx.pool, "data": ctx.data, "plan": ctx.plan, "opts": ctx.opts,
+        "base": {v.name: float(val) for v, val in ctx.base.items()} if ctx.base is not None else None,
+        # perf_counter is per process: the deadline travels as wall-clock time
+        "deadline": time.time() + (ctx.deadline - time.perf_counter()),
+        "questions": qs,
+    }, protocol=pickle.HIGHEST_PROTOCOL)
+    ctx.say(f"analysis: {len(qs)} re-solves on {jobs} processes")
+    lock = threading.Lock()
+    queue = list(range(len(qs)))[::-1]  # popped from the end: asked in order
+    answers: dict[int, object] = {}
+    state = {"cut": False, "lost": [], "error": None}
+    said: list[str] = []  # progress lines, told from the main thread: Pyomo captures the process's output while it solves
+
+    def take() -> int | None:
+        with lock:
+            if state["error"] is not None or not queue:
+                return None
+            return queue.pop()
+
+    def done(i: int, a) -> None:
+        with lock:
+            if a is None:
+                state["cut"] = True
+            else:
+                answers[i] = a
+            if a is not None:
+                said.append(f"analysis: {len(answers)} of {len(qs)} re-solved ({qs[i].label})")
+
+    def tell() -> None:
+        with lock:
+            lines, said[:] = list(said), []
+        for line in lines:
+            ctx.say(line)
+
+    ready: set[int] = set()  # workers that have built their model and take questions
+
+    def serve(k: int, proc: subprocess.Popen) -> None:
+        """Feed one worker questions until none are left (runs on a thread; reads and writes release the GIL)."""
+        i = None
+        try:
+            _send(proc.stdin, payload, raw=True)
+            if pickle.load(proc.stdout) != READY:
+                raise EOFError
+            with lock:
+                ready.add(k)
+            while (i := take()) is not None:
+                _send(proc.stdin, i)
+                kind, value = pickle.load(proc.stdout)
+                if kind == "error":
+                    with lock:
+                        state["error"] = state["error"] or value
+                    return
+                done(i, value)
+                i = None
+            _send(proc.stdin, STOP)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            with lock:  # the worker died (or was stopped before it was ready): its question comes back here
+                if i is not None:
+                    state["lost"].append(i)
+
+    procs = [_start_worker() for _ in range(jobs - 1)]
+    threads = [threading.Thread(target=serve, args=(k, p), daemon=True) for k, p in enumerate(procs)]
+    try:
+        for t in threads:
+            t.start()
+        while (i := take()) is not None:
+            try:
+                done(i, ask(ctx, qs[i]))
+            except OutOfTime:
+                done(i, None)
+            tell()
+        with lock:  # every question is taken: a worker still starting up has nothing left to do
+            idle = [p for k, p in enumerate(procs) if k not in ready]
+        for p in idle:
+            p.kill()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=0.5)
+            tell()
+        if state["error"] is not None:
+            raise state["error"]
+        lost = sorted(state["lost"])
+        if lost:  # re-solved here, in the order asked
+            more, short = answer_questions(ctx, [qs[i] for i in lost], 1)
+            answers.update({i: more[qs[i]] for i in lost if qs[i] in more})
+            state["cut"] = state["cut"] or short
+    finally:
+        for p in procs:
+            try:
+                p.wait(timeout=5 if state["error"] is None else 0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return {qs[i]: answers[i] for i in range(len(qs)) if i in answers}, state["cut"]
+
+
+def _start_worker() -> subprocess.Popen:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])  # the planner package's folder, wherever it is imported from
+    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return subprocess.Popen([sys.executable, "-m", "planner.analysis_workers"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+
+
+def _send(stream, obj, raw: bool = False) -> None:
+    stream.write(obj if raw else pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    stream.flush()
+
+
+def _worker_context(p: dict):
+    """A worker's copy of the plan's model, the plan's solution on it and its own HiGHS instance."""
+    import pyomo.core as pyo
+    from pyomo.common.collections import ComponentMap
+
+    from planner.model import build_model
+    from planner.planning import _Ctx
+    from planner.solve import Solver
+
+    model = build_model(p["data"])
+    base = None
+    if p["base"] is not None:
+        base = ComponentMap((v, p["base"].get(v.name, 0.0)) for v in model.component_data_objects(pyo.Var))
+    opts = p["opts"]
+    # one HiGHS thread: the processes are the parallelism (HiGHS's own threads would only compete for the cores)
+    solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap, threads=1)
+    deadline = time.perf_counter() + (p["deadline"] - time.time())
+    return _Ctx(p["rs"], p["pool"], p["data"], model, solver, None, p["plan"], opts, deadline, base)
+
+
+def main() -> None:
+    """A worker: read the payload, then answer question indices from stdin until :data:`STOP`."""
+    import signal
+
+    from planner.planning import OutOfTime, ask
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the planning process's to handle
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not reach the answers' stream
+    inp = sys.stdin.buffer
+    payload = pickle.load(inp)
+    ctx, qs = _worker_context(payload), payload["questions"]
+    _send(out, READY)
+    while (i := pickle.load(inp)) is not STOP:
+        try:
+            reply = ("answer", ask(ctx, qs[i]))
+        except OutOfTime:
+            reply = ("answer", None)
+        except Exception as e:  # a bug or bad input: the planning process raises it, as one process would
+            reply = ("error", e)
+        _send(out, reply)
+
+
+if __name__ == "__main__":
+    main()

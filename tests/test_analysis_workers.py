@@ -1,0 +1,119 @@
+"""The analysis's re-solves on several processes (``planner plan --jobs N``, planner/analysis_workers.py): the same
+answers as one process, a worker that dies costs no answer, an error in a worker is raised, and the time limit
+binds every process."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+
+import pytest
+
+from planner.catalog.scenario import load_scenario, resolve_scenario
+from planner.planning import PlanOptions, make_plan
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "catalogs" / "scenarios" / "three-models.yaml"
+
+
+@pytest.fixture(scope="module")
+def rs(catalog):
+    return resolve_scenario(load_scenario(SCENARIO), catalog, SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def alone(rs):
+    """The plan with its analysis answered in this process."""
+    return make_plan(rs, PlanOptions(jobs=1)).plan
+
+
+def _analysis(plan) -> tuple:
+    ru = plan.runner_up
+    return ([(b.name, b.detail, b.usd_per_hour_saved, b.saving_proven) for b in plan.binding_constraints],
+            None if ru is None else (ru.excluded, ru.usd_per_hour, ru.status, ru.summary))
+
+
+def test_workers_answer_as_one_process(rs, alone):
+    """Three processes (this one and two workers) give the analysis one process gives, word for word."""
+    assert len(alone.binding_constraints) >= 3 and alone.runner_up is not None
+    many = make_plan(rs, PlanOptions(jobs=3)).plan
+    assert _analysis(many) == _analysis(alone)
+    assert many.objective.usd_per_hour == alone.objective.usd_per_hour
+    assert not any("analysis not completed" in a for a in many.assumptions)
+
+
+def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
+    """Workers that run ``body`` once they have said they are ready, with ``i`` the first question they are handed
+    (recorded in ``tmp_path / 'asked'``); the planning process waits 3 s before its first question, so that the
+    worker is ready and takes one."""
+    import subprocess
+
+    from planner import analysis_workers, planning
+
+    code = textwrap.dedent(f"""
+        import pickle, sys
+        from planner.analysis_workers import READY, _send
+        pickle.load(sys.stdin.buffer)
+        out = sys.stdout.buffer
+        _send(out, READY)
+        i = pickle.load(sys.stdin.buffer)
+        open({str(tmp_path / 'asked')!r}, "w").write(str(i))
+    """) + textwrap.dedent(body)
+
+    def start():
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                cwd=ROOT)
+
+    original = planning.ask
+    first = [True]
+
+    def slow_ask(ctx, q):
+        if first[0]:
+            first[0] = False
+            time.sleep(3.0)
+        return original(ctx, q)
+
+    monkeypatch.setattr(analysis_workers, "_start_worker", start)
+    monkeypatch.setattr(planning, "ask", slow_ask)
+
+
+def test_a_worker_that_dies_costs_no_answer(rs, alone, monkeypatch, tmp_path):
+    """A worker that dies holding a question (killed, out of memory): the question is re-solved in the planning
+    process and the analysis is whole."""
+    _fake_worker(monkeypatch, tmp_path, "sys.exit(1)\n")
+    plan = make_plan(rs, PlanOptions(jobs=2)).plan
+    assert (tmp_path / "asked").read_text().isdigit()  # the worker did take a question before it died
+    assert _analysis(plan) == _analysis(alone)
+
+
+def test_an_error_in_a_worker_is_raised(rs, monkeypatch, tmp_path):
+    """An exception in a worker (a bug, bad input) is raised by the planning process, as one process raises it (one
+    that cannot cross the pipe kills the worker instead, and the planning process re-solves the question itself)."""
+    _fake_worker(monkeypatch, tmp_path, """
+        _send(out, ("error", ValueError("boom in a worker")))
+        sys.stdin.buffer.read()
+    """)
+    with pytest.raises(ValueError, match="boom in a worker"):
+        make_plan(rs, PlanOptions(jobs=2))
+
+
+def test_the_time_limit_binds_every_process(rs, alone, monkeypatch):
+    """Where the command's time limit is spent, no process re-solves (the deadline reaches the workers): the plan
+    says the analysis stopped and lists nothing it did not price."""
+    from planner import planning
+
+    original = planning.answer_questions
+
+    def spent(ctx, qs, jobs=1):
+        ctx.deadline = time.perf_counter() - 1.0
+        return original(ctx, qs, 2)
+
+    monkeypatch.setattr(planning, "answer_questions", spent)
+    plan = make_plan(rs, PlanOptions(jobs=2)).plan
+    assert plan.runner_up is None
+    # questions answered without a re-solve (a looser SLO that admits no row) may be counted; none that re-solves
+    assert any("analysis not completed" in a and "before the rest and the runner-up" in a for a in plan.assumptions)
+    priced = {b.name for b in plan.binding_constraints}
+    assert not any(n.startswith(("demand.", "slo.", "prefix_cache.")) for n in priced)
+    assert priced <= {b.name for b in alone.binding_constraints}
