@@ -1,14 +1,16 @@
 """Benchmark of `planner plan` at fleet scale: N workloads on one Qwen3-235B fleet (figures for issue notes,
 never a timed test).
 
-    python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G] [--demand-scale F ...]
+    python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G] [--jobs J] [--demand-scale F ...]
 
 For each N (default 3 10 30) a scenario is generated from the three archetypes of
 ``catalogs/scenarios/multi-workload.yaml`` (interactive chat with prefix reuse, a batch API, long context),
 each copy with its own lengths, rate and SLOs (deterministic), and planned by the CLI in a fresh process,
 as a user runs it; ``--demand-scale`` plans each fleet again with every workload's request rate times each
-factor given (the instances of the demand-scaling figures in docs/formulation.md). Reported: CPU time (user + system) and wall of that process, its peak RSS, the plan's
-status and MIP gap, and the rows evaluated and kept.
+factor given (the instances of the demand-scaling figures in docs/formulation.md). Reported: CPU time (user + system)
+and wall of that process and its analysis workers, the largest peak RSS among them (each worker holds its own copy
+of the model), the plan's status and MIP gap, the rows evaluated and kept, and whether the analysis was complete or
+cut short by the command's --time-limit (after how many of its re-solves).
 """
 
 from __future__ import annotations
@@ -87,9 +89,12 @@ def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0) -> 
         if p.returncode == 0:
             plan = json.loads((out / "plan.json").read_text())
             s = plan["solver"]
+            cut = [a for a in plan.get("assumptions", []) if a.startswith("analysis not completed")]
             res.update(status=plan["status"], gap=s.get("mip_gap"), usd_per_hour=plan["objective"]["usd_per_hour"],
                        evaluated=s["candidates"]["evaluated"], kept=s["candidates"]["kept"],
-                       bindings=len(plan.get("binding_constraints") or []))
+                       bindings=len(plan.get("binding_constraints") or []),
+                       analysis="off" if not analysis else ("cut: " + cut[0].split(" was spent ")[1].split(" (")[0]
+                                                           if cut else "complete"))
         return res
 
 
@@ -99,10 +104,12 @@ def main() -> None:
     ap.add_argument("--no-analysis", action="store_true")
     ap.add_argument("--time-limit", type=float)
     ap.add_argument("--mip-gap", type=float)
+    ap.add_argument("--jobs", type=int, help="planner plan --jobs (default: the planner's own choice)")
     ap.add_argument("--demand-scale", type=float, nargs="+", default=[1.0],
                     help="factors on every workload's request rate (one plan per factor)")
     a = ap.parse_args()
-    extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else [])
+    extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else []) \
+        + (["--jobs", str(a.jobs)] if a.jobs else [])
     for n, f in ((n, f) for n in a.n for f in a.demand_scale):
         r = run(n, not a.no_analysis, extra, f)
         tag = f" x{f:g}" if f != 1.0 else ""
@@ -111,7 +118,7 @@ def main() -> None:
             continue
         print(f"{n:3d} workloads{tag}: CPU {r['cpu_s']:.1f} s, wall {r['wall_s']:.1f} s, peak RSS {r['max_rss_mb']:.0f} MB, "
               f"{r['status']} gap {r['gap'] if r['gap'] is None else format(r['gap'], '.1e')}, ${r['usd_per_hour']:,.2f}/h, "
-              f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints")
+              f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints, analysis {r['analysis']}")
 
 
 if __name__ == "__main__":

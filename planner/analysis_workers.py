@@ -4,14 +4,15 @@ where the plan's own solve is slow enough to pay for them).
 Each question of the analysis (:func:`planner.planning.questions`: the runner-up, a limit, an SLO, the demand or
 the working set of one workload made 10% looser) is one MILP re-solve that starts from the plan and changes
 nothing the others see, so they can run at once. The planning process answers questions itself and starts
-``N - 1`` worker processes (``python -m planner.analysis_workers``); each is handed the scenario, the candidate
+``N - 1`` worker processes; each is handed the scenario, the candidate
 pool, the plan's model data, the plan and its solution once, builds its own copy of the model and its own HiGHS
 instance (one thread), and is handed questions one at a time, in the order they are asked (the dearest first, as
 in one process), as it becomes free. The answers are those one process gives; only the time to get them changes.
 The command's ``--time-limit`` binds every process (a question asked after it is spent comes back unanswered, as
 in one process).
 
-Workers are fresh interpreters talking over their stdin and stdout, never forked from the planning process (whose
+Workers are fresh interpreters talking over their stdin and stdout (``python -c``, importing the planning process's
+own planner package), never forked from the planning process (whose
 HiGHS task scheduler may have threads a fork would not copy) and never re-running the caller's ``__main__`` (as
 ``multiprocessing``'s spawn does: a script without a main guard would run again). A worker that dies (killed,
 out of memory) costs no answer: what it had not answered is re-solved in the planning process.
@@ -99,8 +100,14 @@ def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
                 if i is not None:
                     state["lost"].append(i)
 
-    procs = [_start_worker() for _ in range(jobs - 1)]
+    procs = []
+    try:
+        for _ in range(jobs - 1):
+            procs.append(_start_worker())
+    except OSError:  # no interpreter to start (an embedded Python): the questions are answered here
+        pass
     threads = [threading.Thread(target=serve, args=(k, p), daemon=True) for k, p in enumerate(procs)]
+    finished = False
     try:
         for t in threads:
             t.start()
@@ -125,10 +132,11 @@ def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
             more, short = answer_questions(ctx, [qs[i] for i in lost], 1)
             answers.update({i: more[qs[i]] for i in lost if qs[i] in more})
             state["cut"] = state["cut"] or short
+        finished = True
     finally:
         for p in procs:
-            try:
-                p.wait(timeout=5 if state["error"] is None else 0)
+            try:  # told to stop, a worker exits at once; one still busy (an error here, Ctrl-C) is stopped now
+                p.wait(timeout=5 if finished else 0)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
@@ -136,11 +144,16 @@ def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
 
 
 def _start_worker() -> subprocess.Popen:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])  # the planner package's folder, wherever it is imported from
-    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    return subprocess.Popen([sys.executable, "-m", "planner.analysis_workers"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env)
+    """A worker: a fresh interpreter that imports this very planner package (wherever the planning process found
+    it: an installed copy elsewhere on the path would not do) without touching the import path of anything else."""
+    pkg = Path(__file__).resolve().parent
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('planner', {str(pkg / '__init__.py')!r}, "
+            f"submodule_search_locations=[{str(pkg)!r}])\n"
+            "mod = importlib.util.module_from_spec(spec); sys.modules['planner'] = mod; spec.loader.exec_module(mod)\n"
+            "from planner.analysis_workers import main\n"
+            "main()\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 def _send(stream, obj, raw: bool = False) -> None:
