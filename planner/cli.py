@@ -920,6 +920,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rc = app(args=args, prog_name="planner", standalone_mode=False)
         if isinstance(rc, int) and rc:
+            if rc == 130:  # typer's code for Ctrl-C inside a command (it catches the KeyboardInterrupt)
+                sys.stderr.write("error: interrupted; nothing was written by this command unless it said so\n")
             sys.exit(rc)  # click returns typer.Exit's code instead of raising it when not standalone
     except PlannerError as exc:
         sys.stderr.write(f"error: {_one_line(str(exc))}\n")

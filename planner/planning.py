@@ -911,7 +911,13 @@ def runner_up(ctx: _Ctx, main: str) -> RunnerUp:
         r = solve_from(ctx._quick(), m, [lambda: greedy_start(m, ctx.base, moved, check=False),
                                          lambda: greedy_start(m, check=False)], heuristics=False)
         if not r.has_solution:
-            return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
+            if r.status == "infeasible":
+                return RunnerUp(excluded=main, status=r.status, summary=f"no feasible plan without {main}")
+            # stopped at the analysis's time limit before any plan: nothing is proven either way
+            return RunnerUp(excluded=main, status=r.status,
+                            summary=f"no plan without {main} found within the {SENSITIVITY_TIME_LIMIT_S:g} s an analysis "
+                            "re-solve may take (none is proven impossible; raise --time-limit or plan without it "
+                            "to see)")
         usd = _fleet_cost(m, ctx.data)
         x, u = solution_values(m)
         hws = sorted(h for h, k in u.items() if k > 0)

@@ -8,7 +8,10 @@ change of mutable parameters (sweeps, sensitivities) update the model instead of
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyomo.core as pyo
@@ -91,17 +94,18 @@ class Solver:
         threads = self.threads_for()
         _use_scheduler(threads)
         try:
-            res = self._opt.solve(
-                model,
-                load_solutions=False,
-                raise_exception_on_nonoptimal_result=False,
-                time_limit=self.time_limit_s,
-                rel_gap=self.mip_gap,
-                threads=threads,
-                auto_updates=NO_UPDATES,
-                # set every time: a persistent HiGHS instance keeps options from one solve to the next
-                solver_options={k: self.heuristics for k in HEURISTICS},
-            )
+            with _ctrl_c_stops(self._opt._solver_model):
+                res = self._opt.solve(
+                    model,
+                    load_solutions=False,
+                    raise_exception_on_nonoptimal_result=False,
+                    time_limit=self.time_limit_s,
+                    rel_gap=self.mip_gap,
+                    threads=threads,
+                    auto_updates=NO_UPDATES,
+                    # set every time: a persistent HiGHS instance keeps options from one solve to the next
+                    solver_options={k: self.heuristics for k in HEURISTICS},
+                )
         finally:
             if undo is not None:
                 undo()
@@ -226,6 +230,34 @@ class Solver:
             return original()
 
         opt._solve = solve_with_start
+
+
+@contextmanager
+def _ctrl_c_stops(h):
+    """Ctrl-C during a solve stops HiGHS cleanly and raises ``KeyboardInterrupt`` after it returns.
+
+    Left to itself, Python raises the interrupt inside the Python callback HiGHS polls for interrupts, HiGHS reads
+    that as a solver error and returns, and the run reads as a solve that stopped short: an analysis re-solve cut
+    short that way said "no feasible plan without" a hardware where one exists, and the command went on. So while
+    HiGHS runs, the signal asks it to stop (highspy's ``cancelSolve``), and the interrupt is raised once it has.
+    Only where Ctrl-C raises ``KeyboardInterrupt`` now, in the main thread: a worker that ignores it keeps ignoring it."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    hit = []
+
+    def stop(_sig, _frame):
+        hit.append(True)
+        h.cancelSolve()
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hit:
+        raise KeyboardInterrupt
 
 
 def _use_scheduler(threads: int) -> None:

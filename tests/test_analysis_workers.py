@@ -117,3 +117,63 @@ def test_the_time_limit_binds_every_process(rs, alone, monkeypatch):
     priced = {b.name for b in plan.binding_constraints}
     assert not any(n.startswith(("demand.", "slo.", "prefix_cache.")) for n in priced)
     assert priced <= {b.name for b in alone.binding_constraints}
+
+
+def _market_split(m: int = 4, seed: int = 3):
+    """A market-split instance (Cornuéjols and Dawande): a few equality rows over 10 (m - 1) binaries, tiny and
+    far beyond branch and bound in a second."""
+    import numpy as np
+    import pyomo.core as pyo
+
+    rng = np.random.default_rng(seed)
+    n = 10 * (m - 1)
+    a = rng.integers(0, 100, size=(m, n))
+    mdl = pyo.ConcreteModel()
+    mdl.x = pyo.Var(range(n), within=pyo.Binary)
+    mdl.s = pyo.Var(range(m), within=pyo.NonNegativeReals)
+    mdl.rows = pyo.Constraint(range(m), rule=lambda mdl, i: sum(int(a[i, j]) * mdl.x[j] for j in range(n))
+                              + mdl.s[i] == int(a[i].sum()) // 2)
+    mdl.cost = pyo.Objective(expr=sum(mdl.s[i] for i in range(m)))
+    return mdl
+
+
+def test_ctrl_c_stops_a_solve_and_is_raised():
+    """Ctrl-C during a HiGHS solve stops it and raises KeyboardInterrupt: read as a solver limit, an analysis
+    re-solve cut short said "no feasible plan without" a hardware where one exists, and the plan went on."""
+    import os
+    import signal
+    import threading
+
+    from planner.solve import Solver
+
+    mdl = _market_split()
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Solver(time_limit_s=60, mip_gap=0.0, threads=1).solve(mdl)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - t0 < 30
+    # the handler is put back: Ctrl-C raises at once again outside a solve
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch):
+    """A runner-up re-solve that stops at its time limit without a plan says so; only a proven infeasible one
+    reads "no feasible plan"."""
+    from planner import planning
+    from planner.solve import SolveResult
+
+    original = planning.solve_from
+
+    def limit(solver, m, starts, *, heuristics=True):
+        if any(m.u[h].fixed for h in m.H):  # the runner-up: its main hardware fixed at 0 units
+            return SolveResult("limit", "maxTimeLimit", None, None, None, 5.0)
+        return original(solver, m, starts, heuristics=heuristics)
+
+    monkeypatch.setattr(planning, "solve_from", limit)
+    ru = make_plan(rs, PlanOptions(jobs=1)).plan.runner_up
+    assert ru.status == "limit" and "no feasible plan" not in ru.summary
+    assert f"no plan without {ru.excluded} found within" in ru.summary
