@@ -45,8 +45,8 @@ def test_workers_answer_as_one_process(rs, alone):
 
 def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
     """Workers that run ``body`` once they have said they are ready, with ``i`` the first question they are handed
-    (recorded in ``tmp_path / 'asked'``); the planning process waits 3 s before its first question, so that the
-    worker is ready and takes one."""
+    (recorded in ``tmp_path / 'asked'``); the planning process starts its own first question only once a worker
+    has taken one (so that one is taken, however slowly the worker starts)."""
     import subprocess
 
     from planner import analysis_workers, planning
@@ -58,7 +58,10 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
         out = sys.stdout.buffer
         _send(out, READY)
         i = pickle.load(sys.stdin.buffer)
-        open({str(tmp_path / 'asked')!r}, "w").write(str(i))
+        with open({str(tmp_path / 'asked.tmp')!r}, "w") as f:
+            f.write(str(i))
+        import os
+        os.replace({str(tmp_path / 'asked.tmp')!r}, {str(tmp_path / 'asked')!r})
     """) + textwrap.dedent(body)
 
     def start():
@@ -71,7 +74,9 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
     def slow_ask(ctx, q):
         if first[0]:
             first[0] = False
-            time.sleep(3.0)
+            t0 = time.perf_counter()
+            while not (tmp_path / "asked").exists() and time.perf_counter() - t0 < 120:
+                time.sleep(0.05)
         return original(ctx, q)
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
