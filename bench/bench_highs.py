@@ -75,7 +75,7 @@ def dump(n: int, folder: Path) -> None:
     highs.Highs._solve = solve
     try:
         rs = resolve_scenario(Scenario.model_validate(scenario(n)), load_catalog())
-        make_plan(rs, PlanOptions())
+        make_plan(rs, PlanOptions(jobs=1))  # every MILP in this process, where the dump sees it
     finally:
         highs.Highs._solve = original
 
