@@ -34,9 +34,46 @@ READY = "ready"
 """A worker's first word: its model is built, it takes questions."""
 
 
-def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
-    """Answer ``qs`` on this process and ``jobs - 1`` workers: ``(answers, cut)`` as
-    :func:`planner.planning.answer_questions` gives them."""
+class Workers:
+    """Worker processes started ahead of the analysis, so that their start-up (an interpreter, the planner's
+    imports: ~0.7 s of CPU each) runs beside the candidates and the plan's solve instead of after them. Those the
+    analysis does not use are stopped (:meth:`close`)."""
+
+    def __init__(self, n: int):
+        self._procs: list[subprocess.Popen] = []
+        self.grow(n)
+
+    def grow(self, n: int) -> None:
+        """At least ``n`` workers (fewer where no interpreter starts: an embedded Python)."""
+        try:
+            while len(self._procs) < n:
+                self._procs.append(_start_worker())
+        except OSError:
+            pass
+
+    def take(self, n: int) -> list[subprocess.Popen]:
+        """``n`` workers for the analysis (started now where too few were), handed over: the rest are stopped."""
+        self.grow(n)
+        procs, rest = self._procs[:n], self._procs[n:]
+        self._procs = []
+        for p in rest:
+            _stop(p)
+        return procs
+
+    def close(self) -> None:
+        for p in self._procs:
+            _stop(p)
+        self._procs = []
+
+
+def _stop(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait()
+
+
+def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) -> tuple[dict, bool]:
+    """Answer ``qs`` on this process and ``jobs - 1`` workers (taken from ``workers`` where they were started
+    ahead): ``(answers, cut)`` as :func:`planner.planning.answer_questions` gives them."""
     from planner.planning import OutOfTime, answer_questions, ask
 
     payload = pickle.dumps({
@@ -100,12 +137,8 @@ def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
                 if i is not None:
                     state["lost"].append(i)
 
-    procs = []
-    try:
-        for _ in range(jobs - 1):
-            procs.append(_start_worker())
-    except OSError:  # no interpreter to start (an embedded Python): the questions are answered here
-        pass
+    # where no interpreter starts (an embedded Python) there are fewer workers, or none: the rest is answered here
+    procs = (workers or Workers(0)).take(jobs - 1)
     threads = [threading.Thread(target=serve, args=(k, p), daemon=True) for k, p in enumerate(procs)]
     finished = False
     try:
@@ -120,7 +153,7 @@ def answer_in_workers(ctx, qs: list, jobs: int) -> tuple[dict, bool]:
         with lock:  # every question is taken: a worker still starting up has nothing left to do
             idle = [p for k, p in enumerate(procs) if k not in ready]
         for p in idle:
-            p.kill()
+            p.kill()  # its thread sees the pipe close and ends
         while any(t.is_alive() for t in threads):
             for t in threads:
                 t.join(timeout=0.5)

@@ -31,3 +31,4 @@ def _analysis_in_process(monkeypatch):
     from planner import planning
 
     monkeypatch.setattr(planning, "PARALLEL_MIN_SOLVE_S", float("inf"))
+    monkeypatch.setattr(planning, "PRESTART_MIN_WORKLOADS", float("inf"))

@@ -110,9 +110,9 @@ def test_the_time_limit_binds_every_process(rs, alone, monkeypatch):
 
     original = planning.answer_questions
 
-    def spent(ctx, qs, jobs=1):
+    def spent(ctx, qs, jobs=1, workers=None):
         ctx.deadline = time.perf_counter() - 1.0
-        return original(ctx, qs, 2)
+        return original(ctx, qs, 2, workers)
 
     monkeypatch.setattr(planning, "answer_questions", spent)
     plan = make_plan(rs, PlanOptions(jobs=2)).plan
@@ -182,3 +182,26 @@ def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch)
     ru = make_plan(rs, PlanOptions(jobs=1)).plan.runner_up
     assert ru.status == "limit" and "no feasible plan" not in ru.summary
     assert f"no plan without {ru.excluded} found within" in ru.summary
+
+
+def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
+    """Workers start before the candidates (their start-up runs beside them); where the analysis then runs in one
+    process they are stopped, and a plan without analysis starts none."""
+    from planner import analysis_workers, planning
+
+    started = []
+    original = analysis_workers._start_worker
+
+    def start():
+        p = original()
+        started.append(p)
+        return p
+
+    monkeypatch.setattr(analysis_workers, "_start_worker", start)
+    monkeypatch.setattr(planning, "analysis_jobs", lambda *a: 1)  # as where the plan's own solve is fast
+    plan = make_plan(rs, PlanOptions(jobs=3)).plan
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
+    assert _analysis(plan) == _analysis(alone)
+    started.clear()
+    make_plan(rs, PlanOptions(jobs=3, analysis=False))
+    assert not started
