@@ -93,9 +93,18 @@ def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0) -> 
             res.update(status=plan["status"], gap=s.get("mip_gap"), usd_per_hour=plan["objective"]["usd_per_hour"],
                        evaluated=s["candidates"]["evaluated"], kept=s["candidates"]["kept"],
                        bindings=len(plan.get("binding_constraints") or []),
+                       runner_up=_runner_up(plan.get("runner_up")),
                        analysis="off" if not analysis else ("cut: " + cut[0].split(" was spent ")[1].split(" (")[0]
                                                            if cut else "complete"))
         return res
+
+
+def _runner_up(ru: dict | None) -> str:
+    if not ru:
+        return "none"
+    if ru.get("usd_per_hour") is None:
+        return f"without {ru['excluded']}: {ru['status']}"
+    return f"without {ru['excluded']} ${ru['usd_per_hour']:,.2f}/h ({ru['status']})"
 
 
 def main() -> None:
@@ -118,7 +127,7 @@ def main() -> None:
             continue
         print(f"{n:3d} workloads{tag}: CPU {r['cpu_s']:.1f} s, wall {r['wall_s']:.1f} s, peak RSS {r['max_rss_mb']:.0f} MB, "
               f"{r['status']} gap {r['gap'] if r['gap'] is None else format(r['gap'], '.1e')}, ${r['usd_per_hour']:,.2f}/h, "
-              f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints, analysis {r['analysis']}")
+              f"rows {r['evaluated']:,} -> {r['kept']:,}, {r['bindings']} binding constraints, analysis {r['analysis']}, runner-up {r['runner_up']}")
 
 
 if __name__ == "__main__":

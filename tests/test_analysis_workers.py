@@ -205,3 +205,24 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     started.clear()
     make_plan(rs, PlanOptions(jobs=3, analysis=False))
     assert not started
+
+
+def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monkeypatch):
+    """The runner-up starts from a greedy re-serve (feasible, a few percent dear), so HiGHS's primal heuristics
+    stay on for it (on the 10-workload fleet of bench/bench_fleet.py they find it at $925.04/h within its 5 s
+    where the search without them stopped at $974.00); the relaxations start from the plan itself, optimal
+    before the change, and search without them."""
+    from planner import planning
+
+    calls = []
+    original = planning.solve_from
+
+    def record(solver, m, starts, *, heuristics=True):
+        calls.append(("runner_up" if any(m.u[h].fixed for h in m.H) else "other", heuristics))
+        return original(solver, m, starts, heuristics=heuristics)
+
+    monkeypatch.setattr(planning, "solve_from", record)
+    make_plan(rs, PlanOptions(jobs=1))
+    assert ("runner_up", True) in calls and ("runner_up", False) not in calls
+    relaxations = [h for kind, h in calls[1:] if kind == "other"]  # calls[0] is the plan's own solve
+    assert relaxations and not any(relaxations)
