@@ -175,3 +175,36 @@ def test_solvers_asking_for_other_thread_counts_in_one_process_all_solve():
     for threads in (None, 2, 1, 0, None, 2):
         r = Solver(threads=threads).solve(small())
         assert r.status == "optimal" and r.objective == pytest.approx(1.25), threads
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
+    """``heuristics=False`` trusts the first start only (a solved plan: HiGHS need not look for better incumbents);
+    where it no longer fits and a repaired or greedy start is used instead, that start is feasible but not good,
+    and HiGHS searches from it with its heuristics."""
+    from planner import solve as solve_mod
+    from planner.model.bounds import solve_from
+
+    data = _random_instance(seed)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+    if solver.solve(m).status != "optimal":
+        pytest.skip("no plan at this seed")
+    base = snapshot(m)
+    used = []
+    original = solve_mod.Solver.limited
+
+    def limited(self, **kw):
+        used.append(kw.get("heuristics"))
+        return original(self, **kw)
+
+    monkeypatch.setattr(solve_mod.Solver, "limited", limited)
+    starts = [base, lambda: greedy_start(m, check=False)]
+    assert solve_from(solver, m, starts, heuristics=False).status == "optimal" and used == [False]
+    w = next(iter(data.workloads))
+    m.demand[w] = data.workloads[w].requests_per_s * 1.7  # the plan no longer serves it: the greedy start is used
+    used.clear()
+    r = solve_from(solver, m, starts, heuristics=False)
+    if greedy_start(m, check=False) is None or solver.start_objective(greedy_start(m, check=False)) is None:
+        pytest.skip("no feasible greedy start at this seed")
+    assert r.status == "optimal" and used == [True]

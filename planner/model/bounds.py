@@ -198,18 +198,21 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
 def solve_from(solver, m, starts, *, heuristics: bool = True):
     """Solve ``m`` with ``solver`` from the first of ``starts`` (assignments, or callables that make one; a
     single assignment or ``None`` also do) that is a feasible plan of ``m`` as the model stands: then it is the
-    first incumbent and its cost bounds the units and replicas, and with ``heuristics=False`` (a start known to
-    be good: a solved plan's, or one repaired from it) HiGHS spends no time searching for other incumbents;
-    otherwise a plain solve. Feasibility is checked on HiGHS's copy of the model (:meth:`Solver.start_objective`)."""
+    first incumbent and its cost bounds the units and replicas, and with ``heuristics=False`` (the first start is
+    known to be good: a solved plan's) HiGHS spends no time searching for other incumbents. A later start (the
+    fallback where the first no longer fits: a plan repaired greedily, a greedy plan) is feasible but not good,
+    so HiGHS searches with its heuristics from it whatever ``heuristics`` says. Without a feasible start, a plain
+    solve. Feasibility is checked on HiGHS's copy of the model (:meth:`Solver.start_objective`)."""
     if starts is None or isinstance(starts, ComponentMap):
         starts = [starts]
     solver.load(m)
-    for start in starts:
+    for k, start in enumerate(starts):
         if callable(start):
             start = start()
         cost = solver.start_objective(start) if start is not None else None
         if cost is not None:
-            return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=heuristics).solve(
+            search = heuristics or k > 0
+            return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=search).solve(
                 m, start, caps=cost_caps(m, cost), loaded=True)
     return solver.solve(m, loaded=True)
 
