@@ -40,6 +40,10 @@ HEURISTICS = tuple(f"mip_heuristic_run_{h}" for h in ("rins", "rens", "root_redu
                                                         "feasibility_jump"))
 
 
+INCUMBENT_HEURISTIC = "mip_heuristic_run_rins"
+"""The heuristic kept with ``heuristics=False``: RINS searches around the incumbent, the plan a re-solve starts from."""
+
+
 @dataclass(frozen=True)
 class SolveResult:
     status: str
@@ -63,9 +67,12 @@ class Solver:
         self.threads = threads
         """HiGHS threads; ``None``: :meth:`threads_for` the model."""
         self.heuristics = heuristics
-        """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known;
-        a re-solve that starts from one (a relaxation of a solved plan) proves its optimum several times faster
-        without them. Only the speed changes, never the answer."""
+        """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known.
+        ``False`` for a re-solve that starts from one (a relaxation of a solved plan): it proves its optimum several
+        times faster without them, all but RINS, which searches the neighbourhood of that very plan (where the
+        relaxation's optimum lies when it moves: on the 10-workload fleet's re-solves it found savings of $15-19/h
+        where the search without it had found $8/h at the 5 s limit, in the same total time; docs/formulation.md
+        section 3). Only the speed changes, and what a re-solve cut short by its limit has found."""
         self._opt = Highs()  # the class Pyomo's solver factory names "highs" (pyomo.environ's plugins not loaded)
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
@@ -104,7 +111,7 @@ class Solver:
                     threads=threads,
                     auto_updates=NO_UPDATES,
                     # set every time: a persistent HiGHS instance keeps options from one solve to the next
-                    solver_options={k: self.heuristics for k in HEURISTICS},
+                    solver_options={k: self.heuristics or k == INCUMBENT_HEURISTIC for k in HEURISTICS},
                 )
         finally:
             if undo is not None:

@@ -208,3 +208,26 @@ def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
     if greedy_start(m, check=False) is None or solver.start_objective(greedy_start(m, check=False)) is None:
         pytest.skip("no feasible greedy start at this seed")
     assert r.status == "optimal" and used == [True]
+
+
+def test_a_search_from_a_trusted_start_keeps_only_the_incumbent_heuristic():
+    """``heuristics=False`` (a re-solve from a solved plan) switches HiGHS's primal heuristics off but RINS, which
+    searches the neighbourhood of the incumbent: the plan itself. With ``heuristics=True`` all are on, and a
+    persistent instance gets them back after a search without them."""
+    from planner.solve import HEURISTICS, INCUMBENT_HEURISTIC
+
+    data = _random_instance(0)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+
+    def on():
+        h = solver._opt._solver_model
+        return {k: bool(h.getOptionValue(k)[1] if isinstance(h.getOptionValue(k), tuple) else h.getOptionValue(k))
+                for k in HEURISTICS}
+
+    solver.solve(m)
+    assert all(on().values())
+    solver.limited(time_limit_s=5, mip_gap=0.0, heuristics=False).solve(m)
+    assert on() == {k: k == INCUMBENT_HEURISTIC for k in HEURISTICS}
+    solver.solve(m)
+    assert all(on().values())
