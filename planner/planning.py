@@ -217,7 +217,7 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
         qs = questions(ctx)
         answers, cut = answer_questions(ctx, qs, analysis_jobs(opts, len(qs), res.wall_s), workers)
         plan.runner_up = next((a.runner_up for q, a in answers.items() if q.kind == "runner_up"), None)
-        plan.binding_constraints = binding_constraints(ctx, answers)
+        plan.binding_constraints = binding_constraints(ctx, qs, answers)
         if cut:
             # keep what was found before the time ran out
             rest = "the rest" if plan.runner_up is not None or not any(q.kind == "runner_up" for q in qs) \
@@ -732,7 +732,8 @@ def questions(ctx: _Ctx) -> list[Question]:
         if hd.max_units is not None and _units_of(plan, h) >= hd.max_units:
             out.append(Question("max_units", h, value=max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))))
     slos = scenario_slos(sc.workloads)
-    for w in sorted(sc.workloads, key=lambda w: -_spend(plan).get(w.name, 0.0)):
+    spend = _spend(plan)
+    for w in sorted(sc.workloads, key=lambda w: -spend.get(w.name, 0.0)):
         for which, k in (("tpot", 1), ("ttft", 0)):
             if ctx.admits_cheaper(w.name, relaxed_slos(slos, w.name, k)[w.name]):
                 out.append(Question("slo", w.name, which))
@@ -840,74 +841,68 @@ def _spend(plan: Plan) -> dict[str, float]:
     return spend
 
 
-def binding_constraints(ctx: _Ctx, answers: dict[Question, Answer]) -> list[Binding]:
-    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves (the ``answers`` to
-    :func:`questions`; a question the time limit left unanswered is left out), the largest saving first."""
+def binding_constraints(ctx: _Ctx, qs: list[Question], answers: dict[Question, Answer]) -> list[Binding]:
+    """Each constraint family that limits the plan, with the $/h a 10% relaxation saves: the ``answers`` to the
+    questions ``qs`` (:func:`questions`), in the order asked; a question the time limit left unanswered is left
+    out, never read as a saving of $0. Largest saving first."""
     out: list[Binding] = []
     plan, data, sc = ctx.plan, ctx.data, ctx.rs.scenario
     base = ctx.cost
-    got = {(q.kind, q.target, q.which): a for q, a in answers.items()}
-
-    def saved(kind, target=None, which=None) -> tuple[float | None, bool] | None:
-        a = got.get((kind, target, which))
-        return None if a is None else (_saved(base, a.cost), a.proven)
+    slos = scenario_slos(sc.workloads)
+    by_name = {w.name: w for w in sc.workloads}
+    kw = sum(g.kw or 0.0 for g in plan.units)
 
     def saves(proven: bool) -> str:
         return "saves" if proven else "saves at least"
 
-    if data.power_kw is not None:
-        kw = sum(g.kw or 0.0 for g in plan.units)
-        asked = any(q.kind == "power" for q in answers)
-        r = saved("power") if asked else (0.0, True)
-        if r is not None:
-            s, proven = r
-            if (s and s > 1e-6 * base) or kw > data.power_kw * 0.98:
-                out.append(Binding(
-                    name="limits.power_kw",
-                    detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {saves(proven)} ${s or 0:,.2f}/h",
-                    usd_per_hour_saved=s, saving_proven=proven,
-                ))
+    def power(s: float | None, proven: bool) -> None:
+        if (s and s > 1e-6 * base) or kw > data.power_kw * 0.98:
+            out.append(Binding(
+                name="limits.power_kw",
+                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {saves(proven)} ${s or 0:,.2f}/h",
+                usd_per_hour_saved=s, saving_proven=proven,
+            ))
+
+    asked = next((q for q in qs if q.kind == "power"), None)
+    if data.power_kw is not None and asked is None:
+        power(0.0, True)  # more than a unit's worth of slack: more power cannot change the plan
+    elif asked in answers:
+        power(_saved(base, answers[asked].cost), answers[asked].proven)
     if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
         out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
-    for q in (q for q in answers if q.kind == "max_units"):
-        h, hd = q.target, data.hardware[q.target]
-        s, proven = saved("max_units", h)
-        out.append(Binding(
-            name=f"limits.max_units.{h}",
-            detail=f"{_units_of(plan, h)} of {hd.max_units} {hd.unit_kind}s of {h}; allowing {q.value:g} {saves(proven)} ${s or 0:,.2f}/h",
-            usd_per_hour_saved=s, saving_proven=proven,
-        ))
-    slos = scenario_slos(sc.workloads)
-    for w in sorted(sc.workloads, key=lambda w: -_spend(plan).get(w.name, 0.0)):
-        wo = next(o for o in plan.workloads if o.name == w.name)
-        for which, k, scale in (("tpot", 1, 1e3), ("ttft", 0, 1e3)):
-            r = saved("slo", w.name, which)
-            if r is not None and r[0] and r[0] > 1e-6 * base:
-                s, proven = r
-                reached = wo.tpot_s if which == "tpot" else wo.ttft_s
-                out.append(Binding(
-                    name=f"slo.{which}.{w.name}",
-                    detail=f"{w.name}: {which.upper()} {reached * scale:,.1f} ms against a {slos[w.name][k] * scale:,.0f} ms target; "
-                    f"{RELAX:.0%} looser {saves(proven)} ${s:,.2f}/h",
-                    usd_per_hour_saved=s, saving_proven=proven,
-                ))
-        r = saved("demand", w.name)
-        if r is not None:
-            s, proven = r
+    for q in qs:
+        a = answers.get(q)
+        if a is None or q.kind in ("runner_up", "resilience", "power"):
+            continue
+        s, proven = _saved(base, a.cost), a.proven
+        if q.kind == "max_units":
+            hd = data.hardware[q.target]
+            out.append(Binding(
+                name=f"limits.max_units.{q.target}",
+                detail=f"{_units_of(plan, q.target)} of {hd.max_units} {hd.unit_kind}s of {q.target}; allowing {q.value:g} "
+                f"{saves(proven)} ${s or 0:,.2f}/h",
+                usd_per_hour_saved=s, saving_proven=proven,
+            ))
+        elif q.kind == "demand":
+            w = by_name[q.target]
             worth = f"{saves(proven)} ${s:,.2f}/h" if s is not None else "was not re-solved within the time limit"
             out.append(Binding(
                 name=f"demand.{w.name}",
                 detail=f"{w.name}: {w.requests_per_s:g} req/s to serve; {RELAX:.0%} less traffic {worth}",
                 usd_per_hour_saved=s, saving_proven=proven or s is None,
             ))
-        r = saved("prefix", w.name)
-        if r is not None and r[0] and r[0] > 1e-6 * base:
-            s, proven = r
-            out.append(Binding(
-                name=f"prefix_cache.{w.name}",
-                detail=f"{w.name}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller {saves(proven)} ${s:,.2f}/h",
-                usd_per_hour_saved=s, saving_proven=proven,
-            ))
+        elif s and s > 1e-6 * base:  # an SLO or the prefix working set: listed where it saves
+            wo = next(o for o in plan.workloads if o.name == q.target)
+            if q.kind == "slo":
+                k, reached = (1, wo.tpot_s) if q.which == "tpot" else (0, wo.ttft_s)
+                detail = (f"{q.target}: {q.which.upper()} {reached * 1e3:,.1f} ms against a {slos[q.target][k] * 1e3:,.0f} ms "
+                          f"target; {RELAX:.0%} looser {saves(proven)} ${s:,.2f}/h")
+                name = f"slo.{q.which}.{q.target}"
+            else:
+                detail = (f"{q.target}: {wo.prefix_working_set_bytes / 1e9:,.0f} GB of prefixes held; {RELAX:.0%} smaller "
+                          f"{saves(proven)} ${s:,.2f}/h")
+                name = f"prefix_cache.{q.target}"
+            out.append(Binding(name=name, detail=detail, usd_per_hour_saved=s, saving_proven=proven))
     idle = [(g, g.chips - g.chips_used) for g in plan.units if g.chips > g.chips_used]
     if idle:
         usd = sum(g.usd_per_hour * n / g.chips for g, n in idle)

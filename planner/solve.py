@@ -277,18 +277,3 @@ def _use_scheduler(threads: int) -> None:
 
         highspy.Highs.resetGlobalScheduler(True)
     _scheduler_threads[0] = threads
-
-
-def own_solver_lock() -> None:
-    """Give this process a lock of its own for Pyomo's solver-output capture.
-
-    Pyomo guards ``capture_output`` (entered by every HiGHS solve) with a ``multiprocessing.Lock`` made at import,
-    which forked workers (sweep points, analysis re-solves) share with their parent and with each other. A worker
-    terminated while it holds it (a pool kills every worker when one dies) leaves it held for good, and every other
-    worker then waits 200 s per solve before failing. Each worker solves one model at a time, so a per-process
-    lock loses nothing."""
-    import threading
-
-    from pyomo.common import dependencies
-
-    dependencies.capture_output_lock = threading.Lock()

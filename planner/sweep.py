@@ -40,7 +40,7 @@ from planner.model.data import drop_unpowered
 from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
 from planner.planning import PlanOptions, diagnose_candidates, diagnose_limits
 from planner.results import extract, solution_values
-from planner.solve import Solver, own_solver_lock
+from planner.solve import Solver
 
 _CHUNK_LOCK = threading.Lock()
 
@@ -490,6 +490,20 @@ def _quiet_worker() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     own_solver_lock()
+
+
+def own_solver_lock() -> None:
+    """Give this process a lock of its own for Pyomo's solver-output capture.
+
+    Pyomo guards ``capture_output`` (entered by every HiGHS solve) with a ``multiprocessing.Lock`` made at import,
+    which forked workers share with their parent and with each other. A worker terminated while it holds it (the
+    pool kills every worker when one dies) leaves it held for good, and every other worker then waits 200 s per
+    solve before failing. Each worker solves one point at a time, so a per-process lock loses nothing."""
+    import threading
+
+    from pyomo.common import dependencies
+
+    dependencies.capture_output_lock = threading.Lock()
 
 
 def run_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, catalog_root: Path | None = None,

@@ -113,14 +113,19 @@ def test_the_solver_side_start_check_agrees_with_the_model_side_one(seed):
     assert verdicts[0] is False
 
 
-@pytest.mark.parametrize("seed", [0, 1, 3, 5, 8])
-def test_caps_last_one_solve_and_a_repaired_start_keeps_the_other_workloads(seed):
+def _solved(seed: int):
+    """A random instance, its model, a solver holding it and its optimum (skipped where it has no plan)."""
     data = _random_instance(seed)
     m = build_model(data)
     solver = Solver(mip_gap=0.0)
     if solver.solve(m).status != "optimal":
         pytest.skip("no plan at this seed")
-    base = snapshot(m)
+    return data, m, solver, snapshot(m)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 5, 8])
+def test_caps_last_one_solve_and_a_repaired_start_keeps_the_other_workloads(seed):
+    data, m, solver, base = _solved(seed)
     hw = solver._opt._solver_model
     before = list(hw.getLp().col_upper_)
     cost = solver.start_objective(base)
@@ -185,12 +190,7 @@ def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
     from planner import solve as solve_mod
     from planner.model.bounds import solve_from
 
-    data = _random_instance(seed)
-    m = build_model(data)
-    solver = Solver(mip_gap=0.0)
-    if solver.solve(m).status != "optimal":
-        pytest.skip("no plan at this seed")
-    base = snapshot(m)
+    data, m, solver, base = _solved(seed)
     used = []
     original = solve_mod.Solver.limited
 
@@ -205,7 +205,8 @@ def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
     m.demand[w] = data.workloads[w].requests_per_s * 1.7  # the plan no longer serves it: the greedy start is used
     used.clear()
     r = solve_from(solver, m, starts, heuristics=False)
-    if greedy_start(m, check=False) is None or solver.start_objective(greedy_start(m, check=False)) is None:
+    greedy = greedy_start(m, check=False)
+    if greedy is None or solver.start_objective(greedy) is None:
         pytest.skip("no feasible greedy start at this seed")
     assert r.status == "optimal" and used == [True]
 

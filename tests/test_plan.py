@@ -353,6 +353,27 @@ def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
         assert b.name in names and b.usd_per_hour_saved == pytest.approx(names[b.name].usd_per_hour_saved)
 
 
+def test_a_limit_the_time_limit_left_unpriced_is_not_said_to_save_nothing(catalog, monkeypatch):
+    """A power limit near binding whose re-solve the time limit cut off is not listed as "saves $0.00/h" (proven):
+    it was never priced. (A limit with more than a unit of slack is not re-solved and saves $0, proven.)"""
+    from planner import planning
+
+    calls = {"n": 0}
+    original = planning._Ctx._quick
+
+    def quick(self, *, fresh=False):
+        calls["n"] += 1
+        if calls["n"] >= 2:  # the runner-up is priced, then the time is spent: the power limit's re-solve is next
+            raise planning.OutOfTime
+        return original(self, fresh=fresh)
+
+    kw = sum(g.kw for g in make_plan(_scenario(catalog, requests_per_s=700), QUICK).plan.units)
+    monkeypatch.setattr(planning._Ctx, "_quick", quick)
+    cut = make_plan(_scenario(catalog, requests_per_s=700, limits={"power_kw": kw * 1.01}), PlanOptions()).plan
+    assert cut.runner_up is not None and any("analysis not completed" in a for a in cut.assumptions)
+    assert not any(b.name == "limits.power_kw" for b in cut.binding_constraints)
+
+
 def test_a_looser_slo_that_changes_no_row_is_not_re_solved(catalog, monkeypatch):
     """Relaxing an SLO that admits no new row and raises no rate gives the same model: its saving is 0 without
     a rebuild; every table that does differ is built and solved."""
