@@ -4,18 +4,17 @@ where the plan's own solve is slow enough to pay for them).
 Each question of the analysis (:func:`planner.planning.questions`: the runner-up, a limit, an SLO, the demand or
 the working set of one workload made 10% looser) is one MILP re-solve that starts from the plan and changes
 nothing the others see, so they can run at once. The planning process answers questions itself and starts
-``N - 1`` worker processes; each is handed the scenario, the candidate
-pool, the plan's model data, the plan and its solution once, builds its own copy of the model and its own HiGHS
-instance (one thread), and is handed questions one at a time, in the order they are asked (the dearest first, as
-in one process), as it becomes free. The answers are those one process gives; only the time to get them changes.
-The command's ``--time-limit`` binds every process (a question asked after it is spent comes back unanswered, as
-in one process).
+``N - 1`` worker processes; each is handed the scenario, the candidate pool, the plan's model data, the plan and
+its solution once, builds its own copy of the model and its own HiGHS instance (one thread), and is handed
+questions one at a time, in the order they are asked (the dearest first, as in one process), as it becomes free.
+The answers are those one process gives; only the time to get them changes. The command's ``--time-limit`` binds
+every process (a question asked after it is spent comes back unanswered, as in one process).
 
-Workers are fresh interpreters talking over their stdin and stdout (``python -c``, importing the planning process's
-own planner package), never forked from the planning process (whose
-HiGHS task scheduler may have threads a fork would not copy) and never re-running the caller's ``__main__`` (as
-``multiprocessing``'s spawn does: a script without a main guard would run again). A worker that dies (killed,
-out of memory) costs no answer: what it had not answered is re-solved in the planning process.
+Workers are fresh interpreters talking over their stdin and stdout (``python -c``, importing the planning
+process's own planner package), never forked from the planning process (whose HiGHS task scheduler may have
+threads a fork would not copy) and never re-running the caller's ``__main__`` (as ``multiprocessing``'s spawn
+does: a script without a main guard would run again). A worker that dies (killed, out of memory) costs no
+answer: what it had not answered is re-solved in the planning process.
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ def _stop(p: subprocess.Popen) -> None:
 def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) -> tuple[dict, bool]:
     """Answer ``qs`` on this process and ``jobs - 1`` workers (taken from ``workers`` where they were started
     ahead): ``(answers, cut)`` as :func:`planner.planning.answer_questions` gives them."""
-    from planner.planning import OutOfTime, answer_questions, ask
+    from planner.planning import answer_questions
 
     payload = pickle.dumps({
         "rs": ctx.rs, "pool": ctx.pool, "data": ctx.data, "plan": ctx.plan, "opts": ctx.opts,
@@ -145,10 +144,7 @@ def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) 
         for t in threads:
             t.start()
         while (i := take()) is not None:
-            try:
-                done(i, ask(ctx, qs[i]))
-            except OutOfTime:
-                done(i, None)
+            done(i, _answer(ctx, qs[i]))
             tell()
         with lock:  # every question is taken: a worker still starting up has nothing left to do
             idle = [p for k, p in enumerate(procs) if k not in ready]
@@ -218,7 +214,7 @@ def main() -> None:
     """A worker: read the payload, then answer question indices from stdin until :data:`STOP`."""
     import signal
 
-    from planner.planning import OutOfTime, ask
+    import planner.planning  # noqa: F401  (the heavy imports, before the payload arrives)
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the planning process's to handle
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
@@ -229,13 +225,17 @@ def main() -> None:
     _send(out, READY)
     while (i := pickle.load(inp)) is not STOP:
         try:
-            reply = ("answer", ask(ctx, qs[i]))
-        except OutOfTime:
-            reply = ("answer", None)
+            reply = ("answer", _answer(ctx, qs[i]))
         except Exception as e:  # a bug or bad input: the planning process raises it, as one process would
             reply = ("error", e)
         _send(out, reply)
 
 
-if __name__ == "__main__":
-    main()
+def _answer(ctx, q):
+    """``q``'s answer, or ``None`` where the time limit is spent."""
+    from planner.planning import OutOfTime, ask
+
+    try:
+        return ask(ctx, q)
+    except OutOfTime:
+        return None
