@@ -70,9 +70,9 @@ class Solver:
         """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known.
         ``False`` for a re-solve that starts from one (a relaxation of a solved plan): it proves its optimum several
         times faster without them, all but RINS, which searches the neighbourhood of that very plan (where the
-        relaxation's optimum lies when it moves: on the 10-workload fleet's re-solves it found savings of $15-19/h
-        where the search without it had found $8/h at the 5 s limit, in the same total time; docs/formulation.md
-        section 3). Only the speed changes, and what a re-solve cut short by its limit has found."""
+        relaxation's optimum lies when it moves: on the 10-workload fleet's re-solves it found savings of
+        $15.20-16.48/h where the search without it had found $8.16-8.32/h at the 5 s limit, in the same total time;
+        docs/formulation.md section 3). Only the speed changes, and what a re-solve cut short by its limit has found."""
         self._opt = Highs()  # the class Pyomo's solver factory names "highs" (pyomo.environ's plugins not loaded)
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
