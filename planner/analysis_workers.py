@@ -73,7 +73,7 @@ def _stop(p: subprocess.Popen) -> None:
 def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) -> tuple[dict, bool]:
     """Answer ``qs`` on this process and ``jobs - 1`` workers (taken from ``workers`` where they were started
     ahead): ``(answers, cut)`` as :func:`planner.planning.answer_questions` gives them."""
-    from planner.planning import answer_questions
+    from planner.planning import answer_here
 
     payload = pickle.dumps({
         "rs": ctx.rs, "pool": ctx.pool, "data": ctx.data, "plan": ctx.plan, "opts": ctx.opts,
@@ -158,7 +158,7 @@ def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) 
             raise state["error"]
         lost = sorted(state["lost"])
         if lost:  # re-solved here, in the order asked
-            more, short = answer_questions(ctx, [qs[i] for i in lost], 1)
+            more, short = answer_here(ctx, [qs[i] for i in lost])
             answers.update({i: more[qs[i]] for i in lost if qs[i] in more})
             state["cut"] = state["cut"] or short
         finished = True

@@ -595,16 +595,27 @@ class _Ctx:
                 return True
         return False
 
-    def cost_with_slos(self, slos) -> float | None:
+    def cost_relaxed(self, workload: str, which: tuple[str, ...] = (), working_set_gb: float | None = None) -> float | None:
+        """Fleet $/h with ``workload``'s SLOs named in ``which`` (``tpot``, ``ttft``) ``RELAX`` looser, and with its
+        prefix working set ``working_set_gb`` where given: candidates re-selected from the pool at those SLOs, a
+        model built on them and re-solved from the plan."""
+        slos = scenario_slos(self.rs.scenario.workloads)
+        for k in which:
+            slos = relaxed_slos(slos, workload, 1 if k == "tpot" else 0)
         table = select_candidates(self.pool, slos)
         if table.rows.empty:
             return None
         mine = self.data.rows
-        if len(table.rows) == len(mine) and all(
-                np.array_equal(table.rows[c].to_numpy(), mine[c].to_numpy()) for c in ("pool_row", "requests_per_s")):
-            # the looser SLO admits no row and raises no rate: the same model, the same optimum
-            self.proven = True
-            return self.cost
+        same = len(table.rows) == len(mine) and all(
+            np.array_equal(table.rows[c].to_numpy(), mine[c].to_numpy()) for c in ("pool_row", "requests_per_s"))
+        if same:
+            # the looser SLOs admit no row and raise no rate: the plan's own model, with the working set changed
+            if working_set_gb is None:
+                self.proven = True
+                return self.cost
+            m = self.model
+            return self.resolve_with(m.working_set_gb[workload], working_set_gb, workload,
+                                     moves=lambda: prefix_bounds_move(m, workload))
         # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
         # and, mapped onto the new rows, is the first incumbent. A plan row the looser level's pruning drops (a
         # row it admits dominates it at the new rates) is put back, so that the plan maps.
@@ -616,6 +627,8 @@ class _Ctx:
                                    table.dropped, table.evaluated)
         data = prepare(self.rs, table)
         m = build_model(data)
+        if working_set_gb is not None:
+            m.working_set_gb[workload] = working_set_gb  # a smaller working set only relaxes: the plan stays feasible
         r = solve_from(self._quick(fresh=True), m, [self._base_on(m), lambda: greedy_start(m, check=False)],
                        heuristics=False)
         self.proven = r.status == "optimal"
@@ -682,11 +695,13 @@ class Question:
     kind: str
     """``runner_up`` (``target``: the hardware left out), ``power``, ``max_units`` (``target``: the hardware),
     ``slo`` (``target``: the workload, ``which``: ``tpot`` or ``ttft``), ``demand`` or ``prefix`` (``target``:
-    the workload), ``resilience`` (the N+k rows dropped)."""
+    the workload), ``resilience`` (the N+k rows dropped); ``together`` (``members``: one workload's SLO and prefix
+    questions, answered by one re-solve where it proves none of them saves anything, see :func:`together`)."""
     target: str | None = None
     which: str | None = None
     value: float | None = None
     """The relaxed parameter's value: kW, units, requests/s or GB of prefixes."""
+    members: tuple[Question, ...] = ()
 
     @property
     def label(self) -> str:
@@ -699,17 +714,69 @@ class Question:
             "demand": f"{self.target}'s demand {RELAX:.0%} lower",
             "prefix": f"{self.target}'s prefix working set {RELAX:.0%} smaller",
             "resilience": "the plan without its N+k headroom",
+            "together": " and ".join(m.label if k == 0 else m.label.removeprefix(f"{self.target}'s ")
+                                     for k, m in enumerate(self.members)),
         }[self.kind]
 
 
 @dataclass(frozen=True)
 class Answer:
     """What a question's re-solve found: the fleet $/h of the relaxed optimum (``None``: no plan within the
-    limit) and whether it is proven; the runner-up's description for that question."""
+    limit) and whether it is proven; the runner-up's description for that question; for a ``together`` question,
+    its members' answers (``parts``) and whether the time limit stopped it before every member was answered
+    (``cut``)."""
 
     cost: float | None
     proven: bool
     runner_up: RunnerUp | None = None
+    parts: tuple[tuple[Question, Answer], ...] = ()
+    cut: bool = False
+
+
+TOGETHER_KINDS = ("slo", "prefix")
+"""The questions :func:`together` asks as one where a workload has several: nearly always they save nothing."""
+
+
+def together(qs: list[Question]) -> list[Question]:
+    """``qs`` with each workload's SLO and prefix questions (where it has two or more) made one ``together``
+    question, at the place of the first of them.
+
+    The looser SLOs and the smaller working set together relax the plan's model at least as much as each of them
+    alone (each admits its rows, at no lower rate, and the working set enters nothing else), so where one re-solve
+    with all of them proves that the plan stays cheapest, it proves it for each: one re-solve answers them all.
+    Only where that re-solve finds a saving (or cannot prove there is none) is each asked alone, one re-solve
+    more than asking them alone from the start. On the fleets of ``bench/bench_fleet.py`` these questions saved
+    nothing but once in a dozen workloads (docs/formulation.md section 4)."""
+    groups: dict[str, list[Question]] = {}
+    for q in qs:
+        if q.kind in TOGETHER_KINDS:
+            groups.setdefault(q.target, []).append(q)
+    out, placed = [], set()
+    for q in qs:
+        members = groups.get(q.target, []) if q.kind in TOGETHER_KINDS else []
+        if len(members) < 2:
+            out.append(q)
+        elif q.target not in placed:
+            placed.add(q.target)
+            out.append(Question("together", q.target, members=tuple(members)))
+    return out
+
+
+def _ask_together(ctx: _Ctx, q: Question) -> Answer:
+    """The answers to ``q``'s members: each the plan's cost where one re-solve with every relaxation of them at once
+    proves no saving, else each re-solved alone (see :func:`together`)."""
+    which = tuple(m.which for m in q.members if m.kind == "slo")
+    working_set = next((m.value for m in q.members if m.kind == "prefix"), None)
+    cost = ctx.cost_relaxed(q.target, which, working_set)
+    if cost is not None and ctx.proven and cost >= ctx.cost * (1 - 1e-9):
+        return Answer(ctx.cost, True, parts=tuple((m, Answer(ctx.cost, True)) for m in q.members))
+    parts = []
+    for m in q.members:
+        try:
+            parts.append((m, ask(ctx, m)))
+        except OutOfTime:
+            return Answer(None, False, parts=tuple(parts), cut=True)
+    return Answer(None, True, parts=tuple(parts))
 
 
 def questions(ctx: _Ctx) -> list[Question]:
@@ -752,13 +819,14 @@ def ask(ctx: _Ctx, q: Question) -> Answer:
     ctx.proven = True
     if q.kind == "runner_up":
         return Answer(None, True, runner_up(ctx, q.target))
+    if q.kind == "together":
+        return _ask_together(ctx, q)
     if q.kind == "power":
         cost = ctx.resolve_with(m.power_limit_kw, q.value)
     elif q.kind == "max_units":
         cost = ctx.resolve_with(m.max_units[q.target], q.value)
     elif q.kind == "slo":
-        k = 1 if q.which == "tpot" else 0
-        cost = ctx.cost_with_slos(relaxed_slos(scenario_slos(ctx.rs.scenario.workloads), q.target, k))
+        cost = ctx.cost_relaxed(q.target, (q.which,))
     elif q.kind == "demand":
         cost = ctx.resolve_with(m.demand[q.target], q.value, q.target)
     elif q.kind == "prefix":
@@ -815,10 +883,25 @@ def answer_questions(ctx: _Ctx, qs: list[Question], jobs: int = 1, workers=None)
     (:func:`planner.analysis_workers.answer_in_workers`; ``workers``: those started ahead, see
     :func:`prestart_workers`): each is independent of the others (every re-solve starts from the plan), so the
     answers are those of one process, found sooner."""
-    if jobs > 1 and len(qs) > 1:
+    tasks = together(qs)
+    if jobs > 1 and len(tasks) > 1:
         from planner.analysis_workers import answer_in_workers
 
-        return answer_in_workers(ctx, qs, jobs, workers)
+        got, cut = answer_in_workers(ctx, tasks, jobs, workers)
+    else:
+        got, cut = answer_here(ctx, tasks)
+    answers: dict[Question, Answer] = {}
+    for q, a in got.items():
+        if q.kind == "together":
+            answers.update(a.parts)
+            cut = cut or a.cut
+        else:
+            answers[q] = a
+    return answers, cut
+
+
+def answer_here(ctx: _Ctx, qs: list[Question]) -> tuple[dict[Question, Answer], bool]:
+    """:func:`answer_questions` on this process alone, questions as they are (a ``together`` one answered as one)."""
     answers: dict[Question, Answer] = {}
     for q in qs:
         ctx.say(f"analysis: {q.label}")
