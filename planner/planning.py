@@ -536,6 +536,11 @@ class _Ctx:
     """Whether the last re-solve proved its optimum (else a saving found is a lower bound)."""
     say: Callable[[str], None] = lambda _msg: None
     """Told what the analysis re-solves next (see :func:`make_plan`'s ``progress``)."""
+    found: tuple | None = None
+    """The last :meth:`cost_relaxed` re-solve's model, solution and fleet $/h (``None``: it found no plan)."""
+    known: tuple | None = None
+    """A proven optimum (model, solution, fleet $/h) of a relaxation of whatever :meth:`cost_relaxed` is asked
+    next: where it is a plan of that model too, it is that model's optimum (no re-solve)."""
 
     @property
     def cost(self) -> float:
@@ -618,8 +623,12 @@ class _Ctx:
                                      moves=lambda: prefix_bounds_move(m, workload))
         # Looser SLOs only relax the plan: its rows are admitted with at least their rate, so it bounds the cost
         # and, mapped onto the new rows, is the first incumbent. A plan row the looser level's pruning drops (a
-        # row it admits dominates it at the new rates) is put back, so that the plan maps.
+        # row it admits dominates it at the new rates) is put back, so that the plan maps; so is a row of the known
+        # optimum of a relaxation (``known``), so that it maps where this level admits its rows.
         used = set(self.data.rows["pool_row"].to_numpy()[self.base_rows()])
+        if self.known is not None:
+            old, values, _ = self.known
+            used |= {int(p) for i, p in enumerate(old._data.rows["pool_row"].to_numpy()) if values[old.x[i]] > 0.5}
         missing = used - set(table.rows["pool_row"].to_numpy())
         if missing:
             full = select_candidates(self.pool, slos, prune=False).rows
@@ -629,9 +638,19 @@ class _Ctx:
         m = build_model(data)
         if working_set_gb is not None:
             m.working_set_gb[workload] = working_set_gb  # a smaller working set only relaxes: the plan stays feasible
-        r = solve_from(self._quick(fresh=True), m, [self._base_on(m), lambda: greedy_start(m, check=False)],
-                       heuristics=False)
+        solver = self._quick(fresh=True)
+        if self.known is not None:
+            old, values, cost = self.known
+            start = solution_on(old, values, m)
+            if start is not None:
+                route_demand(m, start)
+            solver.load(m)
+            if start is not None and solver.start_objective(start) is not None:
+                self.proven = True  # optimal for a relaxation of this model, and a plan of it
+                return cost
+        r = solve_from(solver, m, [self._base_on(m), lambda: greedy_start(m, check=False)], heuristics=False)
         self.proven = r.status == "optimal"
+        self.found = (m, snapshot(m), _fleet_cost(m, data)) if r.has_solution else None
         return _fleet_cost(m, data) if r.has_solution else None
 
     def base_rows(self) -> list[int]:
@@ -645,27 +664,47 @@ class _Ctx:
         their pool position), or ``None`` where a row of the plan is not in it."""
         if self.base is None:
             return None
-        old = self.model
-        where = {int(p): j for j, p in enumerate(m._data.rows["pool_row"].to_numpy())}
-        pos = self.data.rows["pool_row"].to_numpy()
-        start = ComponentMap()
-        for i in old.R:
-            n = self.base[old.x[i]]
-            if n > 0.5:
-                j = where.get(int(pos[i]))
-                if j is None:
-                    return None
-                start[m.x[j]] = n
-        for name in ("u", "s_agg", "s_dis", "uses", "hw_used"):
-            if hasattr(m, name) and hasattr(old, name):
-                mine, theirs = getattr(m, name), getattr(old, name)
-                for k in mine:
-                    if k in theirs:
-                        start[mine[k]] = self.base[theirs[k]]
-        if hasattr(m, "row_used"):
-            for i in m.R:
-                start[m.row_used[i]] = float(start.get(m.x[i], 0.0) > 0.5)
-        return start
+        return solution_on(self.model, self.base, m)
+
+
+def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
+    """A solution ``values`` of model ``old`` on the model ``m`` of another candidate table of the same pool (rows
+    matched by their pool position), or ``None`` where a row it uses is not in ``m``."""
+    where = {int(p): j for j, p in enumerate(m._data.rows["pool_row"].to_numpy())}
+    pos = old._data.rows["pool_row"].to_numpy()
+    start = ComponentMap()
+    for i in old.R:
+        n = values[old.x[i]]
+        if n > 0.5:
+            j = where.get(int(pos[i]))
+            if j is None:
+                return None
+            start[m.x[j]] = n
+    for name in ("u", "s_agg", "s_dis", "uses", "hw_used"):
+        if hasattr(m, name) and hasattr(old, name):
+            mine, theirs = getattr(m, name), getattr(old, name)
+            for k in mine:
+                if k in theirs:
+                    start[mine[k]] = values[theirs[k]]
+    if hasattr(m, "row_used"):
+        for i in m.R:
+            start[m.row_used[i]] = float(start.get(m.x[i], 0.0) > 0.5)
+    return start
+
+
+def route_demand(m, start: ComponentMap) -> None:
+    """Set ``start``'s streams from its replicas at ``m``'s rates: each workload's demand to its aggregated pools
+    as far as they carry it, the rest to its disaggregated ones (a solution mapped from another model carries that
+    model's streams, which ``m``'s rates may not carry)."""
+    rate = m._arr["rate"] / m._unit
+    for w in m.W:
+        carried = sum(rate[i] * start.get(m.x[i], 0.0) for i in m._rows_of.get(("role", w, "aggregated"), []))
+        need = pyo.value(m.demand[w]) / m._unit
+        agg = 0.0 if m.s_agg[w].fixed else min(carried, need)
+        if not m.s_agg[w].fixed:
+            start[m.s_agg[w]] = agg
+        if not m.s_dis[w].fixed:
+            start[m.s_dis[w]] = max(need - agg, 0.0)
 
 
 def _fleet_cost(m, data: PlanData) -> float:
@@ -767,15 +806,20 @@ def _ask_together(ctx: _Ctx, q: Question) -> Answer:
     proves no saving, else each re-solved alone (see :func:`together`)."""
     which = tuple(m.which for m in q.members if m.kind == "slo")
     working_set = next((m.value for m in q.members if m.kind == "prefix"), None)
+    ctx.found = None
     cost = ctx.cost_relaxed(q.target, which, working_set)
     if cost is not None and ctx.proven and cost >= ctx.cost * (1 - 1e-9):
         return Answer(ctx.cost, True, parts=tuple((m, Answer(ctx.cost, True)) for m in q.members))
+    # A saving: the optimum found together answers, without a re-solve, each SLO question it is a plan for.
+    ctx.known = ctx.found if ctx.proven else None
     parts = []
-    for m in q.members:
-        try:
+    try:
+        for m in q.members:
             parts.append((m, ask(ctx, m)))
-        except OutOfTime:
-            return Answer(None, False, parts=tuple(parts), cut=True)
+    except OutOfTime:
+        return Answer(None, False, parts=tuple(parts), cut=True)
+    finally:
+        ctx.known = ctx.found = None
     return Answer(None, True, parts=tuple(parts))
 
 
