@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-PLANNER_OPTIONS = ("threads", "time_limit", "mip_rel_gap", "mip_heuristic_run_rins", "mip_heuristic_run_rens",
+PLANNER_OPTIONS = ("threads", "time_limit", "mip_rel_gap", "mip_allow_restart", "mip_heuristic_run_rins", "mip_heuristic_run_rens",
                    "mip_heuristic_run_root_reduced_cost", "mip_heuristic_run_zi_round", "mip_heuristic_run_shifting",
                    "mip_heuristic_run_feasibility_jump")
 

@@ -33,6 +33,15 @@ NO_UPDATES = {k: False for k in (
 SMALL_MODEL_COLUMNS = 1500
 """Models up to this many columns are solved on one HiGHS thread (see :meth:`Solver.threads_for`)."""
 
+RESTART_MIN_COLUMNS = 500
+"""Models with fewer columns are solved without HiGHS's restarts (a restart re-presolves the model and solves the
+root again after fixing the columns the root found inactive). On the plans' MILPs below it (one to three workloads,
+150-300 columns) they cost more than they save: replaying every MILP of nine small plans (`bench/bench_highs.py`),
+the 3-workload fleet's took 5.9 s without them against 8.2 s with, at four demand scalings 2.8 / 7.5 / 9.4 s against
+4.6 / 7.6 / 11.0, multi-workload.yaml's 2.8 against 3.1, deepseek-chat's 0.06 against 0.17, same optima. On the
+10-workload fleet's (650 columns) they save time (58.1 s with, 62.3 without), so they stay on above it
+(docs/formulation.md section 3)."""
+
 _scheduler_threads: list[int | None] = [None]
 """The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""
 
@@ -111,7 +120,8 @@ class Solver:
                     threads=threads,
                     auto_updates=NO_UPDATES,
                     # set every time: a persistent HiGHS instance keeps options from one solve to the next
-                    solver_options={k: self.heuristics or k == INCUMBENT_HEURISTIC for k in HEURISTICS},
+                    solver_options={**{k: self.heuristics or k == INCUMBENT_HEURISTIC for k in HEURISTICS},
+                                    "mip_allow_restart": self._opt._solver_model.getNumCol() >= RESTART_MIN_COLUMNS},
                 )
         finally:
             if undo is not None:

@@ -232,3 +232,26 @@ def test_a_search_from_a_trusted_start_keeps_only_the_incumbent_heuristic():
     assert on() == {k: k == INCUMBENT_HEURISTIC for k in HEURISTICS}
     solver.solve(m)
     assert all(on().values())
+
+
+def test_small_models_are_solved_without_restarts(monkeypatch):
+    """HiGHS restarts (a re-presolve after the root) only on models of at least ``RESTART_MIN_COLUMNS`` columns, set
+    on every solve (a persistent instance keeps the last solve's options)."""
+    from planner import solve
+
+    data = _random_instance(0)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+
+    def restarts() -> bool:
+        v = solver._opt._solver_model.getOptionValue("mip_allow_restart")
+        return bool(v[1] if isinstance(v, tuple) else v)
+
+    small = solver.solve(m)
+    assert not restarts()
+    monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 0)
+    large = solver.solve(m)
+    assert restarts() and large.objective == pytest.approx(small.objective)
+    monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 10**9)
+    solver.solve(m)
+    assert not restarts()
