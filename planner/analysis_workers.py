@@ -50,6 +50,11 @@ class Workers:
         except OSError:
             pass
 
+    @property
+    def count(self) -> int:
+        """Workers started and not yet handed over."""
+        return len(self._procs)
+
     def take(self, n: int) -> list[subprocess.Popen]:
         """``n`` workers for the analysis (started now where too few were), handed over: the rest are stopped."""
         self.grow(n)

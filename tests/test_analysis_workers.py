@@ -198,7 +198,7 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
         return p
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
-    monkeypatch.setattr(planning, "analysis_jobs", lambda *a: 1)  # as where the plan's own solve is fast
+    monkeypatch.setattr(planning, "analysis_jobs", lambda *a: 1)  # as where the analysis has one question
     plan = make_plan(rs, PlanOptions(jobs=3)).plan
     assert len(started) == 2 and all(p.poll() is not None for p in started)
     assert _analysis(plan) == _analysis(alone)
@@ -279,3 +279,20 @@ def test_questions_asked_together_get_the_answers_asked_alone(catalog, rs, monke
         assert (together[1], len(relaxed)) == (5, 6)  # chat: together, then TPOT and TTFT; one each for the others
     else:
         assert together[0] == len(solves)
+
+
+def test_how_many_processes_answer_the_analysis(monkeypatch):
+    """``--jobs`` where given; else one per core (up to the cap) after a slow solve, one after a fast one, and after a
+    fairly fast one the workers already started (their start-up paid) but no more."""
+    from planner import planning
+    from planner.planning import PlanOptions, analysis_jobs
+
+    monkeypatch.setattr(planning, "PARALLEL_MIN_SOLVE_S", 0.5)
+    monkeypatch.setattr(planning, "available_cores", lambda: 8)
+    assert analysis_jobs(PlanOptions(jobs=3), 10, 0.01) == 3
+    assert analysis_jobs(PlanOptions(jobs=3), 2, 9.0) == 2
+    assert analysis_jobs(PlanOptions(), 1, 9.0) == 1
+    assert analysis_jobs(PlanOptions(), 10, 0.6) == planning.MAX_ANALYSIS_JOBS
+    assert analysis_jobs(PlanOptions(), 10, 0.3) == 1
+    assert analysis_jobs(PlanOptions(), 10, 0.3, started=1) == 2
+    assert analysis_jobs(PlanOptions(), 10, 0.1, started=1) == 1
