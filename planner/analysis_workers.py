@@ -15,6 +15,11 @@ process's own planner package), never forked from the planning process (whose Hi
 threads a fork would not copy) and never re-running the caller's ``__main__`` (as ``multiprocessing``'s spawn
 does: a script without a main guard would run again). A worker that dies (killed, out of memory) costs no
 answer: what it had not answered is re-solved in the planning process.
+
+Workers started ahead (:class:`Workers`) also evaluate part of the candidate pool while the planning process
+evaluates the rest (:func:`evaluate_beside`): the scenario's hardware, one at a time, the planning process taking
+them from the first, a worker from the last; the parts are joined in the scenario's order
+(:func:`planner.perf.candidates.merge_pools`), so the pool is the one one process evaluates.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class Workers:
 
     def __init__(self, n: int):
         self._procs: list[subprocess.Popen] = []
+        self.pending: threading.Thread | None = None
+        """The thread still talking to a worker about the candidates (:func:`evaluate_beside`), if any."""
         self.grow(n)
 
     def grow(self, n: int) -> None:
@@ -55,8 +62,15 @@ class Workers:
         """Workers started and not yet handed over."""
         return len(self._procs)
 
+    def first(self) -> subprocess.Popen | None:
+        """A started worker, lent (it stays among these for the analysis), or ``None``."""
+        return self._procs[0] if self._procs else None
+
     def take(self, n: int) -> list[subprocess.Popen]:
         """``n`` workers for the analysis (started now where too few were), handed over: the rest are stopped."""
+        if self.pending is not None:
+            self.pending.join()  # done with the candidates: one talk at a time on a worker's pipes
+            self.pending = None
         self.grow(n)
         procs, rest = self._procs[:n], self._procs[n:]
         self._procs = []
@@ -68,6 +82,9 @@ class Workers:
         for p in self._procs:
             _stop(p)
         self._procs = []
+        if self.pending is not None:
+            self.pending.join()  # its worker is stopped: it ends
+            self.pending = None
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -177,6 +194,78 @@ def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) 
     return {qs[i]: answers[i] for i in range(len(qs)) if i in answers}, state["cut"]
 
 
+def evaluate_beside(workers: Workers | None, rs, engine, levels, shares):
+    """The candidate pool of :func:`planner.perf.candidates.evaluate_candidates`, evaluated here and on one of
+    ``workers`` (where one was started): hardware by hardware, this process from the first, the worker from the
+    last once it has started up (this process never waits for its start-up: where it has evaluated everything
+    first, the worker takes nothing). Hardware the worker took but did not return (it died) is evaluated here; an
+    error in the worker is raised here."""
+    from planner.perf.candidates import evaluate_candidates, merge_pools
+
+    ids = [h.id for h in rs.hardware]
+    proc = workers.first() if workers is not None else None
+    if proc is None or len(ids) < 2:
+        return evaluate_candidates(rs, engine, levels, shares)
+    cond = threading.Condition()
+    ends = [0, len(ids)]  # the next hardware from the front (here), one past the next from the back (the worker)
+    parts: dict[int, object] = {}
+    state = {"holding": None, "lost": None, "error": None}
+
+    def claim(back: bool) -> int | None:
+        with cond:
+            if ends[0] >= ends[1]:
+                return None
+            if back:
+                ends[1] -= 1
+                state["holding"] = ends[1]
+                return ends[1]
+            ends[0] += 1
+            return ends[0] - 1
+
+    def returned(i: int | None, kind: str, value) -> None:
+        with cond:
+            if kind == "pool":
+                parts[i] = value
+            elif kind == "error":
+                state["error"] = value
+            else:  # the worker died holding ``i``: evaluated here
+                state["lost"] = i
+            state["holding"] = None
+            cond.notify_all()
+
+    def serve() -> None:
+        try:
+            _send(proc.stdin, ("candidates", rs, engine, levels, shares))
+            if pickle.load(proc.stdout) != READY:
+                raise EOFError
+            while (i := claim(back=True)) is not None:
+                _send(proc.stdin, ids[i])
+                kind, value = pickle.load(proc.stdout)
+                returned(i, kind, value)
+                if kind == "error":
+                    return
+            _send(proc.stdin, STOP)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            returned(state["holding"], "lost", None)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    workers.pending = t  # the analysis waits for it before it talks to the worker
+    try:
+        while (i := claim(back=False)) is not None:
+            parts[i] = evaluate_candidates(rs, engine, levels, shares, hardware=[ids[i]])
+        with cond:
+            cond.wait_for(lambda: state["holding"] is None)
+    except BaseException:
+        proc.kill()  # Ctrl-C or an error here: the worker's part is not wanted
+        raise
+    if state["error"] is not None:
+        raise state["error"]
+    if state["lost"] is not None:
+        parts[state["lost"]] = evaluate_candidates(rs, engine, levels, shares, hardware=[ids[state["lost"]]])
+    return merge_pools([parts[i] for i in range(len(ids))])
+
+
 def _start_worker() -> subprocess.Popen:
     """A worker: a fresh interpreter that imports this very planner package (wherever the planning process found
     it: an installed copy elsewhere on the path would not do) without touching the import path of anything else."""
@@ -226,12 +315,30 @@ def main() -> None:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not reach the answers' stream
     inp = sys.stdin.buffer
     payload = pickle.load(inp)
+    if isinstance(payload, tuple) and payload[0] == "candidates":
+        _evaluate_part(payload[1:], inp, out)
+        payload = pickle.load(inp)
     ctx, qs = _worker_context(payload), payload["questions"]
     _send(out, READY)
     while (i := pickle.load(inp)) is not STOP:
         try:
             reply = ("answer", _answer(ctx, qs[i]))
         except Exception as e:  # a bug or bad input: the planning process raises it, as one process would
+            reply = ("error", e)
+        _send(out, reply)
+
+
+def _evaluate_part(job, inp, out) -> None:
+    """A worker's part of the candidate pool (:func:`evaluate_beside`): the hardware it is sent, one at a time, until
+    :data:`STOP`."""
+    from planner.perf.candidates import evaluate_candidates
+
+    rs, engine, levels, shares = job
+    _send(out, READY)
+    while (hw := pickle.load(inp)) is not STOP:
+        try:
+            reply = ("pool", evaluate_candidates(rs, engine, levels, shares, hardware=[hw]))
+        except Exception as e:  # raised by the planning process, as one process would
             reply = ("error", e)
         _send(out, reply)
 

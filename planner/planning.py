@@ -92,7 +92,8 @@ class PlanOptions:
     jobs: int | None = None
     """Processes that re-solve the analysis's questions (1: this one; None: one per core up to
     :data:`MAX_ANALYSIS_JOBS`, where the plan's own solve took at least :data:`PARALLEL_MIN_SOLVE_S`, so that
-    a plan of a few seconds pays no process start-up)."""
+    a plan of a few seconds pays no process start-up). Workers started ahead (:func:`prestart_workers`) also
+    evaluate part of the candidates."""
 
 
 @dataclass
@@ -173,7 +174,7 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
     rs, notes = drop_unpowered(rs)
     slos = scenario_slos(rs.scenario.workloads)
     say(f"evaluating candidates for {len(rs.scenario.workloads)} workload(s) on {len(rs.hardware)} hardware")
-    pool = evaluate_candidates(rs, engine, slo_levels(slos, opts.analysis), analysis_shares(rs, opts))
+    pool = _evaluate(workers, rs, engine, slo_levels(slos, opts.analysis), analysis_shares(rs, opts))
     table = select_candidates(pool, slos)
     t1 = time.perf_counter()
     diagnose_candidates(rs, pool, table)
@@ -256,6 +257,15 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
     t4 = time.perf_counter()
     timings = {"candidates_s": t1 - t0, "build_s": t2 - t1, "solve_s": res.wall_s, "analysis_s": t4 - t3, "total_s": t4 - t0}
     return Planned(plan, table, data, timings, files)
+
+
+def _evaluate(workers, rs: ResolvedScenario, engine, levels, shares) -> CandidatePool:
+    """The candidate pool, evaluated here and, where workers were started ahead, on one of them as well."""
+    if workers is None:
+        return evaluate_candidates(rs, engine, levels, shares)
+    from planner.analysis_workers import evaluate_beside
+
+    return evaluate_beside(workers, rs, engine, levels, shares)
 
 
 def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
@@ -896,18 +906,19 @@ def available_cores() -> int:
 
 
 def prestart_workers(rs: ResolvedScenario, opts: PlanOptions):
-    """Analysis workers started before the candidates (:class:`planner.analysis_workers.Workers`), where the
-    analysis will likely use them: ``--jobs`` above 1, or by default a scenario of at least
-    :data:`PRESTART_MIN_WORKLOADS` workloads on a machine of several cores (a fleet's plan; one that solves fast
-    after all stops them unused, at ~0.7 s of CPU each on the other cores). ``None`` where none are."""
-    if not opts.analysis:
-        return None
+    """Workers started before the candidates (:class:`planner.analysis_workers.Workers`): one evaluates part of the
+    candidate pool as soon as it has started up, and the analysis will likely use them all: ``--jobs`` above 1, or
+    by default a scenario of at least :data:`PRESTART_MIN_WORKLOADS` workloads on a machine of several cores (a
+    fleet's plan; one that solves fast after all stops them unused, at ~0.7 s of CPU each on the other cores).
+    Without the analysis, one for the candidates. ``None`` where none are."""
     if opts.jobs is not None:
         n = opts.jobs - 1
     elif len(rs.scenario.workloads) >= PRESTART_MIN_WORKLOADS:
         n = min(available_cores(), MAX_ANALYSIS_JOBS) - 1
     else:
         n = 0
+    if not opts.analysis:
+        n = min(n, 1)
     if n < 1:
         return None
     from planner.analysis_workers import Workers

@@ -81,6 +81,8 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
     monkeypatch.setattr(planning, "ask", slow_ask)
+    # these fakes speak the analysis's part of the protocol only: the candidates are evaluated here
+    monkeypatch.setattr(planning, "_evaluate", lambda _workers, *a: planning.evaluate_candidates(*a))
 
 
 def test_a_worker_that_dies_costs_no_answer(rs, alone, monkeypatch, tmp_path):
@@ -186,7 +188,7 @@ def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch)
 
 def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     """Workers start before the candidates (their start-up runs beside them); where the analysis then runs in one
-    process they are stopped, and a plan without analysis starts none."""
+    process they are stopped, and a plan without analysis starts one (for the candidates), stopped after them."""
     from planner import analysis_workers, planning
 
     started = []
@@ -204,6 +206,9 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     assert _analysis(plan) == _analysis(alone)
     started.clear()
     make_plan(rs, PlanOptions(jobs=3, analysis=False))
+    assert len(started) == 1 and started[0].poll() is not None
+    started.clear()
+    make_plan(rs, PlanOptions(jobs=1, analysis=False))
     assert not started
 
 
@@ -296,3 +301,91 @@ def test_how_many_processes_answer_the_analysis(monkeypatch):
     assert analysis_jobs(PlanOptions(), 10, 0.3) == 1
     assert analysis_jobs(PlanOptions(), 10, 0.3, started=1) == 2
     assert analysis_jobs(PlanOptions(), 10, 0.1, started=1) == 1
+
+
+def _pool_args(rs):
+    from planner.planning import analysis_shares, scenario_slos, slo_levels
+
+    return rs, None, slo_levels(scenario_slos(rs.scenario.workloads), True), analysis_shares(rs, PlanOptions())
+
+
+def _slow_here(monkeypatch) -> list:
+    """This process's candidate evaluation made slow (0.5 s a call, a worker's not), so that a worker takes some
+    hardware; the hardware evaluated here are recorded."""
+    from planner.perf import candidates
+
+    here, original = [], candidates.evaluate_candidates
+
+    def slow(*a, hardware=None, **kw):
+        if hardware is not None:
+            here.extend(hardware)
+            time.sleep(0.5)
+        return original(*a, hardware=hardware, **kw)
+
+    monkeypatch.setattr(candidates, "evaluate_candidates", slow)
+    return here
+
+
+def test_a_worker_evaluates_part_of_the_candidates(rs, monkeypatch):
+    """Hardware by hardware, here from the first and on a worker from the last: the pool is the one evaluated
+    whole, row for row, and the worker then answers the analysis's questions."""
+    import pandas as pd
+
+    from planner.analysis_workers import Workers, evaluate_beside
+    from planner.perf.candidates import evaluate_candidates
+
+    whole = evaluate_candidates(*_pool_args(rs))
+    here = _slow_here(monkeypatch)
+    workers = Workers(1)
+    try:
+        pool = evaluate_beside(workers, *_pool_args(rs))
+        assert 1 <= len(here) < len(rs.hardware)
+        took = workers.pending
+        workers.take(1)
+        assert took is not None and not took.is_alive()
+    finally:
+        workers.close()
+    pd.testing.assert_frame_equal(pool.rows, whole.rows)
+    assert (pool.evaluated, pool.dropped_memory, pool.fit, pool.base_slo_drops) == \
+        (whole.evaluated, whole.dropped_memory, whole.fit, whole.base_slo_drops)
+
+
+@pytest.mark.parametrize("how", ["dies", "fails"])
+def test_a_worker_that_dies_or_fails_on_its_candidates(rs, tmp_path, monkeypatch, how):
+    """A worker that dies holding a hardware costs nothing (it is evaluated here); one whose evaluation raises has
+    the planning process raise it."""
+    import subprocess
+
+    import pandas as pd
+
+    from planner import analysis_workers
+    from planner.analysis_workers import Workers, evaluate_beside
+    from planner.perf.candidates import evaluate_candidates
+
+    reply = "sys.exit(1)" if how == "dies" else '_send(out, ("error", ValueError("boom on a worker")))'
+    code = textwrap.dedent(f"""
+        import pickle, sys
+        from planner.analysis_workers import READY, _send
+        out = sys.stdout.buffer
+        pickle.load(sys.stdin.buffer)
+        _send(out, READY)
+        pickle.load(sys.stdin.buffer)
+        {reply}
+        sys.stdin.buffer.read()
+    """)
+    monkeypatch.setattr(analysis_workers, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT))
+    whole = evaluate_candidates(*_pool_args(rs))
+    here = _slow_here(monkeypatch)
+    workers = Workers(1)
+    try:
+        time.sleep(1)  # started up: it takes the last hardware at once
+        if how == "fails":
+            with pytest.raises(ValueError, match="boom on a worker"):
+                evaluate_beside(workers, *_pool_args(rs))
+            return
+        pool = evaluate_beside(workers, *_pool_args(rs))
+    finally:
+        workers.close()
+    assert len(here) == len(rs.hardware)  # the hardware it took, and the rest
+    pd.testing.assert_frame_equal(pool.rows, whole.rows)

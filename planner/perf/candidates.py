@@ -320,7 +320,8 @@ def kv_options(allowed, engine: EngineSpec) -> list[str]:
 
 def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                         levels: list[dict[str, tuple[float, float]]] | None = None,
-                        shares: dict[str, tuple[float, float]] | None = None) -> CandidatePool:
+                        shares: dict[str, tuple[float, float]] | None = None,
+                        hardware: list[str] | None = None) -> CandidatePool:
     """Evaluate every role x hardware x engine x layout x batch x dtype x tier x decoding row of a
     scenario; keep those that fit in memory.
 
@@ -334,7 +335,10 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
 
     ``shares``: per workload, the range of prefix working set per request/s the MILP built from the pool may
     be given (:func:`prefix_shares`; default: the scenario's own demand and working sets): pruning keeps what
-    any value in it needs."""
+    any value in it needs.
+
+    ``hardware``: evaluate only these of the scenario's hardware (ids; a part of the pool that
+    :func:`merge_pools` joins to the others)."""
     sc = rs.scenario
     shares = prefix_shares(sc.workloads) if shares is None else shares
     engine = engine or sc.engine
@@ -344,8 +348,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     evaluated = dropped = fit = 0
     slo_drops = {"tpot_slo": 0, "ttft_slo": 0}
     groups = [(m, [w for w in sc.workloads if rs.model_for(w.name).id == m.id]) for m in rs.models]
-    for hw, choice, (model, wls) in ((h, c, g) for h in rs.hardware for c in engine_choices(rs, h, engine)
-                                     for g in groups):
+    mine = [h for h in rs.hardware if hardware is None or h.id in hardware]
+    for hw, choice, (model, wls) in ((h, c, g) for h in mine for c in engine_choices(rs, h, engine) for g in groups):
         gcols = grid_arrays(model, hw, choice.engine, rs.expert_load_for(model))
         # A prefill pass is one prompt per rank without drafts: only those grid rows are prefill candidates (the
         # others differ in decode batch and drafts alone), so only they are evaluated for that role.
@@ -412,6 +416,30 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     data.update({k: pd.Categorical.from_codes(np.concatenate(v), categories[k]) for k, v in labels.items()})
     pool.rows = pd.DataFrame(data)
     pool.rows["margin_derate"] = margin_derate(rs, pool.rows)
+    return pool
+
+
+def merge_pools(parts: list[CandidatePool]) -> CandidatePool:
+    """One pool from the parts :func:`evaluate_candidates` made of one scenario's hardware (``hardware``), given in
+    the scenario's hardware order: the rows, in that order, and counts of the pool evaluated whole."""
+    first = parts[0]
+    drops: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.base_slo_drops.items():
+            drops[k] = drops.get(k, 0) + v
+    pool = CandidatePool(pd.DataFrame(), sum(p.evaluated for p in parts), sum(p.dropped_memory for p in parts),
+                         first.utilisation_cap, first.levels, sum(p.fit for p in parts), drops, first.shares,
+                         first.mixes)
+    frames = [p.rows for p in parts if not p.rows.empty]
+    if not frames:
+        return pool
+    cols = {}
+    for c in frames[0].columns:
+        if isinstance(frames[0][c].dtype, pd.CategoricalDtype):
+            cols[c] = pd.api.types.union_categoricals([f[c] for f in frames])
+        else:
+            cols[c] = np.concatenate([f[c].to_numpy() for f in frames])
+    pool.rows = pd.DataFrame(cols)
     return pool
 
 
