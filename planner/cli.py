@@ -123,7 +123,7 @@ def plan(
         bool, typer.Option("--analysis/--no-analysis", help="Price binding constraints and find the runner-up.")
     ] = True,
     jobs: Annotated[
-        int | None, typer.Option("--jobs", min=1, help="Processes for the candidates and the analysis's re-solves (default: for 3+ workloads one per core, up to 4, and for the analysis where the plan's solve takes 0.2-0.5 s or more; 1: this process only).")
+        int | None, typer.Option("--jobs", min=1, help="Processes for the analysis's re-solves (default: one per core, up to 4, where the plan's solve takes 0.5 s or more; for 3+ workloads they start with the candidates, one evaluates part of them, and they re-solve from 0.2 s; 1: this process only).")
     ] = None,
     lp: Annotated[Path | None, typer.Option("--lp", help="Also write the MILP in LP format to this file (debugging).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing plan.")] = False,
