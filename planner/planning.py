@@ -60,6 +60,10 @@ MAX_ANALYSIS_JOBS = 4
 """At most this many analysis processes by default (each holds a copy of the model and the candidate pool)."""
 PRESTART_MIN_WORKLOADS = 3
 """By default, a scenario of this many workloads starts its analysis workers while its candidates are evaluated."""
+CANDIDATE_WORKER_MIN_WORKLOADS = 6
+"""Without the analysis, by default a scenario of this many workloads starts one worker for its candidates alone:
+they take ~0.35-0.45 s per workload on one core, and the worker's ~0.7 s start-up pays from about 2 s of them
+(multi-workload.yaml, 3 workloads: 2.4 s wall either way, 0.6 s more CPU with one)."""
 PARALLEL_MIN_SOLVE_S = 0.5
 """By default the analysis runs on several processes only where the plan's own solve took this long: each
 question costs about one such solve, so below it a process start-up costs more than it saves."""
@@ -910,10 +914,12 @@ def prestart_workers(rs: ResolvedScenario, opts: PlanOptions):
     candidate pool as soon as it has started up, and the analysis will likely use them all: ``--jobs`` above 1, or
     by default a scenario of at least :data:`PRESTART_MIN_WORKLOADS` workloads on a machine of several cores (a
     fleet's plan; one that solves fast after all stops them unused, at ~0.7 s of CPU each on the other cores).
-    Without the analysis, one for the candidates. ``None`` where none are."""
+    Without the analysis, one for the candidates (``--jobs`` above 1, or by default
+    :data:`CANDIDATE_WORKER_MIN_WORKLOADS` workloads). ``None`` where none are."""
+    many = len(rs.scenario.workloads) >= (PRESTART_MIN_WORKLOADS if opts.analysis else CANDIDATE_WORKER_MIN_WORKLOADS)
     if opts.jobs is not None:
         n = opts.jobs - 1
-    elif len(rs.scenario.workloads) >= PRESTART_MIN_WORKLOADS:
+    elif many:
         n = min(available_cores(), MAX_ANALYSIS_JOBS) - 1
     else:
         n = 0

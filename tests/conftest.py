@@ -32,3 +32,4 @@ def _analysis_in_process(monkeypatch):
 
     monkeypatch.setattr(planning, "PARALLEL_MIN_SOLVE_S", float("inf"))
     monkeypatch.setattr(planning, "PRESTART_MIN_WORKLOADS", float("inf"))
+    monkeypatch.setattr(planning, "CANDIDATE_WORKER_MIN_WORKLOADS", float("inf"))

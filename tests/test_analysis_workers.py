@@ -188,7 +188,8 @@ def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch)
 
 def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     """Workers start before the candidates (their start-up runs beside them); where the analysis then runs in one
-    process they are stopped, and a plan without analysis starts one (for the candidates), stopped after them."""
+    process they are stopped; a plan without analysis starts one for its candidates (asked with ``--jobs``, or by
+    default for many workloads), stopped after them."""
     from planner import analysis_workers, planning
 
     started = []
@@ -210,6 +211,14 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     started.clear()
     make_plan(rs, PlanOptions(jobs=1, analysis=False))
     assert not started
+    # by default, without the analysis: one for the candidates of a scenario of many workloads, else none
+    monkeypatch.setattr(planning, "available_cores", lambda: 4)
+    monkeypatch.setattr(planning, "PRESTART_MIN_WORKLOADS", 1)
+    make_plan(rs, PlanOptions(analysis=False))
+    assert not started
+    monkeypatch.setattr(planning, "CANDIDATE_WORKER_MIN_WORKLOADS", len(rs.scenario.workloads))
+    make_plan(rs, PlanOptions(analysis=False))
+    assert len(started) == 1 and started[0].poll() is not None
 
 
 def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monkeypatch):
