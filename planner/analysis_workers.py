@@ -40,8 +40,9 @@ READY = "ready"
 
 class Workers:
     """Worker processes started ahead of the analysis, so that their start-up (an interpreter, the planner's
-    imports: ~0.7 s of CPU each) runs beside the candidates and the plan's solve instead of after them. Those the
-    analysis does not use are stopped (:meth:`close`)."""
+    imports: ~0.7 s of CPU each) runs beside the candidates and the plan's solve instead of after them; one of them
+    evaluates part of the candidates meanwhile (:func:`evaluate_beside`). Those the analysis does not use are
+    stopped (:meth:`close`)."""
 
     def __init__(self, n: int):
         self._procs: list[subprocess.Popen] = []

@@ -557,9 +557,6 @@ class _Ctx:
     """Told what the analysis re-solves next (see :func:`make_plan`'s ``progress``)."""
     found: tuple | None = None
     """The last :meth:`cost_relaxed` re-solve's model, solution and fleet $/h (``None``: it found no plan)."""
-    known: tuple | None = None
-    """A proven optimum (model, solution, fleet $/h) of a relaxation of whatever :meth:`cost_relaxed` is asked
-    next: where it is a plan of that model too, it is that model's optimum (no re-solve)."""
 
     @property
     def cost(self) -> float:
@@ -619,10 +616,13 @@ class _Ctx:
                 return True
         return False
 
-    def cost_relaxed(self, workload: str, which: tuple[str, ...] = (), working_set_gb: float | None = None) -> float | None:
+    def cost_relaxed(self, workload: str, which: tuple[str, ...] = (), working_set_gb: float | None = None,
+                     known: tuple | None = None) -> float | None:
         """Fleet $/h with ``workload``'s SLOs named in ``which`` (``tpot``, ``ttft``) ``RELAX`` looser, and with its
         prefix working set ``working_set_gb`` where given: candidates re-selected from the pool at those SLOs, a
-        model built on them and re-solved from the plan."""
+        model built on them and re-solved from the plan. ``known``: a proven optimum (model, solution, fleet $/h;
+        :attr:`found`) of a relaxation of this question: where it is a plan of this question's model too, it is
+        that model's optimum, without a re-solve."""
         slos = scenario_slos(self.rs.scenario.workloads)
         for k in which:
             slos = relaxed_slos(slos, workload, 1 if k == "tpot" else 0)
@@ -644,10 +644,9 @@ class _Ctx:
         # and, mapped onto the new rows, is the first incumbent. A plan row the looser level's pruning drops (a
         # row it admits dominates it at the new rates) is put back, so that the plan maps; so is a row of the known
         # optimum of a relaxation (``known``), so that it maps where this level admits its rows.
-        used = set(self.data.rows["pool_row"].to_numpy()[self.base_rows()])
-        if self.known is not None:
-            old, values, _ = self.known
-            used |= {int(p) for i, p in enumerate(old._data.rows["pool_row"].to_numpy()) if values[old.x[i]] > 0.5}
+        used = pool_rows_used(self.model, self.base) if self.base is not None else set()
+        if known is not None:
+            used |= pool_rows_used(*known[:2])
         missing = used - set(table.rows["pool_row"].to_numpy())
         if missing:
             full = select_candidates(self.pool, slos, prune=False).rows
@@ -658,8 +657,8 @@ class _Ctx:
         if working_set_gb is not None:
             m.working_set_gb[workload] = working_set_gb  # a smaller working set only relaxes: the plan stays feasible
         solver = self._quick(fresh=True)
-        if self.known is not None:
-            old, values, cost = self.known
+        if known is not None:
+            old, values, cost = known
             start = solution_on(old, values, m)
             if start is not None:
                 route_demand(m, start)
@@ -684,6 +683,12 @@ class _Ctx:
         if self.base is None:
             return None
         return solution_on(self.model, self.base, m)
+
+
+def pool_rows_used(m, values: ComponentMap) -> set[int]:
+    """The pool positions of the rows of model ``m`` that its solution ``values`` uses."""
+    pos = m._data.rows["pool_row"].to_numpy()
+    return {int(pos[i]) for i in m.R if values[m.x[i]] > 0.5}
 
 
 def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
@@ -830,15 +835,13 @@ def _ask_together(ctx: _Ctx, q: Question) -> Answer:
     if cost is not None and ctx.proven and cost >= ctx.cost * (1 - 1e-9):
         return Answer(ctx.cost, True, parts=tuple((m, Answer(ctx.cost, True)) for m in q.members))
     # A saving: the optimum found together answers, without a re-solve, each SLO question it is a plan for.
-    ctx.known = ctx.found if ctx.proven else None
+    known = ctx.found if ctx.proven else None
     parts = []
     try:
         for m in q.members:
-            parts.append((m, ask(ctx, m)))
+            parts.append((m, ask(ctx, m, known)))
     except OutOfTime:
         return Answer(None, False, parts=tuple(parts), cut=True)
-    finally:
-        ctx.known = ctx.found = None
     return Answer(None, True, parts=tuple(parts))
 
 
@@ -876,8 +879,9 @@ def questions(ctx: _Ctx) -> list[Question]:
     return out
 
 
-def ask(ctx: _Ctx, q: Question) -> Answer:
-    """Re-solve one question on ``ctx``'s model (raises :class:`OutOfTime` where the time limit is spent)."""
+def ask(ctx: _Ctx, q: Question, known: tuple | None = None) -> Answer:
+    """Re-solve one question on ``ctx``'s model (raises :class:`OutOfTime` where the time limit is spent);
+    ``known``: see :meth:`_Ctx.cost_relaxed`."""
     m = ctx.model
     ctx.proven = True
     if q.kind == "runner_up":
@@ -889,7 +893,7 @@ def ask(ctx: _Ctx, q: Question) -> Answer:
     elif q.kind == "max_units":
         cost = ctx.resolve_with(m.max_units[q.target], q.value)
     elif q.kind == "slo":
-        cost = ctx.cost_relaxed(q.target, (q.which,))
+        cost = ctx.cost_relaxed(q.target, (q.which,), known=known)
     elif q.kind == "demand":
         cost = ctx.resolve_with(m.demand[q.target], q.value, q.target)
     elif q.kind == "prefix":

@@ -71,13 +71,13 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
     original = planning.ask
     first = [True]
 
-    def slow_ask(ctx, q):
+    def slow_ask(ctx, q, *rest):
         if first[0]:
             first[0] = False
             t0 = time.perf_counter()
             while not (tmp_path / "asked").exists() and time.perf_counter() - t0 < 120:
                 time.sleep(0.05)
-        return original(ctx, q)
+        return original(ctx, q, *rest)
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
     monkeypatch.setattr(planning, "ask", slow_ask)
