@@ -1,10 +1,12 @@
 """Benchmark of candidate-table generation for the bundled scenarios (figures for issue notes).
 
-    python bench/bench_candidates.py [SCENARIO ...] [--fleet N ...]
+    python bench/bench_candidates.py [SCENARIO ...] [--fleet N ...] [--worker]
 
 Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scenario: the table alone
 (``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels and prefix
 ranges (``evaluate_candidates``, what a plan pays). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
+``--worker``: also the pool evaluated here and on one worker started with it, as a plan of several workloads does
+(``analysis_workers.evaluate_beside``; the worker's start-up included).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", nargs="*", type=Path)
     ap.add_argument("--fleet", type=int, action="append", default=[])
+    ap.add_argument("--worker", action="store_true", help="also time the pool evaluated with a worker beside")
     a = ap.parse_args()
     cat = load_catalog()
     cases = []
@@ -52,8 +55,21 @@ def main() -> None:
         levels = slo_levels(scenario_slos(rs.scenario.workloads), True)
         shares = analysis_shares(rs, PlanOptions())
         pool_s, _ = _best(lambda rs=rs, levels=levels, shares=shares: evaluate_candidates(rs, None, levels, shares))
+        beside = f"  with a worker {_best(lambda rs=rs, levels=levels, shares=shares: _beside(rs, levels, shares))[0]:.2f} s" \
+            if a.worker else ""
         print(f"{name:16} evaluated {ct.evaluated:9,d}  kept {len(ct.rows):5d}  dropped {ct.dropped}  table {table_s:.2f} s"
-              f"  plan's streamed pool {pool_s:.2f} s")
+              f"  plan's streamed pool {pool_s:.2f} s{beside}")
+
+
+def _beside(rs, levels, shares):
+    """The pool evaluated here and on one worker started now (as ``planner plan`` starts it, with the candidates)."""
+    from planner.analysis_workers import Workers, evaluate_beside
+
+    workers = Workers(1)
+    try:
+        return evaluate_beside(workers, rs, None, levels, shares)
+    finally:
+        workers.close()
 
 
 if __name__ == "__main__":

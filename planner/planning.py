@@ -809,7 +809,7 @@ def together(qs: list[Question]) -> list[Question]:
     with all of them proves that the plan stays cheapest, it proves it for each: one re-solve answers them all.
     Only where that re-solve finds a saving (or cannot prove there is none) is each asked alone, one re-solve
     more than asking them alone from the start. On the fleets of ``bench/bench_fleet.py`` these questions saved
-    nothing but once in a dozen workloads (docs/formulation.md section 4)."""
+    nothing but once in 13 workloads (the 3- and 10-workload fleets; docs/formulation.md section 4)."""
     groups: dict[str, list[Question]] = {}
     for q in qs:
         if q.kind in TOGETHER_KINDS:

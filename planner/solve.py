@@ -36,9 +36,10 @@ SMALL_MODEL_COLUMNS = 1500
 RESTART_MIN_COLUMNS = 500
 """Models with fewer columns are solved without HiGHS's restarts (a restart re-presolves the model and solves the
 root again after fixing the columns the root found inactive). On the plans' MILPs below it (one to three workloads,
-150-300 columns) they cost more than they save: replaying every MILP of nine small plans (`bench/bench_highs.py`),
-the 3-workload fleet's took 5.9 s without them against 8.2 s with, at four demand scalings 2.8 / 7.5 / 9.4 s against
-4.6 / 7.6 / 11.0, multi-workload.yaml's 2.8 against 3.1, deepseek-chat's 0.06 against 0.17, same optima. On the
+150-300 columns) they cost more than they save: replaying every MILP of a plan (`bench/bench_highs.py --best-of 3`),
+the 3-workload fleet's took 5.40 s without them against 7.74 s with, at demand x0.8 / x1.25 / x1.45 3.10 / 7.31 /
+9.14 s against 4.62 / 7.62 / 10.74, multi-workload.yaml's 2.62 against 3.07, deepseek-chat's 0.06 against 0.16,
+same optima. On the
 10-workload fleet's (650 columns) they save time (58.1 s with, 62.3 without), so they stay on above it
 (docs/formulation.md section 3)."""
 
