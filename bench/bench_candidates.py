@@ -4,7 +4,7 @@
 
 Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scenario: the table alone
 (``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels and prefix
-ranges (``evaluate_candidates``, what a plan pays). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
+ranges (``evaluate_candidates``, what a plan pays; the rows it holds). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
 ``--worker``: also the pool evaluated here and on one worker started with it, as a plan of several workloads does
 (``analysis_workers.evaluate_beside``; the worker's start-up included).
 """
@@ -54,11 +54,11 @@ def main() -> None:
         table_s, ct = _best(lambda rs=rs: build_candidates(rs))
         levels = slo_levels(scenario_slos(rs.scenario.workloads), True)
         shares = analysis_shares(rs, PlanOptions())
-        pool_s, _ = _best(lambda rs=rs, levels=levels, shares=shares: evaluate_candidates(rs, None, levels, shares))
+        pool_s, pool = _best(lambda rs=rs, levels=levels, shares=shares: evaluate_candidates(rs, None, levels, shares))
         beside = f"  with a worker {_best(lambda rs=rs, levels=levels, shares=shares: _beside(rs, levels, shares))[0]:.2f} s" \
             if a.worker else ""
         print(f"{name:16} evaluated {ct.evaluated:9,d}  kept {len(ct.rows):5d}  dropped {ct.dropped}  table {table_s:.2f} s"
-              f"  plan's streamed pool {pool_s:.2f} s{beside}")
+              f"  plan's streamed pool {pool_s:.2f} s ({len(pool.rows):,d} rows){beside}")
 
 
 def _beside(rs, levels, shares):

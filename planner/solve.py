@@ -39,9 +39,8 @@ root again after fixing the columns the root found inactive). On the plans' MILP
 150-300 columns) they cost more than they save: replaying every MILP of a plan (`bench/bench_highs.py --best-of 3`),
 the 3-workload fleet's took 5.40 s without them against 7.74 s with, at demand x0.8 / x1.25 / x1.45 3.10 / 7.31 /
 9.14 s against 4.62 / 7.62 / 10.74, multi-workload.yaml's 2.62 against 3.07, deepseek-chat's 0.06 against 0.16,
-same optima. On the
-10-workload fleet's (650 columns) they save time (58.1 s with, 62.3 without), so they stay on above it
-(docs/formulation.md section 3)."""
+same optima. On the 10-workload fleet's (over 600 columns) they save time (`bench/bench_highs.py 10`: 57.7 s with,
+60.5 without), so they stay on above it (docs/formulation.md section 3)."""
 
 _scheduler_threads: list[int | None] = [None]
 """The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""

@@ -128,7 +128,6 @@ def test_diagnosis_names_the_limit(catalog):
 def test_diagnosis_from_the_streamed_pool_is_the_whole_pools(catalog, slo):
     """The streamed pool keeps the fastest rows of each workload, role, prefix tier and hardware it filters, so an
     impossible TPOT or TTFT is diagnosed word for word as from every row evaluated (same row named, same bound)."""
-    from planner.errors import InfeasibleError as Infeasible
     from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
     from planner.planning import diagnose_candidates, slo_levels
 
@@ -136,7 +135,7 @@ def test_diagnosis_from_the_streamed_pool_is_the_whole_pools(catalog, slo):
     slos = scenario_slos(rs.scenario.workloads)
     said = []
     for pool in (evaluate_candidates(rs), evaluate_candidates(rs, None, slo_levels(slos, True))):
-        with pytest.raises(Infeasible) as err:
+        with pytest.raises(InfeasibleError) as err:
             diagnose_candidates(rs, pool, select_candidates(pool, slos))
         said.append(str(err.value))
     assert said[0] == said[1] and "the fastest" in said[0]

@@ -330,8 +330,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     tier on one hardware and engine, of every weight and KV format and KV tier; part of one group of
     :data:`PRUNE_KEYS`): a row is kept when some level admits it and it is not dominated
     (:func:`prune_dominated`) among the chunk's rows that level admits, or when it is a chunk's fastest (TPOT,
-    and TTFT within the first level's TPOT: what a diagnosis of an impossible SLO names). :func:`select_candidates` at any of those levels then returns exactly the rows it returns from
-    the whole pool (dominance is transitive, so a row dominated in its chunk is dominated in the whole),
+    and TTFT within the first level's TPOT: what a diagnosis of an impossible SLO names).
+    :func:`select_candidates` at any of those levels then returns exactly the rows it returns from the whole pool (dominance is transitive, so a row dominated in its chunk is dominated in the whole),
     and memory follows the rows kept, not the rows evaluated.
 
     ``shares``: per workload, the range of prefix working set per request/s the MILP built from the pool may
@@ -364,7 +364,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
         roles = roles_for(sc.serving)
-        done: list[tuple[tuple[int, ...], _Part]] = []  # this grid's kept rows, emitted below in the loops' order
+        done: list[_Part] = []  # this grid's evaluated rows, emitted below in the loops' order
         for wi, w in enumerate(wls):
             parts: list[_Part] = []
             for si, (wdt, mode, kdt, setup) in enumerate(setups):
@@ -389,8 +389,9 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                         parts.append(_Part((si, wi, ri, vi), tags, var, g, m, at, gat))
             if levels:
                 # Filter and prune each (role, prefix tier) of the workload on this grid in one pass over its rows of
-                # every weight and KV format and KV tier: one group of the dominance test (PRUNE_KEYS), so what a
-                # level's selection keeps is kept, and a few calls where one per format and tier cost ~0.4 ms each.
+                # every weight and KV format and KV tier: part of one group of the dominance test (PRUNE_KEYS), so
+                # what a level's selection keeps is kept, in a few calls instead of one per format and tier
+                # (docs/formulation.md section 1).
                 by_group: dict[tuple[str, str], list[_Part]] = {}
                 for part in parts:
                     by_group.setdefault((part.tags["role"], part.tags["prefix_tier"]), []).append(part)
@@ -404,9 +405,9 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                     ends = np.cumsum([part.at.size for part in group])
                     for part, mine_ in zip(group, np.split(sel, ends[:-1]), strict=True):
                         part.at, part.gat = part.at[mine_], part.gat[mine_]
-            done.extend((part.key, part) for part in parts)
-        done.sort(key=lambda kp: kp[0])  # weight and KV format, workload, role, tier: the order rows always had
-        for _, part in done:
+            done.extend(parts)
+        done.sort(key=lambda part: part.key)  # weight and KV format, workload, role, tier: the order rows always had
+        for part in done:
             # every label a fitting row has is a category, in the order of the loops, whether or not a row of it is
             # kept: the pool's categories are those of the pool evaluated whole
             codes = {}
