@@ -171,6 +171,36 @@ class Solver:
         else:
             opt.update()
 
+    def digest(self) -> bytes:
+        """A digest of the MILP HiGHS holds (call :meth:`load` first): its columns (costs, bounds, integrality) and
+        its rows (bounds and coefficients), whatever the order Pyomo's changes left the rows in. Two models with the
+        same digest are the same problem, so a solve of one answers the other (an analysis question whose
+        re-selected candidates and parameters come to the model another question has just re-solved)."""
+        import hashlib
+
+        import numpy as np
+
+        h = self._opt._solver_model
+        h.ensureColwise()  # HiGHS may hold the matrix row-wise or column-wise, depending on the changes it was sent
+        lp = h.getLp()
+        a = lp.a_matrix_
+        start, index, value = np.asarray(a.start_), np.asarray(a.index_), np.asarray(a.value_, dtype=float)
+        cols = np.repeat(np.arange(len(start) - 1), np.diff(start))
+        order = np.lexsort((cols, index))  # by row, then column
+        ends = np.cumsum(np.bincount(index, minlength=lp.num_row_))
+        lo, hi = np.asarray(lp.row_lower_, dtype=float), np.asarray(lp.row_upper_, dtype=float)
+        rows = sorted(np.array([lo[i], hi[i]]).tobytes() + cols[k].tobytes() + value[k].tobytes()
+                      for i, k in enumerate(np.split(order, ends[:-1])))
+        d = hashlib.blake2b(digest_size=16)
+        for arr in (lp.col_cost_, lp.col_lower_, lp.col_upper_, [int(t) for t in lp.integrality_],
+                    [lp.offset_, int(lp.sense_)]):
+            d.update(np.asarray(arr, dtype=float).tobytes())
+            d.update(b"|")
+        for r in rows:
+            d.update(len(r).to_bytes(8, "little"))
+            d.update(r)
+        return d.digest()
+
     def start_objective(self, start: dict, tol: float = 1e-6) -> float | None:
         """The objective of ``start`` (a map of Pyomo variables to values, missing ones 0) in the model HiGHS
         holds (call :meth:`load` first), or ``None`` where it breaks a row or column bound (relative tolerance

@@ -175,10 +175,10 @@ def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch)
 
     original = planning.solve_from
 
-    def limit(solver, m, starts, *, heuristics=True):
+    def limit(solver, m, starts, **kw):
         if any(m.u[h].fixed for h in m.H):  # the runner-up: its main hardware fixed at 0 units
             return SolveResult("limit", "maxTimeLimit", None, None, None, 5.0)
-        return original(solver, m, starts, heuristics=heuristics)
+        return original(solver, m, starts, **kw)
 
     monkeypatch.setattr(planning, "solve_from", limit)
     ru = make_plan(rs, PlanOptions(jobs=1)).plan.runner_up
@@ -231,9 +231,9 @@ def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monk
     calls = []
     original = planning.solve_from
 
-    def record(solver, m, starts, *, heuristics=True):
+    def record(solver, m, starts, *, heuristics=True, **kw):
         calls.append(("runner_up" if any(m.u[h].fixed for h in m.H) else "other", heuristics))
-        return original(solver, m, starts, heuristics=heuristics)
+        return original(solver, m, starts, heuristics=heuristics, **kw)
 
     monkeypatch.setattr(planning, "solve_from", record)
     make_plan(rs, PlanOptions(jobs=1))
@@ -398,3 +398,32 @@ def test_a_worker_that_dies_or_fails_on_its_candidates(rs, tmp_path, monkeypatch
         workers.close()
     assert len(here) == len(rs.hardware)  # the hardware it took, and the rest
     pd.testing.assert_frame_equal(pool.rows, whole.rows)
+
+
+def test_a_model_already_re_solved_is_answered_without_a_re_solve(rs, monkeypatch):
+    """A re-selection that comes to a model the analysis has re-solved (a workload's TPOT question where the
+    relaxations asked together with it change nothing) gets that re-solve's answer, cost and proof, without a
+    solve; a question whose model differs is re-solved."""
+    from planner import planning
+
+    ctxs = []
+    answer = planning.answer_questions
+
+    def keep(ctx, qs, jobs=1, workers=None):
+        ctxs.append(ctx)
+        return answer(ctx, qs, jobs, workers)
+
+    monkeypatch.setattr(planning, "answer_questions", keep)
+    make_plan(rs, PlanOptions(jobs=1))
+    ctx = ctxs[0]
+    ctx.deadline = time.perf_counter() + 60.0
+    solves = []
+    solve_from = planning.solve_from
+    monkeypatch.setattr(planning, "solve_from", lambda *a, **kw: solves.append(1) or solve_from(*a, **kw))
+    ctx.solved.clear()
+    first = ctx.cost_relaxed("chat", ("tpot",)), ctx.proven
+    assert len(solves) == 1 and first[0] < ctx.cost and first[1]  # chat's looser TPOT saves $0.40/h
+    again = ctx.cost_relaxed("chat", ("tpot",)), ctx.proven
+    assert again == first and len(solves) == 1
+    ctx.cost_relaxed("chat", ("tpot", "ttft"))
+    assert len(solves) == 2  # the looser TTFT admits other rows: another model

@@ -255,3 +255,30 @@ def test_small_models_are_solved_without_restarts(monkeypatch):
     monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 10**9)
     solver.solve(m)
     assert not restarts()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_digest_of_a_model_is_the_problem_it_poses(seed):
+    """Two models built from the same data have one digest (a re-solve of one answers the other); a changed demand,
+    a column fixed and a price change each give another, and changing the demand back gives the first again."""
+    data = _random_instance(seed)
+    a, b = build_model(data), build_model(data)
+    sa, sb = Solver(), Solver()
+    sa.load(a)
+    sb.load(b)
+    first = sa.digest()
+    assert sb.digest() == first
+    w, h = next(iter(data.workloads)), next(iter(data.hardware))
+    seen = {first}
+    for change, undo in ((lambda: a.demand[w].set_value(data.workloads[w].requests_per_s * 0.9),
+                          lambda: a.demand[w].set_value(data.workloads[w].requests_per_s)),
+                         (lambda: a.u[h].fix(0), lambda: a.u[h].unfix()),
+                         (lambda: a.usd_per_chip_hour[h].set_value(data.hardware[h].usd_per_chip_hour * 1.5),
+                          lambda: a.usd_per_chip_hour[h].set_value(data.hardware[h].usd_per_chip_hour))):
+        change()
+        sa.load(a)
+        assert sa.digest() not in seen
+        seen.add(sa.digest())
+        undo()
+        sa.load(a)
+        assert sa.digest() == first

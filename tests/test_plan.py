@@ -319,8 +319,8 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
 
     original = planning.solve_from
 
-    def stopped(solver, m, start, *, heuristics=True):
-        r = original(solver, m, start, heuristics=heuristics)
+    def stopped(solver, m, start, *, heuristics=True, **kw):
+        r = original(solver, m, start, heuristics=heuristics, **kw)
         # relaxations are the re-solves made without heuristics; pretend they ran out of time
         return r if heuristics else dataclasses.replace(r, status="feasible")
 

@@ -195,17 +195,19 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
     return vals if not check or is_feasible(m, vals) else None
 
 
-def solve_from(solver, m, starts, *, heuristics: bool = True):
+def solve_from(solver, m, starts, *, heuristics: bool = True, loaded: bool = False):
     """Solve ``m`` with ``solver`` from the first of ``starts`` (assignments, or callables that make one; a
     single assignment or ``None`` also do) that is a feasible plan of ``m`` as the model stands: then it is the
     first incumbent and its cost bounds the units and replicas, and with ``heuristics=False`` (the first start is
     known to be good: a solved plan's) HiGHS spends no time searching for other incumbents. A later start (the
     fallback where the first no longer fits: a plan repaired greedily, a greedy plan) is feasible but not good,
     so HiGHS searches with its heuristics from it whatever ``heuristics`` says. Without a feasible start, a plain
-    solve. Feasibility is checked on HiGHS's copy of the model (:meth:`Solver.start_objective`)."""
+    solve. Feasibility is checked on HiGHS's copy of the model (:meth:`Solver.start_objective`). ``loaded``: the
+    caller has just loaded ``m`` into ``solver`` (:meth:`Solver.load`)."""
     if starts is None or isinstance(starts, ComponentMap):
         starts = [starts]
-    solver.load(m)
+    if not loaded:
+        solver.load(m)
     for k, start in enumerate(starts):
         if callable(start):
             start = start()
