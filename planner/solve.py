@@ -40,7 +40,15 @@ root again after fixing the columns the root found inactive). On the plans' MILP
 the 3-workload fleet's took 5.40 s without them against 7.74 s with, at demand x0.8 / x1.25 / x1.45 3.10 / 7.31 /
 9.14 s against 4.62 / 7.62 / 10.74, multi-workload.yaml's 2.62 against 3.07, deepseek-chat's 0.06 against 0.16,
 same optima. On the 10-workload fleet's (over 600 columns) they save time (`bench/bench_highs.py 10`: 57.7 s with,
-60.5 without), so they stay on above it (docs/formulation.md section 3)."""
+60.5 without), so they stay on above it (docs/formulation.md section 3).
+
+RINS (the heuristic a re-solve keeps, ``INCUMBENT_HEURISTIC``) is likewise run only on models of this size: below
+it every solve proves its optimum sooner without it, same answers (`bench/bench_highs.py --best-of 3 --options '{}'
+--options '{"mip_heuristic_run_rins": false}'`: multi-workload.yaml 2.59 -> 2.04 s, the 3-workload fleet 5.32 ->
+5.05 s, at demand x0.8 / x1.25 / x1.45 2.98 / 7.30 / 9.21 -> 2.46 / 6.68 / 9.45 s, the last one's runner-up
+proven where it was cut at its 5 s limit, three-models 0.26 -> 0.18, llama-70b-n1 0.30 -> 0.18); on the
+10-workload fleet's it finds the savings its re-solves cut at 5 s report (57.6 s either way, four answers worse
+without it)."""
 
 _scheduler_threads: list[int | None] = [None]
 """The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""
@@ -50,7 +58,8 @@ HEURISTICS = tuple(f"mip_heuristic_run_{h}" for h in ("rins", "rens", "root_redu
 
 
 INCUMBENT_HEURISTIC = "mip_heuristic_run_rins"
-"""The heuristic kept with ``heuristics=False``: RINS searches around the incumbent, the plan a re-solve starts from."""
+"""The heuristic kept with ``heuristics=False``: RINS searches around the incumbent, the plan a re-solve starts from
+(on models of at least ``RESTART_MIN_COLUMNS`` columns; below, it is off in every solve)."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +87,20 @@ class Solver:
         self.heuristics = heuristics
         """HiGHS's primal heuristics (RINS, RENS, shifting, ...): worth their time while no good plan is known.
         ``False`` for a re-solve that starts from one (a relaxation of a solved plan): it proves its optimum several
-        times faster without them, all but RINS, which searches the neighbourhood of that very plan (where the
+        times faster without them, all but RINS (on models of at least ``RESTART_MIN_COLUMNS`` columns), which searches the neighbourhood of that very plan (where the
         relaxation's optimum lies when it moves: on the 10-workload fleet's re-solves it found savings of
         $15.20-16.48/h where the search without it had found $8.16-8.32/h at the 5 s limit, in the same total time;
         docs/formulation.md section 3). Only the speed changes, and what a re-solve cut short by its limit has found."""
         self._opt = Highs()  # the class Pyomo's solver factory names "highs" (pyomo.environ's plugins not loaded)
         if not self._opt.available():
             raise PlannerError("HiGHS is not available: install highspy (pip install highspy)")
+
+    def _options(self, *, large: bool) -> dict:
+        """The HiGHS options this solve sets: the primal heuristics ``heuristics`` asks for, RINS only on a large
+        model (below ``RESTART_MIN_COLUMNS`` columns it costs more than it finds), restarts only on a large model."""
+        return {**{k: (self.heuristics or k == INCUMBENT_HEURISTIC) and (large or k != INCUMBENT_HEURISTIC)
+                   for k in HEURISTICS},
+                "mip_allow_restart": large}
 
     def limited(self, *, time_limit_s: float, mip_gap: float, heuristics: bool | None = None) -> Solver:
         """This solver with other limits, sharing its persistent HiGHS instance: a re-solve of the model it
@@ -120,8 +136,7 @@ class Solver:
                     threads=threads,
                     auto_updates=NO_UPDATES,
                     # set every time: a persistent HiGHS instance keeps options from one solve to the next
-                    solver_options={**{k: self.heuristics or k == INCUMBENT_HEURISTIC for k in HEURISTICS},
-                                    "mip_allow_restart": self._opt._solver_model.getNumCol() >= RESTART_MIN_COLUMNS},
+                    solver_options=self._options(large=self._opt._solver_model.getNumCol() >= RESTART_MIN_COLUMNS),
                 )
         finally:
             if undo is not None:

@@ -211,10 +211,12 @@ def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
     assert r.status == "optimal" and used == [True]
 
 
-def test_a_search_from_a_trusted_start_keeps_only_the_incumbent_heuristic():
+def test_a_search_from_a_trusted_start_keeps_only_the_incumbent_heuristic(monkeypatch):
     """``heuristics=False`` (a re-solve from a solved plan) switches HiGHS's primal heuristics off but RINS, which
     searches the neighbourhood of the incumbent: the plan itself. With ``heuristics=True`` all are on, and a
-    persistent instance gets them back after a search without them."""
+    persistent instance gets them back after a search without them. Below ``RESTART_MIN_COLUMNS`` columns RINS is
+    off in both."""
+    from planner import solve
     from planner.solve import HEURISTICS, INCUMBENT_HEURISTIC
 
     data = _random_instance(0)
@@ -226,12 +228,21 @@ def test_a_search_from_a_trusted_start_keeps_only_the_incumbent_heuristic():
         return {k: bool(h.getOptionValue(k)[1] if isinstance(h.getOptionValue(k), tuple) else h.getOptionValue(k))
                 for k in HEURISTICS}
 
+    monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 0)  # a large model
     solver.solve(m)
     assert all(on().values())
     solver.limited(time_limit_s=5, mip_gap=0.0, heuristics=False).solve(m)
     assert on() == {k: k == INCUMBENT_HEURISTIC for k in HEURISTICS}
     solver.solve(m)
     assert all(on().values())
+    monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 10**9)  # a small one
+    solver.solve(m)
+    assert on() == {k: k != INCUMBENT_HEURISTIC for k in HEURISTICS}
+    solver.limited(time_limit_s=5, mip_gap=0.0, heuristics=False).solve(m)
+    assert not any(on().values())
+    monkeypatch.setattr(solve, "RESTART_MIN_COLUMNS", 0)
+    solver.limited(time_limit_s=5, mip_gap=0.0, heuristics=False).solve(m)
+    assert on() == {k: k == INCUMBENT_HEURISTIC for k in HEURISTICS}
 
 
 def test_small_models_are_solved_without_restarts(monkeypatch):
