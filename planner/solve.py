@@ -79,7 +79,10 @@ class SolveResult:
 
 class Solver:
     def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None,
-                 heuristics: bool = True):
+                 heuristics: bool = True, floors: bool = True):
+        self.floors = floors
+        """Whether a model that declares blocks gets their floor rows (:mod:`planner.block_floors`); ``False`` only
+        to measure what they are worth."""
         self.time_limit_s = time_limit_s
         self.mip_gap = mip_gap
         self.threads = threads
@@ -109,22 +112,26 @@ class Solver:
         other = object.__new__(Solver)
         other.time_limit_s, other.mip_gap, other.threads, other._opt = time_limit_s, mip_gap, self.threads, self._opt
         other.heuristics = self.heuristics if heuristics is None else heuristics
+        other.floors = self.floors
         return other
 
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
-              loaded: bool = False) -> SolveResult:
+              loaded: bool = False, cutoff: float | None = None) -> SolveResult:
         """Solve ``model``; ``start`` maps Pyomo variables to a feasible assignment handed to HiGHS
         as its first incumbent (a MIP start); ``caps`` maps variables to upper bounds for this solve only, set on
         the HiGHS columns (the model's own bounds are untouched and come back in HiGHS after it). ``loaded``: the
-        caller has just called :meth:`load` and changed nothing since (Pyomo's change scan is skipped)."""
+        caller has just called :meth:`load` and changed nothing since (Pyomo's change scan is skipped).
+        ``cutoff``: the objective of a known plan (``start``'s), so no plan worth finding costs more. A model that
+        declares blocks gets their floors for this solve (:mod:`planner.block_floors`)."""
         t0 = time.perf_counter()
         if not loaded:
             self.load(model)
+        threads = self.threads_for()
+        _use_scheduler(threads)
+        floors = self._add_floors(model, cutoff)
         if start:
             self._with_start(start)
         undo = self._cap(caps) if caps else None
-        threads = self.threads_for()
-        _use_scheduler(threads)
         try:
             with _ctrl_c_stops(self._opt._solver_model):
                 res = self._opt.solve(
@@ -141,6 +148,11 @@ class Solver:
         finally:
             if undo is not None:
                 undo()
+            if floors:
+                import numpy as np
+
+                h = self._opt._solver_model
+                h.deleteRows(floors, np.arange(h.getNumRow() - floors, h.getNumRow(), dtype=np.int32))
         wall = time.perf_counter() - t0
         term = res.termination_condition
         sol = res.solution_status
@@ -163,6 +175,51 @@ class Solver:
         else:
             status = "limit"
         return SolveResult(status, term.name, None if obj is None else float(obj), bound, gap, wall)
+
+    def floor_rows(self, model: pyo.ConcreteModel, cutoff: float | None = None) -> list | None:
+        """The floor rows of ``model``'s blocks on the model HiGHS holds (call :meth:`load` first):
+        ``(lower, upper, columns, coefficients)`` per block (:func:`planner.block_floors.block_rows`); ``None`` where
+        the model declares no blocks, has fewer than ``FLOOR_MIN_BLOCKS``, or one of them has no plan."""
+        import numpy as np
+
+        from planner.block_floors import FLOOR_MIN_BLOCKS, block_rows
+
+        blocks = getattr(model, "_blocks", None)
+        if blocks is None:
+            return None
+        cols = self._opt._pyomo_var_to_solver_var_map
+        listed = []
+        for variables, coefs in blocks():
+            pairs = [(cols[id(v)], c) for v, c in zip(variables, coefs, strict=True) if id(v) in cols]
+            if pairs:
+                listed.append((np.array([j for j, _ in pairs], dtype=np.int64), np.array([c for _, c in pairs])))
+        if len(listed) < FLOOR_MIN_BLOCKS:
+            return None
+        threads = self.threads_for()
+        _use_scheduler(threads)  # the blocks' MILPs run on HiGHS's process-wide scheduler too
+        found = block_rows(self._opt._solver_model, listed, threads=threads,
+                           cutoff=cutoff, objective_covers=bool(getattr(model, "_objective_covers_blocks", False)))
+        return None if found is None else found[0]
+
+    def _add_floors(self, model: pyo.ConcreteModel, cutoff: float | None) -> int:
+        """Add :meth:`floor_rows` to HiGHS's copy of the model, after its own rows, for one solve; returns how many
+        (:meth:`solve` removes them after it, so Pyomo's rows keep their indices)."""
+        if not self.floors:
+            return 0
+        rows = self.floor_rows(model, cutoff)
+        if not rows:
+            return 0
+        import highspy
+        import numpy as np
+
+        lower = np.array([r[0] for r in rows])
+        upper = np.array([r[1] for r in rows])
+        upper = np.where(np.isfinite(upper), upper, highspy.kHighsInf)
+        index = np.concatenate([r[2] for r in rows]).astype(np.int32)
+        value = np.concatenate([r[3] for r in rows]).astype(float)
+        starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+        self._opt._solver_model.addRows(len(rows), lower, upper, len(index), starts, index, value)
+        return len(rows)
 
     def threads_for(self) -> int:
         """HiGHS threads for the model loaded: ``threads`` where set; else one for a model of at most

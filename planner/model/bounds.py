@@ -215,7 +215,7 @@ def solve_from(solver, m, starts, *, heuristics: bool = True, loaded: bool = Fal
         if cost is not None:
             search = heuristics or k > 0
             return solver.limited(time_limit_s=solver.time_limit_s, mip_gap=solver.mip_gap, heuristics=search).solve(
-                m, start, caps=cost_caps(m, cost), loaded=True)
+                m, start, caps=cost_caps(m, cost), loaded=True, cutoff=cost)
     return solver.solve(m, loaded=True)
 
 

@@ -45,6 +45,7 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     define_resilience(m)
     define_simplicity(m)
     define_objective(m)
+    define_workload_blocks(m)
     return m
 
 
@@ -353,6 +354,44 @@ def define_simplicity(m) -> None:
             return sum(m.row_used[i] for i in rows) <= d.max_pool_types_per_workload
 
         m.pool_types = pyo.Constraint(m.W, rule=per_workload)
+
+
+def define_workload_blocks(m) -> None:
+    """Declare the workloads as the model's blocks for :mod:`planner.block_floors`: workload ``w``'s variables
+    (its rows' replicas and pool-type indicators, its streams, its N+k indicators) and its cost, the dollars of the
+    chips its replicas occupy at the prices the parameters hold now, ``chip_w = sum_{r of w} p_h(r) slots_r x_r``.
+
+    Workloads share only the purchase units, so the least ``chip_w`` that ``w``'s own rows allow is a floor every
+    plan meets. And every plan's objective is at least ``sum_w chip_w`` (unit packing: ``p_h chips_per_unit u_h
+    >= p_h sum_{r on h} slots_r x_r``; the tie-break and pool-type costs are not negative), which gives each
+    ``chip_w`` a ceiling below a known plan's cost (``_objective_covers_blocks``). An elastic model's objective
+    weighs the limits' slack first, so it declares only the floors."""
+    a = m._arr
+    rows_of: dict[str, list[int]] = {}
+    for i in m.R:
+        rows_of.setdefault(a["workload"][i], []).append(i)
+    extra: dict[str, list] = {w: [m.s_agg[w], m.s_dis[w]] for w in m.W}
+    if hasattr(m, "uses"):
+        for key in m.RES:
+            extra[key[0]].append(m.uses[key])
+    row_used = getattr(m, "row_used", None)
+    slots, hw = _coef(m, "slots"), a["hardware"]
+
+    def blocks():
+        price = {h: float(pyo.value(m.usd_per_chip_hour[h])) for h in m.H}
+        out = []
+        for w in m.W:
+            rows = rows_of.get(w, [])
+            variables = [m.x[i] for i in rows] + extra[w]
+            coefs = [price[hw[i]] * slots[i] for i in rows] + [0.0] * len(extra[w])
+            if row_used is not None:
+                variables += [row_used[i] for i in rows]
+                coefs += [0.0] * len(rows)
+            out.append((variables, coefs))
+        return out
+
+    m._blocks = blocks
+    m._objective_covers_blocks = not m._elastic
 
 
 def define_objective(m) -> None:
