@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,54 +41,166 @@ FLOOR_GAP = 1e-6
 """Relative gap a block's MILP is solved to (its dual bound is the floor)."""
 
 _CACHE_SIZE = 4096
-_floors: OrderedDict[bytes, float | None] = OrderedDict()
-"""Floors by the digest of their block's MILP, across the solvers of this process (``None``: infeasible)."""
+_floors: OrderedDict[bytes, tuple[float, np.ndarray | None] | None] = OrderedDict()
+"""Floors and the assignments that attain them by the digest of their block's MILP, across the solvers of this
+process (``None``: infeasible)."""
 
 
-def block_rows(h, blocks: list[tuple[np.ndarray, np.ndarray]], *, threads: int, cutoff: float | None,
-               objective_covers: bool) -> tuple[list[tuple[float, float, np.ndarray, np.ndarray]], float] | None:
-    """Floor rows for the HiGHS model ``h`` (``highspy.Highs``, loaded) and its ``blocks`` (column indices and their
-    cost coefficients): ``(lower, upper, columns, coefficients)`` per block with a finite floor, and the sum of the
-    floors; ``None`` where a block's MILP is infeasible (so is the model: HiGHS will say so on its own)."""
-    h.ensureColwise()
-    lp = h.getLp()
-    ncol, nrow = lp.num_col_, lp.num_row_
-    a = lp.a_matrix_
-    start = np.asarray(a.start_, dtype=np.int64)
-    rows = np.asarray(a.index_, dtype=np.int64)
-    vals = np.asarray(a.value_, dtype=float)
-    cols = np.repeat(np.arange(ncol), np.diff(start))
-    clo, chi = np.asarray(lp.col_lower_, dtype=float), np.asarray(lp.col_upper_, dtype=float)
-    rlo, rhi = np.asarray(lp.row_lower_, dtype=float), np.asarray(lp.row_upper_, dtype=float)
-    integer = np.zeros(ncol, dtype=np.int8)
-    if len(lp.integrality_):
-        integer = np.asarray([int(t) for t in lp.integrality_], dtype=np.int8)
+class _Lp:
+    """The arrays of the model HiGHS holds, column-wise, with each entry's row and column."""
+
+    def __init__(self, h):
+        h.ensureColwise()
+        lp = h.getLp()
+        self.ncol, self.nrow = lp.num_col_, lp.num_row_
+        a = lp.a_matrix_
+        start = np.asarray(a.start_, dtype=np.int64)
+        self.rows = np.asarray(a.index_, dtype=np.int64)
+        self.vals = np.asarray(a.value_, dtype=float)
+        self.cols = np.repeat(np.arange(self.ncol), np.diff(start))
+        self.clo, self.chi = np.asarray(lp.col_lower_, dtype=float), np.asarray(lp.col_upper_, dtype=float)
+        self.rlo, self.rhi = np.asarray(lp.row_lower_, dtype=float), np.asarray(lp.row_upper_, dtype=float)
+        self.cost = np.asarray(lp.col_cost_, dtype=float)
+        self.offset = float(lp.offset_)
+        self.integer = np.zeros(self.ncol, dtype=np.int8)
+        if len(lp.integrality_):
+            self.integer = np.asarray([int(t) for t in lp.integrality_], dtype=np.int8)
+
+
+@dataclass
+class Floors:
+    floors: list[tuple[float, np.ndarray, np.ndarray]]
+    """``(floor, columns, coefficients)`` per block with a finite floor."""
+    optima: list[tuple[np.ndarray, np.ndarray]]
+    """Per block whose MILP found one: its columns and the assignment of least block cost (it meets the block's
+    rows with the other blocks at their bounds, not necessarily with them where a plan puts them)."""
+
+    @property
+    def total(self) -> float:
+        return sum(f for f, _, _ in self.floors)
+
+    def rows(self, cutoff: float | None, objective_covers: bool) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
+        """``(lower, upper, columns, coefficients)`` per block with a finite floor: ``cost_b(x) >= Z_b`` and, where
+        the objective covers the blocks' costs and a plan of objective ``cutoff`` is known, ``cost_b(x) <= cutoff -
+        sum_{b' != b} Z_b'`` (tolerances on both sides)."""
+        total, out = self.total, []
+        for floor, idx, cost in self.floors:
+            lower = floor - 1e-7 * max(1.0, abs(floor))
+            upper = np.inf
+            if objective_covers and cutoff is not None and np.isfinite(cutoff):
+                upper = cutoff - (total - floor) + 1e-6 * max(1.0, abs(cutoff))
+                if upper < lower:  # a plan that breaks a floor cannot be (tolerances): keep the lower side only
+                    upper = np.inf
+            out.append((lower, upper, idx, cost))
+        return out
+
+
+def block_floors(h, blocks: list[tuple[np.ndarray, np.ndarray]], *, threads: int) -> Floors | None:
+    """The floors of ``blocks`` (column indices and their cost coefficients) of the HiGHS model ``h``
+    (``highspy.Highs``, loaded); ``None`` where a block's MILP is infeasible (so is the model: HiGHS will say so on
+    its own)."""
+    lp = _Lp(h)
     # each entry's least and most contribution to its row's activity over its column's bounds
-    lo_c = np.where(vals > 0, vals * clo[cols], vals * chi[cols])
-    hi_c = np.where(vals > 0, vals * chi[cols], vals * clo[cols])
-    act = _Activity(rows, lo_c, hi_c, nrow)
-    out, total = [], 0.0
+    lo_c = np.where(lp.vals > 0, lp.vals * lp.clo[lp.cols], lp.vals * lp.chi[lp.cols])
+    hi_c = np.where(lp.vals > 0, lp.vals * lp.chi[lp.cols], lp.vals * lp.clo[lp.cols])
+    act = _Activity(lp.rows, lo_c, hi_c, lp.nrow)
+    floors, optima = [], []
     for idx, cost in blocks:
         if not len(idx):
             continue
-        floor = _block_floor(idx, cost, cols, rows, vals, lo_c, hi_c, act, clo, chi, rlo, rhi, integer, threads)
-        if floor is None:
+        found = _block_floor(lp, idx, cost, lo_c, hi_c, act, threads)
+        if found is None:
             return None
-        if not np.isfinite(floor):
-            continue
-        out.append([floor, idx, cost])
-        total += floor
-    result = []
-    for floor, idx, cost in out:
-        lower = floor - 1e-7 * max(1.0, abs(floor))
-        upper = np.inf
-        if objective_covers and cutoff is not None and np.isfinite(cutoff):
-            upper = cutoff - (total - floor)
-            upper += 1e-6 * max(1.0, abs(cutoff))
-            if upper < lower:  # a start that breaks a floor cannot be (tolerances): keep the lower side only
-                upper = np.inf
-        result.append((lower, upper, idx, cost))
-    return result, total
+        floor, best = found
+        if best is not None:
+            optima.append((idx, best))
+        if np.isfinite(floor):
+            floors.append((floor, idx, cost))
+    return Floors(floors, optima)
+
+
+def improve(h, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[np.ndarray, np.ndarray]], *,
+            threads: int) -> tuple[np.ndarray, float] | None:
+    """A cheaper plan than ``start`` (a plan of the HiGHS model ``h``, a vector over its columns) and its objective,
+    or ``None``: the best of the plans that keep each block where ``start`` has it or move it to its block optimum
+    (``optima``), every column of no block (``blocks``: the blocks' columns) set anew. A MILP of one binary per
+    block whose optimum differs from ``start``, plus the columns of no block: a few milliseconds. A block's optimum
+    ignores where the others are, so the cheapest choice is seldom all of them; it is a plan of the whole model, and
+    where a change relaxed one block (less demand, a looser SLO) it is often the re-solve's optimum."""
+    import highspy
+
+    lp = _Lp(h)
+    in_block = np.zeros(lp.ncol, dtype=bool)
+    for idx in blocks:
+        in_block[idx] = True
+    moves = []
+    for idx, best in optima:
+        best = np.where(lp.integer[idx] != 0, np.round(best), best)
+        if np.abs(best - start[idx]).max() > 1e-9:
+            moves.append((idx, best - start[idx]))
+    if not moves:
+        return None
+    free = np.flatnonzero(~in_block)
+    fixed = np.where(in_block, start, 0.0)
+    shift = np.bincount(lp.rows, weights=lp.vals * fixed[lp.cols], minlength=lp.nrow)
+    m = highspy.Highs()
+    m.setOptionValue("output_flag", False)
+    m.setOptionValue("threads", int(threads))
+    m.setOptionValue("mip_rel_gap", 1e-9)
+    m.setOptionValue("time_limit", FLOOR_TIME_LIMIT_S)
+    inf = highspy.kHighsInf
+    n = len(free) + len(moves)
+    lb = np.concatenate([lp.clo[free], np.zeros(len(moves))])
+    ub = np.concatenate([lp.chi[free], np.ones(len(moves))])
+    m.addVars(n, np.where(np.isfinite(lb), lb, -inf), np.where(np.isfinite(ub), ub, inf))
+    cost = np.concatenate([lp.cost[free], [float(lp.cost[idx] @ d) for idx, d in moves]])
+    m.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    kind = np.concatenate([lp.integer[free], np.ones(len(moves), dtype=np.int8)])
+    if kind.any():
+        m.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.asarray([highspy.HighsVarType(int(k)) for k in kind]))
+    # entries: the free columns' own, and each move's column A[:, idx] @ d
+    local = np.full(lp.ncol, -1, dtype=np.int64)
+    local[free] = np.arange(len(free))
+    own = local[lp.cols] >= 0
+    r_parts, c_parts, v_parts = [lp.rows[own]], [local[lp.cols[own]]], [lp.vals[own]]
+    for k, (idx, d) in enumerate(moves):
+        delta = np.zeros(lp.ncol)
+        delta[idx] = d
+        sel = delta[lp.cols] != 0
+        col = np.bincount(lp.rows[sel], weights=lp.vals[sel] * delta[lp.cols[sel]], minlength=lp.nrow)
+        nz = np.flatnonzero(col)
+        r_parts.append(nz)
+        c_parts.append(np.full(len(nz), len(free) + k))
+        v_parts.append(col[nz])
+    r, c, v = np.concatenate(r_parts), np.concatenate(c_parts), np.concatenate(v_parts)
+    kept = np.unique(r)  # a row of the fixed columns alone holds at start's values: left out
+    pos = np.full(lp.nrow, -1, dtype=np.int64)
+    pos[kept] = np.arange(len(kept))
+    r = pos[r]
+    order = np.lexsort((c, r))
+    r, c, v = r[order], c[order], v[order]
+    starts = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(kept)))]).astype(np.int32)
+    lo, hi = (lp.rlo - shift)[kept], (lp.rhi - shift)[kept]
+    m.addRows(len(kept), np.where(np.isfinite(lo), lo, -inf), np.where(np.isfinite(hi), hi, inf), len(v),
+              starts[:-1], c.astype(np.int32), v)
+    keep = highspy.HighsSolution()
+    keep.col_value = list(np.concatenate([start[free], np.zeros(len(moves))]))
+    keep.value_valid = True
+    m.setSolution(keep)
+    m.run()
+    sol = m.getSolution()
+    if not sol.value_valid:
+        return None
+    y = np.asarray(sol.col_value, dtype=float)
+    x = start.copy()
+    x[free] = np.where(lp.integer[free] != 0, np.round(y[: len(free)]), y[: len(free)])
+    for k, (idx, d) in enumerate(moves):
+        if y[len(free) + k] > 0.5:
+            x[idx] = start[idx] + d
+    value = float(lp.cost @ x + lp.offset)
+    if value >= float(lp.cost @ start + lp.offset) - 1e-9 * max(1.0, abs(value)):
+        return None
+    return x, value
 
 
 class _Activity:
@@ -104,7 +217,8 @@ def _split(rows, c, nrow):
             np.bincount(rows, weights=inf.astype(float), minlength=nrow))
 
 
-def _block_floor(idx, cost, cols, rows, vals, lo_c, hi_c, act, clo, chi, rlo, rhi, integer, threads) -> float | None:
+def _block_floor(lp: _Lp, idx, cost, lo_c, hi_c, act, threads):
+    cols, rows, vals, clo, chi, rlo, rhi, integer = lp.cols, lp.rows, lp.vals, lp.clo, lp.chi, lp.rlo, lp.rhi, lp.integer
     ncol = len(clo)
     local = np.full(ncol, -1, dtype=np.int64)
     local[idx] = np.arange(len(idx))
@@ -136,11 +250,11 @@ def _block_floor(idx, cost, cols, rows, vals, lo_c, hi_c, act, clo, chi, rlo, rh
     if key in _floors:
         _floors.move_to_end(key)
         return _floors[key]
-    floor = _solve_block(cost, lb, ub, kind, lower, upper, starts, c_local, v, threads)
-    _floors[key] = floor
+    found = _solve_block(cost, lb, ub, kind, lower, upper, starts, c_local, v, threads)
+    _floors[key] = found
     if len(_floors) > _CACHE_SIZE:
         _floors.popitem(last=False)
-    return floor
+    return found
 
 
 def _digest(*arrays) -> bytes:
@@ -152,9 +266,9 @@ def _digest(*arrays) -> bytes:
     return d.digest()
 
 
-def _solve_block(cost, lb, ub, kind, lower, upper, starts, cols, vals, threads) -> float | None:
-    """The block's floor: its MILP's dual bound (its LP optimum where no column is integer); ``None`` where it is
-    infeasible, ``-inf`` where HiGHS ends without a bound."""
+def _solve_block(cost, lb, ub, kind, lower, upper, starts, cols, vals, threads):
+    """The block's floor, its MILP's dual bound (its LP optimum where no column is integer; ``-inf`` where HiGHS ends
+    without a bound), and the best assignment it found (``None``: none); ``None`` where it is infeasible."""
     import highspy
 
     h = highspy.Highs()
@@ -183,4 +297,6 @@ def _solve_block(cost, lb, ub, kind, lower, upper, starts, cols, vals, threads) 
         bound = info.objective_function_value
     else:
         bound = -np.inf
-    return float(bound) if np.isfinite(bound) else -np.inf
+    sol = h.getSolution()
+    best = np.asarray(sol.col_value, dtype=float) if sol.value_valid else None
+    return (float(bound) if np.isfinite(bound) else -np.inf), best

@@ -128,8 +128,8 @@ class Solver:
             self.load(model)
         threads = self.threads_for()
         _use_scheduler(threads)
-        floors = self._add_floors(model, cutoff)
-        if start:
+        floors, start, cutoff = self._add_floors(model, start, cutoff)
+        if start is not None and len(start):
             self._with_start(start)
         undo = self._cap(caps) if caps else None
         try:
@@ -178,11 +178,18 @@ class Solver:
 
     def floor_rows(self, model: pyo.ConcreteModel, cutoff: float | None = None) -> list | None:
         """The floor rows of ``model``'s blocks on the model HiGHS holds (call :meth:`load` first):
-        ``(lower, upper, columns, coefficients)`` per block (:func:`planner.block_floors.block_rows`); ``None`` where
+        ``(lower, upper, columns, coefficients)`` per block (:meth:`planner.block_floors.Floors.rows`); ``None`` where
         the model declares no blocks, has fewer than ``FLOOR_MIN_BLOCKS``, or one of them has no plan."""
+        found = self._block_floors(model)
+        if found is None:
+            return None
+        return found[0].rows(cutoff, bool(getattr(model, "_objective_covers_blocks", False)))
+
+    def _block_floors(self, model: pyo.ConcreteModel):
+        """``(Floors, the blocks' column indices)`` of ``model`` on HiGHS's copy, or ``None`` (see :meth:`floor_rows`)."""
         import numpy as np
 
-        from planner.block_floors import FLOOR_MIN_BLOCKS, block_rows
+        from planner.block_floors import FLOOR_MIN_BLOCKS, block_floors
 
         blocks = getattr(model, "_blocks", None)
         if blocks is None:
@@ -197,29 +204,41 @@ class Solver:
             return None
         threads = self.threads_for()
         _use_scheduler(threads)  # the blocks' MILPs run on HiGHS's process-wide scheduler too
-        found = block_rows(self._opt._solver_model, listed, threads=threads,
-                           cutoff=cutoff, objective_covers=bool(getattr(model, "_objective_covers_blocks", False)))
-        return None if found is None else found[0]
+        found = block_floors(self._opt._solver_model, listed, threads=threads)
+        return None if found is None else (found, [idx for idx, _ in listed])
 
-    def _add_floors(self, model: pyo.ConcreteModel, cutoff: float | None) -> int:
-        """Add :meth:`floor_rows` to HiGHS's copy of the model, after its own rows, for one solve; returns how many
-        (:meth:`solve` removes them after it, so Pyomo's rows keep their indices)."""
+    def _add_floors(self, model: pyo.ConcreteModel, start, cutoff: float | None):
+        """Add the floor rows of ``model``'s blocks to HiGHS's copy of the model, after its own rows, for one solve
+        (:meth:`solve` removes them after it, so Pyomo's rows keep their indices); first, where a plan ``start`` is
+        given, look for a cheaper one among its blocks' moves to their optima (:func:`planner.block_floors.improve`).
+        Returns how many rows, and the start and cutoff to solve from."""
         if not self.floors:
-            return 0
-        rows = self.floor_rows(model, cutoff)
-        if not rows:
-            return 0
+            return 0, start, cutoff
+        found = self._block_floors(model)
+        if found is None:
+            return 0, start, cutoff
         import highspy
         import numpy as np
 
+        from planner.block_floors import improve
+
+        floors, blocks = found
+        h = self._opt._solver_model
+        if start is not None and cutoff is not None:
+            better = improve(h, self._column_values(start), blocks, floors.optima, threads=self.threads_for())
+            if better is not None:
+                start, cutoff = better
+        rows = floors.rows(cutoff, bool(getattr(model, "_objective_covers_blocks", False)))
+        if not rows:
+            return 0, start, cutoff
         lower = np.array([r[0] for r in rows])
         upper = np.array([r[1] for r in rows])
         upper = np.where(np.isfinite(upper), upper, highspy.kHighsInf)
         index = np.concatenate([r[2] for r in rows]).astype(np.int32)
         value = np.concatenate([r[3] for r in rows]).astype(float)
         starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
-        self._opt._solver_model.addRows(len(rows), lower, upper, len(index), starts, index, value)
-        return len(rows)
+        h.addRows(len(rows), lower, upper, len(index), starts, index, value)
+        return len(rows), start, cutoff
 
     def threads_for(self) -> int:
         """HiGHS threads for the model loaded: ``threads`` where set; else one for a model of at most
@@ -332,17 +351,18 @@ class Solver:
         h.changeColsBounds(idx.size, idx, lo, new)
         return lambda: h.changeColsBounds(idx.size, idx, lo, hi)
 
-    def _with_start(self, start: dict) -> None:
+    def _with_start(self, start) -> None:
         """Set the MIP start just before HiGHS runs (after Pyomo has loaded the model): the same column vector
-        :meth:`start_objective` checks."""
+        :meth:`start_objective` checks (``start``: a map of Pyomo variables to values, or that vector)."""
         import highspy
+        import numpy as np
 
         opt = self._opt
         original = opt._solve
 
         def solve_with_start():
             sol = highspy.HighsSolution()
-            sol.col_value = list(self._column_values(start))
+            sol.col_value = list(start if isinstance(start, np.ndarray) else self._column_values(start))
             sol.value_valid = True
             opt._solver_model.setSolution(sol)
             opt._solve = original
