@@ -18,8 +18,12 @@ blocks' costs (``model._objective_covers_blocks``) and the solve starts from a p
 plan worth finding costs at most ``C``), a plan worth finding has ``cost_b(x) <= C - sum_{b' != b} Z_b'`` too: the
 row gets that upper side, which confines each block to its near-cheapest configurations.
 
+Each block's MILP also yields an assignment of least block cost; from a known plan, :func:`improve` tries moving
+blocks to those (one binary per block), and a cheaper plan found becomes the solve's start and cutoff.
+
 The rows are added to HiGHS's copy of the model for one solve and removed after it (Pyomo never sees them), and
 each block's floor is kept by a digest of its small MILP, so a re-solve that changed one block solves one.
+docs/formulation.md section 3 has the figures.
 Knows nothing of the physics: only rows, columns and the costs the model declares.
 """
 

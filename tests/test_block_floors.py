@@ -10,7 +10,9 @@ import itertools
 import numpy as np
 import pyomo.environ as pyo
 import pytest
+from pyomo.common.collections import ComponentMap
 
+from planner.block_floors import improve
 from planner.model.bounds import greedy_start, objective_at, solve_from
 from planner.model.build import build_model
 from planner.model.data import PlanData
@@ -139,15 +141,19 @@ def test_optima_with_floors_are_those_of_enumeration(seed):
     assert len(set(np.round(found, 9))) <= 1
 
 
-def test_a_unit_fixed_to_nothing_raises_the_floor_and_the_answer_is_kept():
-    """Two workloads whose cheapest rows are on hardware ``a``: with ``a`` left out (a runner-up's re-solve fixes its
-    units to 0) each floor is its cheapest on ``b``, and the re-solve from a plan on ``b`` finds the optimum."""
+def _two_on_a() -> PlanData:
+    """Two workloads whose cheapest rows are on hardware ``a``."""
     hw = {"a": _hw("a", 4, 1.0), "b": _hw("b", 4, 2.0)}
     rows = _rows([("w1", "aggregated", "a", 1.0, 2.0, 0), ("w1", "aggregated", "b", 2.0, 3.0, 0),
                   ("w2", "aggregated", "a", 2.0, 5.0, 0), ("w2", "aggregated", "b", 1.0, 1.5, 0)])
     wd = {"w1": WorkloadData("w1", 6.0, 100, 100, 0.0), "w2": WorkloadData("w2", 9.0, 100, 100, 0.0)}
-    data = PlanData(rows, hw, wd)
-    m = build_model(data)
+    return PlanData(rows, hw, wd)
+
+
+def test_a_unit_fixed_to_nothing_raises_the_floor_and_the_answer_is_kept():
+    """With ``a`` left out (a runner-up's re-solve fixes its units to 0) each floor is its cheapest on ``b``, and the
+    re-solve from a plan on ``b`` finds the optimum."""
+    m = build_model(_two_on_a())
     assert _floors(m) == {"w1": pytest.approx((3 * 1.0, np.inf)), "w2": pytest.approx((2 * 2 * 1.0, np.inf))}
     m.u["a"].fix(0)
     # w1 on b: 2 replicas of 2 slots at $2; w2 on b: 6 replicas of 1 slot at $2
@@ -158,3 +164,69 @@ def test_a_unit_fixed_to_nothing_raises_the_floor_and_the_answer_is_kept():
     assert res.status == "optimal"
     x, u = solution_values(m)
     assert u == {"a": 0, "b": 3} and objective_at(m, start) >= res.objective - 1e-9
+
+
+@pytest.mark.parametrize("seed", TWO_WORKLOADS)
+def test_a_start_improved_by_moving_blocks_to_their_optima_is_the_best_such_move(seed):
+    """From a greedy plan, :func:`improve` returns the cheapest plan that keeps each workload where the start has
+    it or moves it to its block optimum (the enumeration of those 2^2 choices, units bought anew), or ``None`` where
+    none is cheaper than the start."""
+    data = _random_instance(seed)
+    m = build_model(data)
+    solver = Solver(mip_gap=0.0)
+    solver.load(m)
+    start = greedy_start(m, check=False)
+    found = solver._block_floors(m)
+    if start is None or found is None or solver.start_objective(start) is None:
+        return
+    floors, blocks = found
+    cols = solver._opt._pyomo_var_to_solver_var_map
+    col_of = [cols[id(m.x[i])] for i in m.R]
+    vec = solver._column_values(start)
+    ours = {i: vec[j] for i, j in enumerate(col_of)}
+    moves = []
+    for idx, best in floors.optima:
+        where = dict(zip(idx.tolist(), np.round(best).tolist(), strict=True))
+        moves.append({i: where[j] for i, j in enumerate(col_of) if j in where})
+    choices = []
+    for pick in itertools.product([False, True], repeat=len(moves)):
+        x = dict(ours)
+        for use, mv in zip(pick, moves, strict=True):
+            if use:
+                x.update(mv)
+        c = _cost(data, tuple(round(x[i]) for i in range(len(data.rows))))
+        if c is not None:
+            choices.append(c)
+    start_usd = _cost(data, tuple(round(ours[i]) for i in range(len(data.rows))))
+    better = improve(solver._opt._solver_model, vec, blocks, floors.optima, threads=1)
+    if better is None:
+        assert min(choices) >= start_usd - 1e-6
+        return
+    y, value = better
+    assert value < solver.start_objective(start) - 1e-9
+    usd = _cost(data, tuple(round(y[j]) for j in col_of))
+    assert usd is not None and usd == pytest.approx(min(choices), abs=1e-6)
+
+
+def test_a_plan_on_the_dear_hardware_is_moved_to_the_block_optima():
+    """From the plan with both workloads on ``b`` ($24/h: 10 chips in 3 units), both moved to their optima on ``a``
+    (3 + 4 chips in 2 units, $8/h); the solve from that plan keeps it, the optimum."""
+    m = build_model(_two_on_a())
+    m.u["a"].fix(0)
+    start = greedy_start(m, check=False)
+    m.u["a"].unfix()
+    solver = Solver(mip_gap=0.0)
+    solver.load(m)
+    assert solver.start_objective(start) == pytest.approx(24.0, abs=1e-3)
+    floors, blocks = solver._block_floors(m)
+    y, value = improve(solver._opt._solver_model, solver._column_values(start), blocks, floors.optima, threads=1)
+    assert value == pytest.approx(8.0, abs=1e-3)
+    assert solver.start_objective(ComponentMap((v, y[j]) for v, j in _by_column(solver, m))) == pytest.approx(value)
+    res = solve_from(solver, m, start, loaded=True)
+    x, u = solution_values(m)
+    assert res.status == "optimal" and u == {"a": 2, "b": 0} and x == {0: 3, 2: 2}
+
+
+def _by_column(solver, m):
+    cols = solver._opt._pyomo_var_to_solver_var_map
+    return [(v, cols[id(v)]) for v in m.component_data_objects(pyo.Var) if id(v) in cols]
