@@ -2,6 +2,7 @@
 never a timed test).
 
     python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G] [--jobs J] [--demand-scale F ...]
+                                [--no-floors]
 
 For each N (default 3 10 30) a scenario is generated from the three archetypes of
 ``catalogs/scenarios/multi-workload.yaml`` (interactive chat with prefix reuse, a batch API, long context),
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -70,7 +72,15 @@ def scenario(n: int, demand_scale: float = 1.0) -> dict:
     }
 
 
-def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0) -> dict:
+def floors_off_env(folder: Path) -> dict:
+    """An environment in which every planner process (analysis workers included) solves without block floors
+    (``planner.block_floors``), for the comparison: a ``sitecustomize`` in ``folder`` puts ``FLOOR_MIN_BLOCKS`` out
+    of reach."""
+    (Path(folder) / "sitecustomize.py").write_text("import planner.block_floors as b\nb.FLOOR_MIN_BLOCKS = 10**9\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+
+
+def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0, floors: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"fleet-{n}.yaml"
         path.write_text(yaml.safe_dump(scenario(n, demand_scale), sort_keys=False))
@@ -80,7 +90,8 @@ def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0) -> 
             cmd.append("--no-analysis")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        env = None if floors else floors_off_env(Path(d))
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         res = {"n": n, "rc": p.returncode, "wall_s": wall,
@@ -116,11 +127,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, help="planner plan --jobs (default: the planner's own choice)")
     ap.add_argument("--demand-scale", type=float, nargs="+", default=[1.0],
                     help="factors on every workload's request rate (one plan per factor)")
+    ap.add_argument("--no-floors", action="store_true", help="solve without block floors (for the comparison)")
     a = ap.parse_args()
     extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else []) \
         + (["--jobs", str(a.jobs)] if a.jobs else [])
     for n, f in ((n, f) for n in a.n for f in a.demand_scale):
-        r = run(n, not a.no_analysis, extra, f)
+        r = run(n, not a.no_analysis, extra, f, floors=not a.no_floors)
         tag = f" x{f:g}" if f != 1.0 else ""
         if r["rc"] != 0:
             print(f"{n:3d} workloads{tag}: exit {r['rc']} after {r['wall_s']:.1f} s: {r['message']}")

@@ -1,6 +1,6 @@
 """Benchmark of `planner plan` on the bundled scenarios (figures for issue notes, never a timed test).
 
-    python bench/bench_plan.py [SCENARIO ...] [--repeat N]
+    python bench/bench_plan.py [SCENARIO ...] [--repeat N] [--no-floors]
 
 Each scenario runs in a fresh process: candidate generation, model build and HiGHS solve to the
 default gap (1e-4) are timed separately, then the analysis (binding constraints, runner-up); peak
@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_fleet import floors_off_env  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -45,14 +48,15 @@ print(json.dumps({
 """
 
 
-def run(path: Path, analysis: bool) -> dict:
+def run(path: Path, analysis: bool, env: dict | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), "1" if analysis else "0"], capture_output=True, text=True, cwd=ROOT, check=True
+        [sys.executable, "-c", CHILD, str(path), "1" if analysis else "0"], capture_output=True, text=True, cwd=ROOT,
+        check=True, env=env
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cli(path: Path, repeat: int) -> tuple[list[float], list[float]]:
+def cli(path: Path, repeat: int, env: dict | None = None) -> tuple[list[float], list[float]]:
     """CPU (user + system) and wall of ``planner plan PATH --out DIR``, each run a fresh process."""
     cpu, wall = [], []
     with tempfile.TemporaryDirectory() as d:
@@ -60,7 +64,7 @@ def cli(path: Path, repeat: int) -> tuple[list[float], list[float]]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run([sys.executable, "-m", "planner", "plan", str(path), "--out", str(Path(d) / "plan"), "--force"],
-                           cwd=ROOT, capture_output=True, check=True)
+                           cwd=ROOT, capture_output=True, check=True, env=env)
             wall.append(time.perf_counter() - t)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -71,21 +75,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*")
     ap.add_argument("--repeat", type=int, default=3, help="runs of the whole command per scenario")
+    ap.add_argument("--no-floors", action="store_true", help="solve without block floors (for the comparison)")
     a = ap.parse_args()
     names = a.names or [p.stem for p in sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))]
-    for name in names:
-        path = ROOT / "catalogs" / "scenarios" / f"{name}.yaml"
-        r = run(path, analysis=False)
-        an = run(path, analysis=True)
-        cpu, wall = cli(path, max(a.repeat, 1))
-        print(
-            f"{name:16} rows {r['evaluated']:>9,} -> {r['kept']:>5,}  candidates {r['candidates_s']:.2f} s  build {r['build_s']:.2f} s  "
-            f"solve {r['solve_s']:.2f} s  (cand+build+solve {r['candidates_s'] + r['build_s'] + r['solve_s']:.2f} s, "
-            f"process {r['wall_s']:.2f} s incl. imports {r['import_load_s']:.2f} s)  {r['status']} gap {r['gap']:.1e}  "
-            f"${r['usd_per_hour']:,.2f}/h  RSS {r['max_rss_mb']:.0f} MB | with analysis: +{an['analysis_s']:.1f} s, RSS {an['max_rss_mb']:.0f} MB"
-            f" | planner plan: CPU {min(cpu):.2f} s least, {statistics.median(cpu):.2f} median; "
-            f"wall {min(wall):.2f} / {statistics.median(wall):.2f} s ({len(cpu)} runs)"
-        )
+    with tempfile.TemporaryDirectory() as d:
+        env = floors_off_env(Path(d)) if a.no_floors else None
+        for name in names:
+            report(name, a.repeat, env)
+
+
+def report(name: str, repeat: int, env: dict | None) -> None:
+    path = ROOT / "catalogs" / "scenarios" / f"{name}.yaml"
+    r = run(path, analysis=False, env=env)
+    an = run(path, analysis=True, env=env)
+    cpu, wall = cli(path, max(repeat, 1), env)
+    print(
+        f"{name:16} rows {r['evaluated']:>9,} -> {r['kept']:>5,}  candidates {r['candidates_s']:.2f} s  build {r['build_s']:.2f} s  "
+        f"solve {r['solve_s']:.2f} s  (cand+build+solve {r['candidates_s'] + r['build_s'] + r['solve_s']:.2f} s, "
+        f"process {r['wall_s']:.2f} s incl. imports {r['import_load_s']:.2f} s)  {r['status']} gap {r['gap']:.1e}  "
+        f"${r['usd_per_hour']:,.2f}/h  RSS {r['max_rss_mb']:.0f} MB | with analysis: +{an['analysis_s']:.1f} s, RSS {an['max_rss_mb']:.0f} MB"
+        f" | planner plan: CPU {min(cpu):.2f} s least, {statistics.median(cpu):.2f} median; "
+        f"wall {min(wall):.2f} / {statistics.median(wall):.2f} s ({len(cpu)} runs)"
+    )
 
 
 if __name__ == "__main__":

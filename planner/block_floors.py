@@ -71,8 +71,25 @@ class _Lp:
             self.integer = np.asarray([int(t) for t in lp.integrality_], dtype=np.int8)
 
 
+def objective_of(lp: _Lp, x: np.ndarray, tol: float = 1e-6) -> float | None:
+    """The objective of the column vector ``x`` in ``lp``, or ``None`` where it breaks a row or column bound
+    (relative tolerance ``tol``) or is fractional where a column is integer."""
+    if ((x < lp.clo - tol) | (x > lp.chi + tol)).any():
+        return None
+    integer = lp.integer != 0
+    if integer.any() and (np.abs(x - np.round(x))[integer] > tol).any():
+        return None
+    act = np.bincount(lp.rows, weights=lp.vals * x[lp.cols], minlength=lp.nrow)
+    scale = tol * np.maximum(1.0, np.abs(act))
+    if ((act < lp.rlo - scale) | (act > lp.rhi + scale)).any():
+        return None
+    return float(lp.cost @ x + lp.offset)
+
+
 @dataclass
 class Floors:
+    lp: _Lp
+    """The model the floors were derived from (HiGHS's copy, without the floor rows)."""
     floors: list[tuple[float, np.ndarray, np.ndarray]]
     """``(floor, columns, coefficients)`` per block with a finite floor."""
     optima: list[tuple[np.ndarray, np.ndarray]]
@@ -120,12 +137,13 @@ def block_floors(h, blocks: list[tuple[np.ndarray, np.ndarray]], *, threads: int
             optima.append((idx, best))
         if np.isfinite(floor):
             floors.append((floor, idx, cost))
-    return Floors(floors, optima)
+    return Floors(lp, floors, optima)
 
 
-def improve(h, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[np.ndarray, np.ndarray]], *,
+def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[np.ndarray, np.ndarray]], *,
             threads: int) -> tuple[np.ndarray, float] | None:
-    """A cheaper plan than ``start`` (a plan of the HiGHS model ``h``, a vector over its columns) and its objective,
+    """A cheaper plan than ``start`` (a plan of the model ``lp``, :attr:`Floors.lp`, a vector over its columns) and
+    its objective, checked on ``lp`` (:func:`objective_of`),
     or ``None``: the best of the plans that keep each block where ``start`` has it or move it to its block optimum
     (``optima``), every column of no block (``blocks``: the blocks' columns) set anew. A MILP of one binary per
     block whose optimum differs from ``start``, plus the columns of no block: a few milliseconds. A block's optimum
@@ -133,7 +151,6 @@ def improve(h, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[n
     where a change relaxed one block (less demand, a looser SLO) it is often the re-solve's optimum."""
     import highspy
 
-    lp = _Lp(h)
     in_block = np.zeros(lp.ncol, dtype=bool)
     for idx in blocks:
         in_block[idx] = True
@@ -201,8 +218,8 @@ def improve(h, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[n
     for k, (idx, d) in enumerate(moves):
         if y[len(free) + k] > 0.5:
             x[idx] = start[idx] + d
-    value = float(lp.cost @ x + lp.offset)
-    if value >= float(lp.cost @ start + lp.offset) - 1e-9 * max(1.0, abs(value)):
+    value = objective_of(lp, x)  # HiGHS's tolerances and the rounding to integers: checked, never assumed
+    if value is None or value >= float(lp.cost @ start + lp.offset) - 1e-9 * max(1.0, abs(value)):
         return None
     return x, value
 

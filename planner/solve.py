@@ -194,9 +194,12 @@ class Solver:
         blocks = getattr(model, "_blocks", None)
         if blocks is None:
             return None
+        declared = blocks()
+        if len(declared) < FLOOR_MIN_BLOCKS:  # a one-workload plan: nothing to map
+            return None
         cols = self._opt._pyomo_var_to_solver_var_map
         listed = []
-        for variables, coefs in blocks():
+        for variables, coefs in declared:
             pairs = [(cols[id(v)], c) for v, c in zip(variables, coefs, strict=True) if id(v) in cols]
             if pairs:
                 listed.append((np.array([j for j, _ in pairs], dtype=np.int64), np.array([c for _, c in pairs])))
@@ -225,7 +228,7 @@ class Solver:
         floors, blocks = found
         h = self._opt._solver_model
         if start is not None and cutoff is not None:
-            better = improve(h, self._column_values(start), blocks, floors.optima, threads=self.threads_for())
+            better = improve(floors.lp, self._column_values(start), blocks, floors.optima, threads=self.threads_for())
             if better is not None:
                 start, cutoff = better
         rows = floors.rows(cutoff, bool(getattr(model, "_objective_covers_blocks", False)))
@@ -298,29 +301,9 @@ class Solver:
         ``tol``) or is fractional where a column is integer. Fixed variables count at their fixed value. Vectorised
         over HiGHS's copy of the model: the same verdict as evaluating every Pyomo constraint, in a fraction of
         the time."""
-        import numpy as np
+        from planner.block_floors import _Lp, objective_of
 
-        h = self._opt._solver_model
-        lp = h.getLp()
-        x = self._column_values(start)
-        lo, hi = np.asarray(lp.col_lower_), np.asarray(lp.col_upper_)
-        if ((x < lo - tol) | (x > hi + tol)).any():
-            return None
-        integer = np.asarray([int(t) for t in lp.integrality_], dtype=int) if len(lp.integrality_) else np.zeros(len(x), int)
-        if (integer != 0).any() and (np.abs(x - np.round(x))[integer != 0] > tol).any():
-            return None
-        a = lp.a_matrix_
-        if int(a.format_) != 1:  # row-wise: make it column-wise
-            h.ensureColwise()
-            a = h.getLp().a_matrix_
-        starts = np.asarray(a.start_)
-        cols = np.repeat(np.arange(len(x)), np.diff(starts))
-        act = np.bincount(np.asarray(a.index_, dtype=np.int64), weights=np.asarray(a.value_) * x[cols],
-                          minlength=lp.num_row_)
-        scale = tol * np.maximum(1.0, np.abs(act))
-        if ((act < np.asarray(lp.row_lower_) - scale) | (act > np.asarray(lp.row_upper_) + scale)).any():
-            return None
-        return float(np.dot(np.asarray(lp.col_cost_), x) + lp.offset_)
+        return objective_of(_Lp(self._opt._solver_model), self._column_values(start), tol)
 
     def _column_values(self, values: dict):
         """``values`` as a vector over HiGHS's columns (variables it has no column for are left out; fixed ones at

@@ -198,7 +198,7 @@ def test_a_start_improved_by_moving_blocks_to_their_optima_is_the_best_such_move
         if c is not None:
             choices.append(c)
     start_usd = _cost(data, tuple(round(ours[i]) for i in range(len(data.rows))))
-    better = improve(solver._opt._solver_model, vec, blocks, floors.optima, threads=1)
+    better = improve(floors.lp, vec, blocks, floors.optima, threads=1)
     if better is None:
         assert min(choices) >= start_usd - 1e-6
         return
@@ -219,7 +219,7 @@ def test_a_plan_on_the_dear_hardware_is_moved_to_the_block_optima():
     solver.load(m)
     assert solver.start_objective(start) == pytest.approx(24.0, abs=1e-3)
     floors, blocks = solver._block_floors(m)
-    y, value = improve(solver._opt._solver_model, solver._column_values(start), blocks, floors.optima, threads=1)
+    y, value = improve(floors.lp, solver._column_values(start), blocks, floors.optima, threads=1)
     assert value == pytest.approx(8.0, abs=1e-3)
     assert solver.start_objective(ComponentMap((v, y[j]) for v, j in _by_column(solver, m))) == pytest.approx(value)
     res = solve_from(solver, m, start, loaded=True)
