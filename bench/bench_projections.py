@@ -1,24 +1,26 @@
 """How large an exact master over each workload's slot vectors would be (figures for issue 18's next step and
 docs/formulation.md section 3, never a test; nothing in the planner uses this yet).
 
-    python bench/bench_projections.py [N] [--demand W=F ...] [--block-limit S]
+    python bench/bench_projections.py [N] [--demand W=F ...] [--window question|plan] [--block-limit S]
 
 Plans the N-workload fleet of ``bench_fleet.py`` (default 10) in this process, then, on the plan's MILP as HiGHS
-holds it (with ``--demand``: that workload's rate times F, re-solved from the plan as the analysis asks it):
+holds it (with ``--demand``: that workload's rate times F, re-solved from the plan as the analysis asks it; the windows
+from that re-solve's plan, or with ``--window plan`` from the plan's cost):
 
 1. each workload's floor ``Z_w`` (:mod:`planner.block_floors`) and its window ``U_w = C - sum_{w' != w} Z_w'``, where
    ``C`` is the plan's cost: every plan of cost at most ``C`` gives workload ``w`` chip dollars at most ``U_w``;
 2. each workload's *projections*: the slots its replicas take on each purchase unit's packing row, for every
    integer assignment of its columns within the window, kept where no other takes fewer slots on every row
    (Pareto-minimal; found by splitting boxes of slot counts, one small MILP of the workload's own rows per box);
-3. the master: one binary per (workload, projection), one chosen per workload, the units and every column of no
-   workload as in the MILP, the packing rows with each workload's slots replaced by its chosen projection's. It
-   is exact when every workload's columns reach the other workloads only through rows they can only fill (here the
-   packing rows): a plan's workloads then each hold one of the projections or take at least its slots, which leaves
-   the plan no cheaper. Its optimum is assembled into a plan of the MILP and checked on it.
+3. the master (:func:`planner.block_floors.choose`, as the block moves use it): each workload kept where the best
+   plan known has it or moved to one of its projections' assignments (one binary each, at most one per workload),
+   the units and every column of no workload set anew. It is exact when every workload reaches the others only
+   through rows it can only fill (here the packing rows) and its cost is a price per slot of them
+   (:func:`exact_here` checks both on the rows): a plan's workload then holds one of the projections or more slots
+   than one, and the plan costs no less. Its optimum is checked on the MILP.
 
 Prints, per workload, the floor, the window, the projections found, the MILPs the enumeration took and its time;
-then the master's size, time, optimum and the check, beside what HiGHS's own solve of the MILP took.
+then the master's binaries, time, optimum and dual bound, beside what HiGHS's own solve of the MILP took.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_questions import plan_model  # noqa: E402
 
-from planner.block_floors import objective_of  # noqa: E402
+from planner.block_floors import choose  # noqa: E402
 from planner.model.bounds import greedy_start, snapshot, solve_from  # noqa: E402
 from planner.solve import Solver  # noqa: E402
 
@@ -52,8 +54,8 @@ def split_rows(lp, idx):
 
 
 def projections(lp, idx, cost, own, link, budget, limit_s):
-    """The Pareto-minimal slot vectors (rows ``link``) of the block's integer assignments with ``cost <= budget``
-    under its own rows ``own``: ``[(slots vector, assignment)]``, the MILPs solved, and whether it finished."""
+    """An assignment of least ``cost`` per Pareto-minimal slot vector (rows ``link``) of the block's integer
+    assignments with ``cost <= budget`` under its own rows ``own``; the MILPs solved; whether it finished."""
     import highspy
 
     inf = highspy.kHighsInf
@@ -116,112 +118,100 @@ def projections(lp, idx, cost, own, link, budget, limit_s):
         done = True
     except TimeoutError:
         done = False
-    kept = [(t, x) for t, x in found if not any((u <= t + 1e-9).all() and (u < t - 1e-9).any() for u, _ in found)]
-    full = [(P @ x, x) for _, x in kept]
-    return full, calls[0], done
+    kept = [x for t, x in found if not any((u <= t + 1e-9).all() and (u < t - 1e-9).any() for u, _ in found)]
+    return kept, calls[0], done
 
 
-def master(lp, blocks, link_of, options, threads=1):
-    """The master MILP over the blocks' projections; returns (objective, plan vector over lp's columns, wall)."""
-    import highspy
-
-    inf = highspy.kHighsInf
-    in_block = np.zeros(lp.ncol, dtype=bool)
-    for idx in blocks:
-        in_block[idx] = True
-    free = np.flatnonzero(~in_block)
-    t0 = time.perf_counter()
-    m = highspy.Highs()
-    m.setOptionValue("output_flag", False)
-    m.setOptionValue("threads", threads)
-    m.setOptionValue("mip_rel_gap", 1e-4)
-    nl = sum(len(o) for o in options)
-    n = len(free) + nl
-    lb = np.concatenate([lp.clo[free], np.zeros(nl)])
-    ub = np.concatenate([lp.chi[free], np.ones(nl)])
-    m.addVars(n, np.where(np.isfinite(lb), lb, -inf), np.where(np.isfinite(ub), ub, inf))
-    lam_cost = [float(lp.cost[idx] @ x) for idx, opts in zip(blocks, options, strict=True) for _, x in opts]
-    m.changeColsCost(n, np.arange(n, dtype=np.int32), np.concatenate([lp.cost[free], lam_cost]))
-    kind = np.concatenate([lp.integer[free], np.ones(nl, dtype=np.int8)])
-    m.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.asarray([highspy.HighsVarType(int(k)) for k in kind]))
-    local = np.full(lp.ncol, -1, dtype=np.int64)
-    local[free] = np.arange(len(free))
-    # rows of non-block columns (packing rows get the projections' slots too); block-own rows are dropped
-    extra: dict[int, list] = {}
-    k = len(free)
-    for b, opts in enumerate(options):
-        cols = list(range(k, k + len(opts)))
-        m.addRow(1, 1, len(cols), np.asarray(cols, dtype=np.int32), np.ones(len(cols)))
-        for a, r in enumerate(link_of[b]):
-            extra.setdefault(int(r), []).extend((k + j, float(t[a])) for j, (t, _) in enumerate(opts))
-        k += len(opts)
-    for r in np.unique(lp.rows[~in_block[lp.cols]]):
-        e = (lp.rows == r) & ~in_block[lp.cols]
-        cols = list(local[lp.cols[e]]) + [c for c, _ in extra.get(int(r), [])]
-        vals = list(lp.vals[e]) + [v for _, v in extra.get(int(r), [])]
-        lo = lp.rlo[r] if np.isfinite(lp.rlo[r]) else -inf
-        hi = lp.rhi[r] if np.isfinite(lp.rhi[r]) else inf
-        m.addRow(lo, hi, len(cols), np.asarray(cols, dtype=np.int32), np.asarray(vals, dtype=float))
-    m.run()
-    wall = time.perf_counter() - t0
-    y = np.asarray(m.getSolution().col_value)
-    x = np.zeros(lp.ncol)
-    x[free] = np.where(lp.integer[free] != 0, np.round(y[: len(free)]), y[: len(free)])
-    k = len(free)
-    for idx, opts in zip(blocks, options, strict=True):
-        for j, (_, xb) in enumerate(opts):
-            if y[k + j] > 0.5:
-                x[idx] = xb
-        k += len(opts)
-    info = m.getInfo()
-    return info.objective_function_value, info.mip_dual_bound, x, wall, n, m.getNumRow()
+def exact_here(m, lp, idx, cost, link) -> str | None:
+    """Why the master would not be exact for this block, or ``None``: every linking row can only be filled by the
+    block (an upper bound, entries >= 0), and the block's cost and objective are a price per linking row times the
+    column's entry in it, so an assignment of fewer slots on every row costs no more."""
+    if not getattr(m, "_objective_covers_blocks", False):
+        return "the objective does not cover the blocks' costs (no windows)"
+    inside = np.zeros(lp.ncol, dtype=bool)
+    inside[idx] = True
+    sel = inside[lp.cols] & np.isin(lp.rows, link)
+    if not (np.isinf(lp.rlo[link]).all() and (lp.vals[sel] >= 0).all()):
+        return "a linking row the block can empty as well as fill"
+    col_cost = np.zeros(lp.ncol)
+    col_cost[idx] = cost
+    per_row: dict[int, tuple[float, float]] = {}
+    linked = np.zeros(lp.ncol, dtype=bool)
+    for r, j, v in zip(lp.rows[sel], lp.cols[sel], lp.vals[sel], strict=True):
+        if linked[j]:
+            return "a column on two linking rows"
+        linked[j] = True
+        price = (col_cost[j] / v, lp.cost[j] / v)
+        if not np.allclose(per_row.setdefault(int(r), price), price, rtol=1e-9, atol=1e-12):
+            return "a cost that is not a price per slot of its row"
+    if (col_cost[idx][~linked[idx]] != 0).any() or (lp.cost[idx][~linked[idx]] != 0).any():
+        return "a cost on a column of no linking row"
+    return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("n", nargs="?", type=int, default=10)
     ap.add_argument("--demand", action="append", default=[], help="W=F: workload W's rate times F, re-solved from the plan")
+    ap.add_argument("--window", choices=["question", "plan"], default="question",
+                    help="the windows from the question's best plan (default) or from the plan's cost")
     ap.add_argument("--block-limit", type=float, default=60.0, help="seconds one workload's enumeration may take")
     a = ap.parse_args()
     m = plan_model(a.n)
+    changes = []
+    for spec in a.demand:
+        w, _, f = spec.partition("=")
+        try:
+            factor = float(f)
+        except ValueError:
+            factor = -1.0
+        if w not in m.W or not factor > 0:
+            ap.error(f"--demand {spec}: give W=F, W one of {', '.join(m.W)} and F a positive number")
+        changes.append((w, factor))
     solver = Solver()
     r = solve_from(solver, m, greedy_start(m, check=False))
     print(f"plan: {r.status} ${r.objective:,.2f}/h, HiGHS {r.wall_s:.2f} s")
     cost = r.objective
-    if a.demand:
+    if changes:
         base = snapshot(m)
-        for spec in a.demand:
-            w, f = spec.split("=")
-            m.demand[w] = m.demand[w].value * float(f)
+        for w, factor in changes:
+            m.demand[w] = m.demand[w].value * factor
         q = solver.limited(time_limit_s=60.0, mip_gap=solver.mip_gap)
         r = solve_from(q, m, [base, lambda: greedy_start(m, base, check=False)], heuristics=False)
         print(f"question {' '.join(a.demand)}: {r.status} ${r.objective:,.2f}/h, bound ${r.bound:,.2f}/h, "
               f"HiGHS {r.wall_s:.2f} s (60 s limit)")
-        cost = r.objective  # the best plan known: the windows follow it
+        if a.window == "question":
+            cost = r.objective  # the best plan known: the windows follow it
     solver.load(m)
+    start = solver._column_values(snapshot(m))  # the best plan known, as a vector over HiGHS's columns
     floors, blocks = solver._block_floors(m)
     lp = floors.lp
     total = floors.total
-    print(f"floors: sum ${total:,.2f}/h, cost ${cost:,.2f}/h, window ${cost - total:,.2f}/h")
-    options, links = [], []
+    print(f"floors: sum ${total:,.2f}/h, windows from ${cost:,.2f}/h: ${cost - total:,.2f}/h wide")
+    options = []
     t_all = time.perf_counter()
     for z, idx, c in floors.floors:
         own, link = split_rows(lp, idx)
-        ok = all(np.isinf(lp.rlo[r]) and (lp.vals[(lp.rows == r) & np.isin(lp.cols, idx)] >= 0).all() for r in link)
-        if not ok:
-            print("a linking row the block can empty as well as fill: the master is not exact here")
+        why = exact_here(m, lp, idx, c, link)
+        if why is not None:
+            print(f"the master is not exact here: {why}")
             return
         t = time.perf_counter()
-        opts, calls, done = projections(lp, idx, c, own, link, cost - (total - z) + 1e-6, a.block_limit)
-        print(f"  floor ${z:8.2f}/h  window to ${cost - (total - z):8.2f}/h  {len(opts):4d} projections  "
+        points, calls, done = projections(lp, idx, c, own, link, cost - (total - z) + 1e-6, a.block_limit)
+        print(f"  floor ${z:8.2f}/h  window to ${cost - (total - z):8.2f}/h  {len(points):4d} projections  "
               f"{calls:4d} MILPs  {time.perf_counter() - t:6.2f} s{'' if done else '  (stopped: incomplete)'}")
-        options.append(opts)
-        links.append(link)
+        options.append((idx, points))
     print(f"enumeration {time.perf_counter() - t_all:.2f} s")
-    obj, bound, x, wall, ncol, nrow = master(lp, [idx for _, idx, _ in floors.floors], links, options)
-    check = objective_of(lp, x)
-    print(f"master: {ncol} columns x {nrow} rows, {wall:.3f} s, ${obj:,.2f}/h (bound ${bound:,.2f}/h); "
-          f"its plan on the MILP: {'breaks a row' if check is None else f'${check:,.2f}/h'}")
+    t = time.perf_counter()
+    found = choose(lp, start, [idx for _, idx, _ in floors.floors], options, threads=1, time_limit_s=600.0,
+                   mip_gap=solver.mip_gap)
+    wall = time.perf_counter() - t
+    if found is None:
+        print(f"master: {wall:.3f} s, no plan that differs from the best known (${cost:,.2f}/h)")
+        return
+    _, value, bound = found
+    print(f"master: one binary per projection ({sum(len(p) for _, p in options)}), {wall:.3f} s, "
+          f"${value:,.2f}/h checked on the MILP, bound ${bound:,.2f}/h")
 
 
 if __name__ == "__main__":

@@ -145,20 +145,42 @@ def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[t
     """A cheaper plan than ``start`` (a plan of the model ``lp``, :attr:`Floors.lp`, a vector over its columns) and
     its objective, checked on ``lp`` (:func:`objective_of`),
     or ``None``: the best of the plans that keep each block where ``start`` has it or move it to its block optimum
-    (``optima``), every column of no block (``blocks``: the blocks' columns) set anew. A MILP of one binary per
-    block whose optimum differs from ``start``, plus the columns of no block: a few milliseconds. A block's optimum
-    ignores where the others are, so the cheapest choice is seldom all of them; it is a plan of the whole model, and
-    where a change relaxed one block (less demand, a looser SLO) it is often the re-solve's optimum."""
+    (``optima``), every column of no block (``blocks``: the blocks' columns) set anew (:func:`choose`, one option
+    per block: a few milliseconds). A block's optimum ignores where the others are, so the cheapest choice is seldom
+    all of them; it is a plan of the whole model, and where a change relaxed one block (less demand, a looser SLO)
+    it is often the re-solve's optimum."""
+    found = choose(lp, start, blocks, [(idx, [best]) for idx, best in optima], threads=threads,
+                   time_limit_s=FLOOR_TIME_LIMIT_S)
+    if found is None:
+        return None
+    x, value, _ = found
+    if value >= float(lp.cost @ start + lp.offset) - 1e-9 * max(1.0, abs(value)):
+        return None
+    return x, value
+
+
+def choose(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], options: list[tuple[np.ndarray, list[np.ndarray]]],
+           *, threads: int, time_limit_s: float, mip_gap: float = 1e-9) -> tuple[np.ndarray, float, float] | None:
+    """The cheapest plan of ``lp`` that keeps each block where ``start`` (a plan, a vector over ``lp``'s columns) has
+    it or moves it to one of its ``options`` (per block: its columns and assignments of them), with every column of
+    no block (``blocks``: the blocks' columns) set anew: a MILP of one binary per option that differs from
+    ``start``, at most one per block, plus the columns of no block. Returns the plan, its objective (checked on
+    ``lp`` with :func:`objective_of`, never assumed from HiGHS's tolerances) and HiGHS's dual bound, or ``None``
+    where HiGHS ends without a plan that passes the check."""
     import highspy
 
     in_block = np.zeros(lp.ncol, dtype=bool)
     for idx in blocks:
         in_block[idx] = True
-    moves = []
-    for idx, best in optima:
-        best = np.where(lp.integer[idx] != 0, np.round(best), best)
-        if np.abs(best - start[idx]).max() > 1e-9:
-            moves.append((idx, best - start[idx]))
+    moves, groups = [], []  # (columns, change from start) per option; option indices per block with more than one
+    for idx, assignments in options:
+        first = len(moves)
+        for a in assignments:
+            a = np.where(lp.integer[idx] != 0, np.round(a), a)
+            if np.abs(a - start[idx]).max() > 1e-9:
+                moves.append((idx, a - start[idx]))
+        if len(moves) - first > 1:
+            groups.append(range(first, len(moves)))
     if not moves:
         return None
     free = np.flatnonzero(~in_block)
@@ -167,8 +189,8 @@ def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[t
     m = highspy.Highs()
     m.setOptionValue("output_flag", False)
     m.setOptionValue("threads", int(threads))
-    m.setOptionValue("mip_rel_gap", 1e-9)
-    m.setOptionValue("time_limit", FLOOR_TIME_LIMIT_S)
+    m.setOptionValue("mip_rel_gap", mip_gap)
+    m.setOptionValue("time_limit", float(time_limit_s))
     inf = highspy.kHighsInf
     n = len(free) + len(moves)
     lb = np.concatenate([lp.clo[free], np.zeros(len(moves))])
@@ -204,6 +226,8 @@ def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[t
     lo, hi = (lp.rlo - shift)[kept], (lp.rhi - shift)[kept]
     m.addRows(len(kept), np.where(np.isfinite(lo), lo, -inf), np.where(np.isfinite(hi), hi, inf), len(v),
               starts[:-1], c.astype(np.int32), v)
+    for g in groups:  # at most one option of a block
+        m.addRow(-inf, 1.0, len(g), np.asarray([len(free) + k for k in g], dtype=np.int32), np.ones(len(g)))
     keep = highspy.HighsSolution()
     keep.col_value = list(np.concatenate([start[free], np.zeros(len(moves))]))
     keep.value_valid = True
@@ -219,9 +243,9 @@ def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[t
         if y[len(free) + k] > 0.5:
             x[idx] = start[idx] + d
     value = objective_of(lp, x)  # HiGHS's tolerances and the rounding to integers: checked, never assumed
-    if value is None or value >= float(lp.cost @ start + lp.offset) - 1e-9 * max(1.0, abs(value)):
+    if value is None:
         return None
-    return x, value
+    return x, value, float(m.getInfo().mip_dual_bound)
 
 
 class _Activity:
