@@ -365,7 +365,11 @@ def define_workload_blocks(m) -> None:
     plan meets. And every plan's objective is at least ``sum_w chip_w`` (unit packing: ``p_h chips_per_unit u_h
     >= p_h sum_{r on h} slots_r x_r``; the tie-break and pool-type costs are not negative), which gives each
     ``chip_w`` a ceiling below a known plan's cost (``_objective_covers_blocks``). An elastic model's objective
-    weighs the limits' slack first, so it declares only the floors."""
+    weighs the limits' slack first, so it declares only the floors.
+
+    Each workload is also a cover (``_block_covers``, for :mod:`planner.block_master`): its demand-coverage row
+    over its streams, the aggregated stream with its one capacity row, the disaggregated one with its prefill and
+    decode rows. The module checks on the rows that nothing else (N+k, pool types) touches the workload."""
     a = m._arr
     rows_of: dict[str, list[int]] = {}
     for i in m.R:
@@ -392,6 +396,19 @@ def define_workload_blocks(m) -> None:
 
     m._blocks = blocks
     m._objective_covers_blocks = not m._elastic
+
+    def covers():
+        out = []
+        for w in m.W:
+            streams = []
+            for s, stages in ((m.s_agg[w], [m.aggregated_capacity]), (m.s_dis[w], [m.prefill_capacity, m.decode_capacity])):
+                rows = [c[w] for c in stages if w in c and c[w].active]
+                if rows:
+                    streams.append((s, rows))
+            out.append((m.demand_coverage[w], streams))
+        return out
+
+    m._block_covers = covers
 
 
 def define_objective(m) -> None:

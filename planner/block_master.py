@@ -1,0 +1,489 @@
+"""An exact master over the blocks' slot vectors: a proof of optimality where branch and bound is slow.
+
+After the block floors (:mod:`planner.block_floors`) a deployment MILP's LP bound sits at the sum of its blocks'
+floors, and what is left to prove is how the blocks' replicas add up to whole purchase units: on the ten-workload
+fleet the floors add to $771.11/h, the optimum is $775.68/h, and HiGHS spends seconds per re-solve closing the
+$4.57/h. This module closes it by enumeration instead.
+
+A block (a workload) reaches the rest of the model only through *linking rows* it can only fill (unit packing:
+``sum slots x <= chips u``). Its *slot vector* is what it puts on each; its cost is a price per slot of each row.
+Every plan of objective at most ``C`` gives block ``b`` a cost within its window ``U_b = C - sum_{b' != b} Z_b'``
+(the floors ``Z``), so it puts on the linking rows at least one of the block's *Pareto-minimal* slot vectors of
+cost at most ``U_b``: moving the block to that vector's assignment keeps every linking row and costs no more. So the
+master, which picks per block one of those assignments (or keeps it where a known plan has it) and sets the
+other columns anew (:func:`planner.block_floors.choose`), has an optimum no plan of objective at most ``C`` beats: its
+dual bound, or ``C`` where it is lower, is a lower bound on the whole MILP.
+
+The vectors are enumerated from the block's rows, not by a MILP per box of slot counts: each block must be a
+*cover* (declared by the model, checked here on HiGHS's rows):
+
+- one demand row ``sum_s c_s s >= D`` over its stream columns ``s`` (continuous);
+- per stream, one or more stage rows ``sum_j rho_j x_j - c_{s,k} s >= 0`` (a stream serves at most what its
+  slowest stage carries: aggregated pools are one stage, disaggregated prefill and decode two);
+- each replica column ``x_j`` integer, in one stage row and one linking row (with a whole number of slots), its
+  cost the linking row's price times its slots; no other columns.
+
+At most one stream may have two or more stages. Per stage and linking row the most rate in ``n`` slots is a bounded
+knapsack (one table per pair); the single-stage streams' rates add up, and the multi-stage stream's stages must each
+cover what they leave. The enumeration walks the linking rows in order with the tables' breakpoints and prunes by
+cost (a fractional bound on what the rest costs); it checks itself against nothing, so
+``tests/test_block_master.py`` checks it against a MILP per box on random covers.
+
+Windows are tried narrow first (``C' = sum Z + delta``, ``delta`` doubling up to the known plan's ``C``): if the
+master's plan costs at most ``C'``, no plan is cheaper and the proof is done with few vectors; else ``C'`` itself is
+a lower bound and the window widens. It gives up (returns what it has proven) when a block's vectors exceed
+:data:`MAX_VECTORS` or time runs out.
+Knows nothing of the physics: only rows, columns and the covers the model declares.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.block_floors import Floors, _Lp, choose
+
+MAX_VECTORS = 4000
+"""Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (its MILP, one
+binary per vector, would be slower than HiGHS's own search)."""
+
+MAX_CANDIDATES = 200_000
+"""Most candidate vectors (before the Pareto filter) one block's enumeration may build."""
+
+MASTER_TIME_LIMIT_S = 2.0
+"""Time limit of one master MILP."""
+
+TOTAL_TIME_LIMIT_S = 4.0
+"""Time limit of one proof (enumerations and masters, all windows)."""
+
+FEAS_TOL = 1e-7
+"""Relative tolerance of the demand check (HiGHS's primal feasibility tolerance is 1e-7): a vector that covers the
+demand to this is enumerated, so the bound holds for every plan HiGHS accepts."""
+
+
+@dataclass
+class Cover:
+    """One block's cover structure in HiGHS's indices: its demand row, and per stream its column and stage rows."""
+
+    demand_row: int
+    streams: list[tuple[int, list[int]]]
+
+
+@dataclass
+class _Table:
+    """The most rate of one stage on one linking row in ``n`` slots (``best[n]``, ``n = 0..N``), and the 0/1 chunks
+    of the bounded knapsack that rebuild the assignment."""
+
+    best: np.ndarray
+    chunks: list[tuple[int, int, np.ndarray]]  # (column, copies, whether the chunk is taken at each n)
+    breaks: np.ndarray  # n where best rises (and 0)
+    usd_per_rate: float  # least dollars per unit of rate on this pair (inf where none)
+
+    def assignment(self, n: int, x: dict) -> None:
+        for col, k, took in reversed(self.chunks):
+            if n > 0 and took[n]:
+                x[col] = x.get(col, 0) + k
+                n -= self._weight[col] * k
+
+    _weight: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Shape:
+    """A block checked to be a cover, in the enumeration's terms."""
+
+    idx: np.ndarray
+    links: np.ndarray  # the linking rows
+    price: np.ndarray  # dollars of block cost per slot, per linking row
+    room: np.ndarray  # most slots per linking row (its bound less the least the other columns put there)
+    demand: float  # in the demand row's units
+    free: list[int]  # stages whose rates add up (single-stage streams)
+    cover: list[int]  # stages of the one multi-stage stream (each must cover what the free stages leave)
+    items: list[list[list[tuple[int, int, float, float]]]]  # per stage, per link: (column, slots, rate, most copies)
+    streams: list[tuple[int, list[tuple[int, float]], float]]  # (column, [(stage, c_sk)], c_s)
+
+
+def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | str:
+    """``cover`` checked on ``lp`` for the block of columns ``idx`` and block cost ``cost``; a reason where it is
+    not a cover this module can enumerate."""
+    inside = np.zeros(lp.ncol, dtype=bool)
+    inside[idx] = True
+    col_cost = np.zeros(lp.ncol)
+    col_cost[idx] = cost
+    by_col: dict[int, list[tuple[int, float]]] = {}
+    by_row: dict[int, list[tuple[int, float]]] = {}
+    for r, j, v in zip(lp.rows.tolist(), lp.cols.tolist(), lp.vals.tolist(), strict=True):
+        if inside[j]:
+            by_col.setdefault(j, []).append((r, v))
+        by_row.setdefault(r, []).append((j, v))
+    def ge(r):
+        """Row ``r`` as ``sum entries >= lower``: (lower, column -> coefficient), or ``None`` (two-sided or free)."""
+        lo, hi = lp.rlo[r], lp.rhi[r]
+        if np.isfinite(lo) and not np.isfinite(hi):
+            return lo, dict(by_row.get(r, []))
+        if np.isfinite(hi) and not np.isfinite(lo):
+            return -hi, {j: -v for j, v in by_row.get(r, [])}
+        return None
+
+    demand = ge(cover.demand_row)
+    if demand is None:
+        return "the demand row is not one-sided"
+    stream_cols = {s for s, _ in cover.streams}
+    demand_entries = demand[1]
+    if set(demand_entries) - stream_cols or any(v <= 0 for v in demand_entries.values()):
+        return "the demand row holds more than the streams"
+    stage_rows: dict[int, tuple[int, int]] = {}  # row -> (stage, stream column)
+    stage_sign: dict[int, float] = {}  # +1 where the row reads ">=", -1 where HiGHS holds it as "<="
+    streams, multi = [], 0
+    for s, rows in cover.streams:
+        if not inside[s] or lp.integer[s] != 0 or lp.clo[s] != 0:
+            return "a stream column that is not a continuous block column from 0"
+        if lp.chi[s] == 0 or s not in demand_entries:
+            continue  # a stream fixed at 0 (no rows of that kind) serves nothing
+        if np.isfinite(lp.chi[s]) or not rows:
+            return "a stream with an upper bound or no stages"
+        if {r for r, _ in by_col.get(s, [])} != {cover.demand_row, *rows}:
+            return "a stream in rows other than the demand row and its stages"
+        stages = []
+        for r in rows:
+            row = ge(r)
+            entry = None if row is None else row[1].get(s)
+            if entry is None or entry >= 0 or row[0] != 0:
+                return "a stage row that is not 'capacity - c stream >= 0'"
+            stage_rows[r] = (len(stage_rows), s)
+            stage_sign[r] = 1.0 if np.isfinite(lp.rlo[r]) else -1.0
+            stages.append((stage_rows[r][0], -entry))
+        multi += len(stages) > 1
+        streams.append((s, stages, demand_entries[s]))
+    if multi > 1:
+        return "more than one stream with several stages"
+    nstage = len(stage_rows)
+
+    def le(r):
+        """Row ``r`` as ``sum entries <= upper``, or ``None`` (two-sided or free)."""
+        row = ge(r)
+        return None if row is None else (-row[0], {j: -v for j, v in row[1].items()})
+
+    links: dict[int, int] = {}
+    price: list[tuple[float, float]] = []  # per linking row: block cost and objective per slot
+    items_flat = []
+    for j in idx.tolist():
+        if j in stream_cols or lp.chi[j] == 0:
+            continue  # a replica the bounds rule out is no item
+        if lp.integer[j] == 0 or lp.clo[j] != 0:
+            return "a block column that is neither a stream nor an integer replica from 0"
+        entries = by_col.get(j, [])
+        stage = [(r, v) for r, v in entries if r in stage_rows]
+        other = [r for r, _ in entries if r not in stage_rows]
+        if len(stage) != 1 or len(other) != 1:
+            return "a replica not in exactly one stage row and one linking row"
+        (sr, rate), lr = stage[0], other[0]
+        rate *= stage_sign[sr]
+        row = le(lr)
+        if rate <= 0 or row is None:
+            return "a replica with no rate in its stage, or a two-sided linking row"
+        slots = row[1][j]
+        if slots <= 0 or abs(slots - round(slots)) > 1e-9:
+            return "a linking row the block can empty as well as fill, or slots that are not whole"
+        pair = (col_cost[j] / slots, lp.cost[j] / slots)
+        if pair[0] < 0 or pair[1] < 0:
+            return "a negative price per slot"
+        if lr not in links:
+            links[lr] = len(links)
+            price.append(pair)
+        if not np.allclose(price[links[lr]], pair, rtol=1e-9, atol=1e-15):
+            return "a cost that is not a price per slot of its linking row"
+        items_flat.append((stage_rows[sr][0], links[lr], j, int(round(slots)), rate, lp.chi[j]))
+    if any(lp.cost[j] != 0 or col_cost[j] != 0 for j in stream_cols):
+        return "a stream with a cost"
+    link_rows = np.array(sorted(links, key=links.get), dtype=np.int64)
+    # the most the block may put on each linking row: its bound less the least the other columns put there
+    room = []
+    for r in link_rows:
+        upper, entries = le(r)
+        least = sum(v * (lp.clo[j] if v > 0 else lp.chi[j]) for j, v in entries.items() if not inside[j])
+        room.append(upper - least if np.isfinite(least) else np.inf)
+    # rates in the demand row's units: stage k of stream s carries rate * c_s / c_sk of demand
+    scale = {k: c_s / c_sk for _, stages, c_s in streams for k, c_sk in stages}
+    items = [[[] for _ in links] for _ in range(nstage)]
+    for k, lk, j, slots, rate, most in items_flat:
+        if k in scale:
+            items[k][lk].append((j, slots, rate * scale[k], most))
+    free = [k for _, stages, _ in streams if len(stages) == 1 for k, _ in stages]
+    cover_stages = [k for _, stages, _ in streams if len(stages) > 1 for k, _ in stages]
+    return _Shape(idx, link_rows, np.asarray([p for p, _ in price]), np.asarray(room, dtype=float), float(lp.rlo[cover.demand_row]),
+                  free, cover_stages, items, streams)
+
+
+def _table(items: list[tuple[int, int, float, float]], n_max: int, price: float) -> _Table:
+    best = np.zeros(n_max + 1)
+    chunks, weight = [], {}
+    for j, slots, rate, most in items:
+        copies = n_max // slots if not np.isfinite(most) else min(int(most), n_max // slots)
+        weight[j] = slots
+        k = 1
+        while copies > 0:
+            c = min(k, copies)
+            w = c * slots
+            cand = np.full(n_max + 1, -np.inf)
+            cand[w:] = best[:-w] + c * rate if w <= n_max else cand[w:]
+            took = cand > best
+            best = np.where(took, cand, best)
+            chunks.append((j, c, took))
+            copies -= c
+            k *= 2
+    rises = np.flatnonzero(np.diff(best) > 0) + 1
+    breaks = np.concatenate([[0], rises]).astype(np.int64)
+    usd = min((price * slots / rate for _, slots, rate, _ in items if rate > 0), default=np.inf)
+    t = _Table(best, chunks, breaks, usd)
+    t._weight = weight
+    return t
+
+
+class _TooMany(Exception):
+    pass
+
+
+def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list[tuple[np.ndarray, dict]]:
+    """The block's Pareto-minimal slot vectors of cost at most ``budget`` (over its linking rows), each with an
+    assignment of its columns (column -> value) that puts exactly that on them and meets its rows. Raises
+    :class:`_TooMany` past :data:`MAX_CANDIDATES` candidates or ``deadline`` (``time.perf_counter()``)."""
+    L = len(sh.links)
+    price = sh.price.tolist()
+    n_max = np.array([int(min(np.floor(budget / p + 1e-9) if p > 0 else 10**6, r if np.isfinite(r) else 10**6))
+                      for p, r in zip(price, sh.room, strict=True)])
+    n_max = np.maximum(n_max, 0)
+    tables = [[_table(sh.items[k][lk], int(n_max[lk]), float(price[lk])) for lk in range(L)]
+              for k in range(len(sh.items))]
+    D = sh.demand
+    tol = FEAS_TOL * max(1.0, abs(D))
+    eps = 1e-9 * max(1.0, abs(budget))
+    # least dollars per unit of rate: any free stage on links >= l; the cover stages, each on its best link
+    free_usd = np.full(L + 1, np.inf)
+    for lk in range(L - 1, -1, -1):
+        free_usd[lk] = min([free_usd[lk + 1]] + [tables[k][lk].usd_per_rate for k in sh.free])
+    cover_usd = sum(min(tables[k][lk].usd_per_rate for lk in range(L)) for k in sh.cover) if sh.cover else np.inf
+    free_links = [(k, lk) for lk in range(L) for k in sh.free]  # the free part's dimensions, link-major
+    F = len(free_links)
+    out: list[tuple[np.ndarray, list]] = []  # (slot vector, [(stage, link, n)])
+    count = [0]
+
+    def emit(vec, parts):
+        count[0] += 1
+        if count[0] > MAX_CANDIDATES or (deadline is not None and count[0] % 512 == 0 and time.perf_counter() > deadline):
+            raise _TooMany
+        out.append((vec, parts))
+
+    lists_of = [[(t.best.tolist(), t.breaks.tolist()) for t in per] for per in tables]
+    cover_memo: dict[tuple[int, float], list] = {}
+
+    def covers(k, need, b):
+        """Minimal vectors of stage k that carry ``need``, cost <= b: (cost, n per link)."""
+        key = (k, need)
+        if key in cover_memo and cover_memo[key][0] >= b:
+            return [c for c in cover_memo[key][1] if c[0] <= b + eps]
+        found = []
+        tk = tables[k]
+        suffix = np.full(L + 1, np.inf)
+        for lk in range(L - 1, -1, -1):
+            suffix[lk] = min(suffix[lk + 1], tk[lk].usd_per_rate)
+
+        def rec(lk, rem, cost, ns):
+            if rem <= tol:
+                found.append((cost, ns + [0] * (L - lk)))
+                return
+            if lk == L or cost + rem * suffix[lk] > b + eps:
+                return
+            best, breaks = lists_of[k][lk]
+            if lk == L - 1:
+                i = bisect_left(best, rem - tol)
+                if i < len(best) and cost + price[lk] * i <= b + eps:
+                    found.append((cost + price[lk] * i, ns + [i]))
+                return
+            for n in breaks:
+                c = cost + price[lk] * n
+                if c > b + eps:
+                    break
+                rec(lk + 1, rem - best[n], c, ns + [n])
+                if best[n] >= rem - tol:
+                    break
+                if len(found) > MAX_CANDIDATES:
+                    raise _TooMany
+
+        rec(0, need, 0.0, [])
+        cover_memo[key] = (b, found)
+        return found
+
+    stage_usd = {k: min(tables[k][lk].usd_per_rate for lk in range(L)) for k in sh.cover}
+
+    def finish(vec, cost, got, parts):
+        need = D - got
+        if need <= tol:
+            emit(vec.copy(), list(parts))
+            return
+        if not sh.cover:
+            return
+        # each stage within what the others leave: first their fractional least, then their exact least
+        b = budget - cost
+        least = [need * stage_usd[k] for k in sh.cover]
+        lists = []
+        for i, k in enumerate(sh.cover):
+            li = sorted(covers(k, need, b - (sum(least) - least[i])), key=lambda c: c[0])
+            if not li:
+                return
+            least[i] = li[0][0]
+            lists.append(li)
+        lists = [[c for c in li if c[0] <= b - (sum(least) - least[i]) + eps] for i, li in enumerate(lists)]
+
+        def comb(i, v, c, ps):
+            if i == len(lists):
+                emit(v, ps)
+                return
+            rest = sum(li[0][0] for li in lists[i + 1:])
+            for ck, ns in lists[i]:
+                if c + ck + rest > budget + eps:
+                    break
+                comb(i + 1, v + np.asarray(ns), c + ck, ps + [(sh.cover[i], lk, n) for lk, n in enumerate(ns) if n])
+
+        comb(0, vec, cost, list(parts))
+
+    def walk(d, vec, cost, got, parts):
+        rem = D - got
+        if rem > tol:
+            lb = rem * min(free_usd[free_links[d][1]] if d < F else np.inf, cover_usd)
+            if cost + lb > budget + eps:
+                return
+        if d == F or rem <= tol:
+            finish(vec, cost, got, parts)
+            return
+        k, lk = free_links[d]
+        t = tables[k][lk]
+        for n in t.breaks.tolist():
+            c = cost + price[lk] * n
+            if c > budget + eps:
+                break
+            if n:
+                vec[lk] += n
+            walk(d + 1, vec, c, got + t.best[n], parts + ([(k, lk, n)] if n else []))
+            if n:
+                vec[lk] -= n
+            if got + t.best[n] >= D - tol:
+                break
+
+    walk(0, np.zeros(L, dtype=np.int64), 0.0, 0.0, [])
+    if not out:
+        return []
+    # Pareto-minimal, one per vector
+    vecs = np.array([v for v, _ in out])
+    _, first = np.unique(vecs, axis=0, return_index=True)
+    vecs = vecs[first]
+    parts = [out[i][1] for i in first]
+    order = np.argsort(vecs.sum(1), kind="stable")
+    vecs, parts = vecs[order], [parts[i] for i in order]
+    keep = np.ones(len(vecs), dtype=bool)
+    for i in range(len(vecs)):
+        if not keep[i]:
+            continue
+        dominated = (vecs[i] <= vecs).all(1)
+        dominated[i] = False
+        keep &= ~dominated
+    result = []
+    for i in np.flatnonzero(keep):
+        x: dict[int, float] = {}
+        for k, lk, n in parts[i]:
+            tables[k][lk].assignment(n, x)
+        result.append((vecs[i], _with_streams(sh, x)))
+    return result
+
+
+def _with_streams(sh: _Shape, x: dict) -> dict:
+    """The assignment with each stream at the most its stages carry (its rows hold; the demand row too)."""
+    carried: dict[int, float] = {}
+    for k, per_link in enumerate(sh.items):
+        for lst in per_link:
+            for j, _, rate, _ in lst:
+                carried[k] = carried.get(k, 0.0) + rate * x.get(j, 0)
+    out = dict(x)
+    for s, stages, c_s in sh.streams:
+        # stage k's items carry rate * c_s / c_sk of demand, so the stream may carry carried_k / c_s
+        out[s] = min(carried.get(k, 0.0) / c_s for k, _ in stages)
+    return out
+
+
+@dataclass
+class Proof:
+    x: np.ndarray
+    """The best plan found (a vector over the columns of :attr:`planner.block_floors.Floors.lp`)."""
+    value: float
+    """Its objective, checked on the model."""
+    bound: float
+    """A lower bound on every plan's objective."""
+    vectors: int
+    """Slot vectors in the last master."""
+    wall_s: float
+
+
+def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff: float, *, threads: int,
+          mip_gap: float, time_limit_s: float = TOTAL_TIME_LIMIT_S) -> Proof | None:
+    """A lower bound on the model's objective from the master over the blocks' slot vectors, with the best plan it
+    saw, or ``None`` where a block is not a cover, the model's objective does not cover the blocks, or nothing was
+    proven in time. ``covers``: per block of ``floors.floors`` (same order), its cover; ``start``: a plan of
+    objective ``cutoff``."""
+    t0 = time.perf_counter()
+    lp = floors.lp
+    shapes = []
+    for (_, idx, cost), cover in zip(floors.floors, covers, strict=True):
+        if cover is None:
+            return None
+        sh = shape(lp, idx, cost, cover)
+        if isinstance(sh, str):
+            return None
+        shapes.append(sh)
+    total = floors.total
+    width = cutoff - total
+    if not np.isfinite(width):
+        return None
+    best_x, best_v, bound, used = start, cutoff, -np.inf, 0
+    delta = max(width / 16.0, 1e-6 * max(1.0, abs(cutoff)))
+    deadline = t0 + time_limit_s
+    while True:
+        level = min(total + delta, best_v)
+        try:
+            options = []
+            for (z, idx, _), sh in zip(floors.floors, shapes, strict=True):
+                found = vectors(sh, level - (total - z) + 1e-9 * max(1.0, abs(level)), deadline=deadline)
+                if len(found) > MAX_VECTORS:
+                    raise _TooMany
+                options.append((idx, [_dense(idx, a) for _, a in found]))
+        except _TooMany:
+            break
+        used = sum(len(o) for _, o in options)
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        got = choose(lp, best_x, [idx for _, idx, _ in floors.floors], options, threads=threads,
+                     time_limit_s=min(MASTER_TIME_LIMIT_S, left), mip_gap=mip_gap * 0.1)
+        if got is not None:
+            x, value, master_bound = got
+            if value < best_v:
+                best_x, best_v = x, value
+            bound = max(bound, min(master_bound, level))
+        else:
+            bound = max(bound, min(level, best_v) if level < best_v else bound)
+        if best_v - bound <= mip_gap * max(1.0, abs(best_v)) or level >= best_v:
+            break
+        delta *= 2.0
+    if not np.isfinite(bound):
+        return None
+    return Proof(best_x, best_v, bound, used, time.perf_counter() - t0)
+
+
+def _dense(idx: np.ndarray, a: dict) -> np.ndarray:
+    pos = {int(j): i for i, j in enumerate(idx.tolist())}
+    v = np.zeros(len(idx))
+    for j, val in a.items():
+        v[pos[j]] = val
+    return v
