@@ -172,13 +172,15 @@ def choose(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], options: list[t
     in_block = np.zeros(lp.ncol, dtype=bool)
     for idx in blocks:
         in_block[idx] = True
-    moves, groups = [], []  # (columns, change from start) per option; option indices per block with more than one
-    for idx, assignments in options:
+    moves, groups, owner = [], [], []  # (columns, change from start) per option, and its block; option indices per
+    # block with more than one
+    for b, (idx, assignments) in enumerate(options):
         first = len(moves)
         for a in assignments:
             a = np.where(lp.integer[idx] != 0, np.round(a), a)
             if np.abs(a - start[idx]).max() > 1e-9:
                 moves.append((idx, a - start[idx]))
+                owner.append(b)
         if len(moves) - first > 1:
             groups.append(range(first, len(moves)))
     if not moves:
@@ -206,16 +208,29 @@ def choose(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], options: list[t
     local[free] = np.arange(len(free))
     own = local[lp.cols] >= 0
     r_parts, c_parts, v_parts = [lp.rows[own]], [local[lp.cols[own]]], [lp.vals[own]]
+    # A row of no free column that the moves of one block alone touch, and that start and each of those moves keep,
+    # holds in every plan of the master (at most one move per block): left out, as the blocks' own rows are.
+    slack = 1e-7 * np.maximum(1.0, np.abs(shift))
+    holds = (shift >= lp.rlo - slack) & (shift <= lp.rhi + slack)
+    touched_by = np.full(lp.nrow, -1, dtype=np.int64)  # the one block whose moves touch the row (-2: several)
     for k, (idx, d) in enumerate(moves):
         delta = np.zeros(lp.ncol)
         delta[idx] = d
         sel = delta[lp.cols] != 0
         col = np.bincount(lp.rows[sel], weights=lp.vals[sel] * delta[lp.cols[sel]], minlength=lp.nrow)
         nz = np.flatnonzero(col)
+        act = shift[nz] + col[nz]
+        holds[nz] &= (act >= lp.rlo[nz] - slack[nz]) & (act <= lp.rhi[nz] + slack[nz])
+        prev = touched_by[nz]
+        touched_by[nz] = np.where((prev == -1) | (prev == owner[k]), owner[k], -2)
         r_parts.append(nz)
         c_parts.append(np.full(len(nz), len(free) + k))
         v_parts.append(col[nz])
+    redundant = holds & (touched_by >= 0)
+    redundant[lp.rows[own]] = False
     r, c, v = np.concatenate(r_parts), np.concatenate(c_parts), np.concatenate(v_parts)
+    keep_entry = ~redundant[r]
+    r, c, v = r[keep_entry], c[keep_entry], v[keep_entry]
     kept = np.unique(r)  # a row of the fixed columns alone holds at start's values: left out
     pos = np.full(lp.nrow, -1, dtype=np.int64)
     pos[kept] = np.arange(len(kept))

@@ -44,14 +44,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.block_floors import Floors, _Lp, choose
+from planner.block_floors import Floors, _Lp, choose, objective_of
 
+import os
+_DEBUG = bool(os.environ.get("PLANNER_MASTER_DEBUG"))
 MAX_VECTORS = 4000
 """Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (its MILP, one
 binary per vector, would be slower than HiGHS's own search)."""
 
 MAX_CANDIDATES = 200_000
 """Most candidate vectors (before the Pareto filter) one block's enumeration may build."""
+
+FIRST_WINDOW = 0.0025
+"""The first window's width as a share of the floors' sum (then doubled): a plan known to be far from the optimum
+(a greedy one) would otherwise open windows of too many vectors at once."""
+
+MAX_PAIRS = 20_000_000
+"""Most (state, vector) pairs one step of the residue master may weigh before the MILP master is used instead."""
+
+MAX_STATES = 300_000
+"""Most states (row totals modulo their units) the residue master may keep."""
+
+MASTER_GAP_SHARE = 0.5
+"""The master's relative gap as a share of the solve's: its bound then leaves HiGHS's re-check of the plan within
+the solve's gap."""
 
 MASTER_TIME_LIMIT_S = 2.0
 """Time limit of one master MILP."""
@@ -261,21 +277,55 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
     D = sh.demand
     tol = FEAS_TOL * max(1.0, abs(D))
     eps = 1e-9 * max(1.0, abs(budget))
-    # least dollars per unit of rate: any free stage on links >= l; the cover stages, each on its best link
-    free_usd = np.full(L + 1, np.inf)
-    for lk in range(L - 1, -1, -1):
-        free_usd[lk] = min([free_usd[lk + 1]] + [tables[k][lk].usd_per_rate for k in sh.free])
-    cover_usd = sum(min(tables[k][lk].usd_per_rate for lk in range(L)) for k in sh.cover) if sh.cover else np.inf
+    # Exact least costs of what is left, as staircases (cost, rate) of Pareto-best sums of the tables' breakpoints:
+    # per cover stage over links >= l, and of the free dimensions >= d; rates capped at the demand.
+    cap = D + tol
+
+    def part(k, lk):
+        t = tables[k][lk]
+        return price[lk] * t.breaks.astype(float), np.minimum(t.best[t.breaks], cap)
+
+    cover_from = {k: _suffix_stairs([part(k, lk) for lk in range(L)], budget + eps, cap) for k in sh.cover}
     free_links = [(k, lk) for lk in range(L) for k in sh.free]  # the free part's dimensions, link-major
     F = len(free_links)
-    out: list[tuple[np.ndarray, list]] = []  # (slot vector, [(stage, link, n)])
+    free_from = _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap)
+    cover_all = [cover_from[k][0] for k in sh.cover]
+
+    def cover_cost(need):
+        """Least cost of every cover stage carrying ``need`` (an array)."""
+        out = np.zeros(len(need))
+        for c, r in cover_all:
+            i = np.searchsorted(r, need - tol)
+            out += np.where(i < len(c), c[np.minimum(i, len(c) - 1)], np.inf)
+        return out
+
+    if sh.cover:  # the free part's staircases with the cover stages added: exact least completions
+        rhos = np.unique(np.concatenate([r for _, r in cover_all]))
+        g = cover_cost(rhos)
+        finite = np.isfinite(g)
+        complete = _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap,
+                                  last=_combine(g[finite], rhos[finite], np.zeros(1), np.zeros(1), budget + eps, cap))
+    else:
+        complete = free_from
+    complete = [(c.tolist(), r.tolist()) for c, r in complete]
+
+    def completion(d, rem):
+        """Least cost of carrying ``rem`` more with the free dimensions >= d and the cover stages."""
+        c, r = complete[d]
+        i = bisect_left(r, rem - tol)
+        return c[i] if i < len(c) else np.inf
+
+    out_vecs: list[np.ndarray] = []  # candidate slot vectors, in batches (rows)
+    out_recipes: list[tuple[list, list]] = []  # per batch: the free part's (stage, link, n), and per cover stage
+    # the chosen vectors' n per link (rows, one per candidate)
     count = [0]
 
-    def emit(vec, parts):
-        count[0] += 1
-        if count[0] > MAX_CANDIDATES or (deadline is not None and count[0] % 512 == 0 and time.perf_counter() > deadline):
+    def emit(vecs, free_parts, cover_ns):
+        count[0] += len(vecs)
+        if count[0] > MAX_CANDIDATES or (deadline is not None and time.perf_counter() > deadline):
             raise _TooMany
-        out.append((vec, parts))
+        out_vecs.append(vecs)
+        out_recipes.append((free_parts, cover_ns))
 
     lists_of = [[(t.best.tolist(), t.breaks.tolist()) for t in per] for per in tables]
     cover_memo: dict[tuple[int, float], list] = {}
@@ -286,16 +336,17 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
         if key in cover_memo and cover_memo[key][0] >= b:
             return [c for c in cover_memo[key][1] if c[0] <= b + eps]
         found = []
-        tk = tables[k]
-        suffix = np.full(L + 1, np.inf)
-        for lk in range(L - 1, -1, -1):
-            suffix[lk] = min(suffix[lk + 1], tk[lk].usd_per_rate)
+        stairs = [(c.tolist(), r.tolist()) for c, r in cover_from[k]]
 
         def rec(lk, rem, cost, ns):
             if rem <= tol:
                 found.append((cost, ns + [0] * (L - lk)))
                 return
-            if lk == L or cost + rem * suffix[lk] > b + eps:
+            if lk == L:
+                return
+            c_s, r_s = stairs[lk]
+            i = bisect_left(r_s, rem - tol)
+            if i == len(c_s) or cost + c_s[i] > b + eps:
                 return
             best, breaks = lists_of[k][lk]
             if lk == L - 1:
@@ -317,45 +368,46 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
         cover_memo[key] = (b, found)
         return found
 
-    stage_usd = {k: min(tables[k][lk].usd_per_rate for lk in range(L)) for k in sh.cover}
-
     def finish(vec, cost, got, parts):
         need = D - got
         if need <= tol:
-            emit(vec.copy(), list(parts))
+            emit(vec[None, :].copy(), parts, [])
             return
         if not sh.cover:
             return
-        # each stage within what the others leave: first their fractional least, then their exact least
+        # each stage within what the others leave: first their exact least, then what the others' lists hold
         b = budget - cost
-        least = [need * stage_usd[k] for k in sh.cover]
+        least = [_stair_cost(cover_all[i], need, tol) for i in range(len(sh.cover))]
         lists = []
         for i, k in enumerate(sh.cover):
-            li = sorted(covers(k, need, b - (sum(least) - least[i])), key=lambda c: c[0])
+            li = covers(k, need, b - (sum(least) - least[i]))
             if not li:
                 return
-            least[i] = li[0][0]
+            least[i] = min(c for c, _ in li)
             lists.append(li)
-        lists = [[c for c in li if c[0] <= b - (sum(least) - least[i]) + eps] for i, li in enumerate(lists)]
-
-        def comb(i, v, c, ps):
-            if i == len(lists):
-                emit(v, ps)
+        # every choice of one vector per stage within the budget, summed onto the free part (arrays), then the
+        # Pareto-minimal ones of them
+        sums = vec[None, :].astype(np.int64)
+        spent = np.array([cost])
+        picks: list[np.ndarray] = []
+        for i, li in enumerate(lists):
+            c = np.array([ci for ci, _ in li])
+            ns = np.array([n for _, n in li], dtype=np.int64)
+            rest = sum(least[i + 1:])
+            ok = spent[:, None] + c[None, :] + rest <= budget + eps
+            a_i, o_i = np.nonzero(ok)
+            sums = sums[a_i] + ns[o_i]
+            spent = spent[a_i] + c[o_i]
+            picks = [p[a_i] for p in picks] + [ns[o_i]]
+            if not len(sums):
                 return
-            rest = sum(li[0][0] for li in lists[i + 1:])
-            for ck, ns in lists[i]:
-                if c + ck + rest > budget + eps:
-                    break
-                comb(i + 1, v + np.asarray(ns), c + ck, ps + [(sh.cover[i], lk, n) for lk, n in enumerate(ns) if n])
-
-        comb(0, vec, cost, list(parts))
+        keep = _minimal(sums)
+        emit(sums[keep], parts, [p[keep] for p in picks])
 
     def walk(d, vec, cost, got, parts):
         rem = D - got
-        if rem > tol:
-            lb = rem * min(free_usd[free_links[d][1]] if d < F else np.inf, cover_usd)
-            if cost + lb > budget + eps:
-                return
+        if rem > tol and cost + completion(d, rem) > budget + eps:
+            return
         if d == F or rem <= tol:
             finish(vec, cost, got, parts)
             return
@@ -374,29 +426,73 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
                 break
 
     walk(0, np.zeros(L, dtype=np.int64), 0.0, 0.0, [])
-    if not out:
+    if not out_vecs:
         return []
-    # Pareto-minimal, one per vector
-    vecs = np.array([v for v, _ in out])
+    vecs = np.concatenate(out_vecs)
+    batch = np.repeat(np.arange(len(out_vecs)), [len(v) for v in out_vecs])
+    row = np.concatenate([np.arange(len(v)) for v in out_vecs])
     _, first = np.unique(vecs, axis=0, return_index=True)
-    vecs = vecs[first]
-    parts = [out[i][1] for i in first]
-    order = np.argsort(vecs.sum(1), kind="stable")
-    vecs, parts = vecs[order], [parts[i] for i in order]
-    keep = np.ones(len(vecs), dtype=bool)
-    for i in range(len(vecs)):
-        if not keep[i]:
-            continue
-        dominated = (vecs[i] <= vecs).all(1)
-        dominated[i] = False
-        keep &= ~dominated
+    vecs, batch, row = vecs[first], batch[first], row[first]
+    keep = _minimal(vecs)
     result = []
     for i in np.flatnonzero(keep):
+        free_parts, cover_ns = out_recipes[batch[i]]
         x: dict[int, float] = {}
-        for k, lk, n in parts[i]:
+        for k, lk, n in free_parts:
             tables[k][lk].assignment(n, x)
+        for k, ns in zip(sh.cover, cover_ns, strict=False):  # none where the free part covers the demand
+            for lk, n in enumerate(ns[row[i]].tolist()):
+                if n:
+                    tables[k][lk].assignment(n, x)
         result.append((vecs[i], _with_streams(sh, x)))
     return result
+
+
+def _minimal(vecs: np.ndarray) -> np.ndarray:
+    """Which rows of ``vecs`` no other row is at most on every column and below on one (distinct rows)."""
+    if len(vecs) <= 1500:  # all pairs at once
+        below = (vecs[:, None, :] <= vecs[None, :, :]).all(2) & (vecs[:, None, :] != vecs[None, :, :]).any(2)
+        return ~below.any(0)
+    order = np.argsort(vecs.sum(1), kind="stable")
+    keep = np.zeros(len(vecs), dtype=bool)
+    kept = np.empty((0, vecs.shape[1]), dtype=vecs.dtype)
+    for i in order.tolist():
+        v = vecs[i]
+        if len(kept) and ((kept <= v).all(1) & (kept != v).any(1)).any():
+            continue
+        keep[i] = True
+        kept = np.vstack([kept, v[None, :]])
+    return keep
+
+
+def _stair_cost(stairs: tuple[np.ndarray, np.ndarray], need: float, tol: float) -> float:
+    c, r = stairs
+    i = int(np.searchsorted(r, need - tol))
+    return float(c[i]) if i < len(c) else np.inf
+
+
+def _suffix_stairs(parts: list[tuple[np.ndarray, np.ndarray]], budget: float, cap: float,
+                   last: tuple[np.ndarray, np.ndarray] | None = None) -> list:
+    """For each ``d``, the Pareto-best (least cost, most rate) sums of one point of each of ``parts[d:]`` (per part,
+    its costs and rates), as arrays sorted by cost (rates then rise), cost at most ``budget``, rates capped at
+    ``cap``: the least cost of carrying ``r`` with them is the cost of the first point of rate at least ``r``.
+    ``last``: a staircase every sum also takes one point of (default: the point (0, 0))."""
+    out = [(np.zeros(1), np.zeros(1)) if last is None else last]
+    for pc, pr in reversed(parts):
+        out.append(_combine(pc, pr, *out[-1], budget, cap))
+    return out[::-1]
+
+
+def _combine(pc, pr, c, r, budget: float, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto-best sums of a point of ``(pc, pr)`` and one of ``(c, r)`` (costs, rates), as :func:`_suffix_stairs`."""
+    C = (pc[:, None] + c[None, :]).ravel()
+    R = np.minimum((pr[:, None] + r[None, :]).ravel(), cap)
+    ok = C <= budget
+    C, R = C[ok], R[ok]
+    o = np.lexsort((-R, C))
+    C, R = C[o], R[o]
+    keep = R > np.concatenate([[-1.0], np.maximum.accumulate(R)[:-1]])
+    return C[keep], R[keep]
 
 
 def _with_streams(sh: _Shape, x: dict) -> dict:
@@ -442,43 +538,197 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
         if isinstance(sh, str):
             return None
         shapes.append(sh)
+    units = _units(lp, floors, shapes)
     total = floors.total
     width = cutoff - total
     if not np.isfinite(width):
         return None
     best_x, best_v, bound, used = start, cutoff, -np.inf, 0
-    delta = max(width / 16.0, 1e-6 * max(1.0, abs(cutoff)))
+    delta = max(min(width / 16.0, FIRST_WINDOW * max(1.0, abs(total))), 1e-6 * max(1.0, abs(cutoff)))
     deadline = t0 + time_limit_s
     while True:
         level = min(total + delta, best_v)
         try:
-            options = []
+            options, vecs = [], []
             for (z, idx, _), sh in zip(floors.floors, shapes, strict=True):
                 found = vectors(sh, level - (total - z) + 1e-9 * max(1.0, abs(level)), deadline=deadline)
                 if len(found) > MAX_VECTORS:
                     raise _TooMany
                 options.append((idx, [_dense(idx, a) for _, a in found]))
+                vecs.append([(v, float(sh.price @ v) - z) for v, _ in found])
         except _TooMany:
+            if _DEBUG:
+                print(f"    level {level:.2f}: too many vectors or out of time at {time.perf_counter() - t0:.2f} s")
             break
         used = sum(len(o) for _, o in options)
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        got = choose(lp, best_x, [idx for _, idx, _ in floors.floors], options, threads=threads,
-                     time_limit_s=min(MASTER_TIME_LIMIT_S, left), mip_gap=mip_gap * 0.1)
+        t_m = time.perf_counter()
+        got = None
+        if units is not None:
+            # each block may also stay where the best plan has it (outside the window, it lowers no bound)
+            kept = [_kept(sh, best_x, z) for (z, _, _), sh in zip(floors.floors, shapes, strict=True)]
+            got = _residues(lp, best_x, units, floors, [v + [k[:2]] for v, k in zip(vecs, kept, strict=True)],
+                            [(idx, o + [k[2]]) for (idx, o), k in zip(options, kept, strict=True)], level,
+                            best_v, deadline)
+        if got is None or not np.isfinite(got[1]):
+            # no residue master here, or its plan breaks another row (inventory, power): the MILP
+            dp_bound = None if got is None else got[2]
+            got = choose(lp, best_x, [idx for _, idx, _ in floors.floors], options, threads=threads,
+                         time_limit_s=min(MASTER_TIME_LIMIT_S, left), mip_gap=mip_gap * MASTER_GAP_SHARE)
+            if got is not None and dp_bound is not None:
+                got = (got[0], got[1], max(got[2], dp_bound))
         if got is not None:
             x, value, master_bound = got
             if value < best_v:
                 best_x, best_v = x, value
             bound = max(bound, min(master_bound, level))
-        else:
-            bound = max(bound, min(level, best_v) if level < best_v else bound)
+        if _DEBUG:
+            print(f"    level {level:.2f} at {t_m - t0:.2f} s vectors {used} master {time.perf_counter() - t_m:.3f}s "
+                  f"{None if got is None else (round(got[1], 4), round(got[2], 4))} bound {bound:.4f}")
         if best_v - bound <= mip_gap * max(1.0, abs(best_v)) or level >= best_v:
             break
         delta *= 2.0
     if not np.isfinite(bound):
         return None
     return Proof(best_x, best_v, bound, used, time.perf_counter() - t0)
+
+
+@dataclass
+class _Units:
+    """Where every linking row is ``sum slots x <= chips u`` with one integer unit column ``u`` priced at the block
+    price of its slots times ``chips``: then a plan's units cost the blocks' costs plus the price of the chips its
+    rows leave idle, which depends only on each row's total modulo ``chips``."""
+
+    rows: np.ndarray  # the linking rows, one order for all blocks
+    unit: np.ndarray  # the unit column of each
+    chips: np.ndarray  # slots per unit
+    price: np.ndarray  # block cost per slot
+    where: list[np.ndarray]  # per block: the position of each of its linking rows in ``rows``
+
+
+def _units(lp: _Lp, floors: Floors, shapes: list[_Shape]) -> _Units | None:
+    """The linking rows' units (:class:`_Units`), or ``None`` where a linking row is not of that form or a column on
+    it belongs to no block of ``floors``."""
+    order: dict[int, int] = {}
+    price: dict[int, float] = {}
+    for sh in shapes:
+        for r, p in zip(sh.links.tolist(), sh.price.tolist(), strict=True):
+            order.setdefault(r, len(order))
+            if not np.isclose(price.setdefault(r, p), p, rtol=1e-9, atol=1e-15):
+                return None
+    rows = np.array(list(order), dtype=np.int64)
+    in_block = np.zeros(lp.ncol, dtype=bool)
+    for _, idx, _ in floors.floors:
+        in_block[idx] = True
+    unit, chips = [], []
+    for r in rows.tolist():
+        sel = lp.rows == r
+        cols, vals = lp.cols[sel], lp.vals[sel]
+        sign = 1.0 if np.isfinite(lp.rhi[r]) and not np.isfinite(lp.rlo[r]) else -1.0 if np.isfinite(lp.rlo[r]) \
+            and not np.isfinite(lp.rhi[r]) else 0.0
+        others = ~in_block[cols]
+        if sign == 0.0 or (lp.rhi[r] if sign > 0 else -lp.rlo[r]) != 0:
+            return None
+        if not others.any():  # its unit fixed at 0 (Pyomo left the column out): the blocks put nothing there
+            unit.append(-1)
+            chips.append(1)
+            continue
+        if others.sum() != 1:
+            return None
+        j, c = int(cols[others][0]), -sign * float(vals[others][0])
+        if lp.integer[j] == 0 or lp.clo[j] != 0 or c <= 0 or abs(c - round(c)) > 1e-9 or \
+                not np.isclose(lp.cost[j], price[r] * c, rtol=1e-9, atol=1e-12):
+            return None
+        unit.append(j)
+        chips.append(int(round(c)))
+    where = [np.array([order[r] for r in sh.links.tolist()], dtype=np.int64) for sh in shapes]
+    return _Units(rows, np.array(unit), np.array(chips), np.array([price[r] for r in rows.tolist()]), where)
+
+
+def _residues(lp: _Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: list, options: list, level: float,
+              best: float, deadline: float) -> tuple[np.ndarray, float, float] | None:
+    """The master without HiGHS, where the linking rows are units (:class:`_Units`): a plan of objective at most
+    ``level`` puts a total ``T_r`` on each row and pays at least ``sum_b (Z_b + excess_b) + sum_r price_r (-T_r mod
+    chips_r)`` (its blocks' costs plus the idle chips), so a dynamic programme over the blocks, its state the
+    totals modulo each row's chips, its value the least excess, gives the least of that over the vectors
+    (``vecs``: per block, its vectors and their cost above the floor; ``options``: their assignments). Returns the plan of that least (units
+    rounded up, the rest as ``start``; its objective checked on the model: where another row breaks it, ``inf``) and
+    the bound ``min(level, sum Z + least)``; ``None`` past ``deadline`` or :data:`MAX_STATES` states."""
+    total = floors.total
+    budget = best - total + 1e-9 * max(1.0, abs(best))  # a plan of excess and idle chips above this is no better
+    chips = units.chips.astype(np.int64)
+    stride = np.cumprod(np.concatenate([[1], chips[:-1]])).astype(np.int64)
+    codes = np.zeros(1, dtype=np.int64)
+    excess = np.zeros(1)
+    back = []  # per block: (parent state, option) of each state
+    order = sorted(range(len(vecs)), key=lambda b: len(vecs[b]))
+    rest = np.concatenate([np.cumsum([min((e for _, e in vecs[b]), default=np.inf) for b in order][::-1])[::-1], [0.0]])
+    for step, b in enumerate(order):
+        if not vecs[b]:
+            return start, np.inf, level  # a block with no vector in the window: no plan costs at most level
+        res = np.zeros((len(vecs[b]), len(chips)), dtype=np.int64)
+        for o, (v, _) in enumerate(vecs[b]):
+            res[o, units.where[b]] += v
+        res %= chips
+        ex = np.array([e for _, e in vecs[b]])
+        o_sort = np.argsort(ex, kind="stable")
+        ex, res = ex[o_sort], res[o_sort]
+        # the pairs (state, option) within the budget, the later blocks at their least
+        room = budget - rest[step + 1] - excess
+        count = np.searchsorted(ex, room, side="right")
+        n = int(count.sum())
+        if n > MAX_PAIRS or time.perf_counter() > deadline:
+            return None
+        si = np.repeat(np.arange(len(codes)), count)
+        oi = np.arange(n) - np.repeat(np.cumsum(count) - count, count)
+        state_res = (codes[:, None] // stride) % chips
+        new = np.zeros(n, dtype=np.int64)
+        for r in range(len(chips)):
+            new += ((state_res[si, r] + res[oi, r]) % chips[r]) * stride[r]
+        val = excess[si] + ex[oi]
+        first = np.lexsort((val, new))
+        keep = np.concatenate([[True], new[first][1:] != new[first][:-1]]) if n else np.zeros(0, dtype=bool)
+        pick = first[keep]
+        if len(pick) > MAX_STATES:
+            return None
+        codes, excess = new[pick], val[pick]
+        back.append((b, si[pick], o_sort[oi[pick]]))
+        if not len(codes):
+            return start, np.inf, level
+    state_res = (codes[:, None] // stride) % chips
+    idle = ((-state_res) % chips) @ units.price
+    value = excess + idle
+    least = int(np.argmin(value))
+    bound = min(level, total + float(value[least]))
+    # the plan: each block's vector, the units rounded up
+    x = start.copy()
+    slots = np.zeros(len(chips), dtype=np.int64)
+    s = least
+    for b, parent, option in reversed(back):
+        o = int(option[s])
+        idx = floors.floors[b][1]
+        x[idx] = options[b][1][o]
+        slots[units.where[b]] += vecs[b][o][0]
+        s = int(parent[s])
+    has = units.unit >= 0
+    x[units.unit[has]] = -(-slots[has] // chips[has])
+    checked = objective_of(lp, x)
+    return x, np.inf if checked is None else checked, bound
+
+
+def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, np.ndarray]:
+    """The block where plan ``x`` has it: its slot vector, its cost above ``floor``, its assignment."""
+    vec = np.zeros(len(sh.links), dtype=np.int64)
+    cost = 0.0
+    for per_link in sh.items:
+        for lk, lst in enumerate(per_link):
+            for j, slots, _, _ in lst:
+                n = int(round(x[j]))
+                vec[lk] += slots * n
+                cost += sh.price[lk] * slots * n
+    return vec, cost - floor, x[sh.idx].copy()
 
 
 def _dense(idx: np.ndarray, a: dict) -> np.ndarray:

@@ -50,6 +50,10 @@ proven where it was cut at its 5 s limit, three-models 0.26 -> 0.18, llama-70b-n
 10-workload fleet's it finds the savings its re-solves cut at 5 s report (57.6 s either way, four answers worse
 without it)."""
 
+MASTER_SHARE = 0.6
+"""Most share of a solve's time limit the master over the blocks' slot vectors may take (the rest is HiGHS's, where
+the master proves nothing)."""
+
 _scheduler_threads: list[int | None] = [None]
 """The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""
 
@@ -81,6 +85,9 @@ class Solver:
     def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None,
                  heuristics: bool = True, floors: bool = True):
         self.floors = floors
+        self.master = floors
+        """Whether a solve from a known plan first tries to prove it with the master over the blocks' slot vectors
+        (:mod:`planner.block_master`), adding its bound as a row; on with the floors."""
         """Whether a model that declares blocks gets their floor rows (:mod:`planner.block_floors`); ``False`` only
         to measure what they are worth."""
         self.time_limit_s = time_limit_s
@@ -112,7 +119,7 @@ class Solver:
         other = object.__new__(Solver)
         other.time_limit_s, other.mip_gap, other.threads, other._opt = time_limit_s, mip_gap, self.threads, self._opt
         other.heuristics = self.heuristics if heuristics is None else heuristics
-        other.floors = self.floors
+        other.floors, other.master = self.floors, self.master
         return other
 
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
@@ -138,7 +145,7 @@ class Solver:
                     model,
                     load_solutions=False,
                     raise_exception_on_nonoptimal_result=False,
-                    time_limit=self.time_limit_s,
+                    time_limit=max(0.05, self.time_limit_s - (time.perf_counter() - t0)),  # the floors' time counts
                     rel_gap=self.mip_gap,
                     threads=threads,
                     auto_updates=NO_UPDATES,
@@ -227,11 +234,24 @@ class Solver:
 
         floors, blocks = found
         h = self._opt._solver_model
+        covered = bool(getattr(model, "_objective_covers_blocks", False))
+        proof = None
         if start is not None and cutoff is not None:
-            better = improve(floors.lp, self._column_values(start), blocks, floors.optima, threads=self.threads_for())
+            x = self._column_values(start)
+            better = improve(floors.lp, x, blocks, floors.optima, threads=self.threads_for())
             if better is not None:
-                start, cutoff = better
-        rows = floors.rows(cutoff, bool(getattr(model, "_objective_covers_blocks", False)))
+                x, cutoff = better
+            start = x
+            if self.master and covered:
+                proof = self._prove(model, floors, x, cutoff)
+                if proof is not None and proof.value < cutoff:
+                    start, cutoff = proof.x, proof.value
+        rows = floors.rows(cutoff, covered)
+        if proof is not None:  # every plan's objective is at least the master's bound: one dense row
+            lp = floors.lp
+            nz = np.flatnonzero(lp.cost)
+            lo = proof.bound - lp.offset - 1e-7 * max(1.0, abs(proof.bound))
+            rows.append((lo, np.inf, nz, lp.cost[nz]))
         if not rows:
             return 0, start, cutoff
         lower = np.array([r[0] for r in rows])
@@ -242,6 +262,29 @@ class Solver:
         starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
         h.addRows(len(rows), lower, upper, len(index), starts, index, value)
         return len(rows), start, cutoff
+
+    def _prove(self, model: pyo.ConcreteModel, floors, start, cutoff: float):
+        """The master over the blocks' slot vectors (:func:`planner.block_master.prove`) from the plan ``start`` (a
+        vector over HiGHS's columns) of objective ``cutoff``, where the model declares its blocks as covers; else
+        ``None``."""
+        declared = getattr(model, "_block_covers", None)
+        if declared is None:
+            return None
+        from planner.block_master import TOTAL_TIME_LIMIT_S, Cover, prove
+
+        cons, cols = self._opt._pyomo_con_to_solver_con_map, self._opt._pyomo_var_to_solver_var_map
+        by_column = {}
+        for demand, streams in declared():
+            if demand not in cons:
+                return None
+            cover = Cover(cons[demand], [(cols[id(s)], [cons[c] for c in rows]) for s, rows in streams
+                                         if id(s) in cols and all(c in cons for c in rows)])
+            for s, _ in cover.streams:
+                by_column[s] = cover
+        # each floor's block by one of its stream columns (a block's columns are its own)
+        covers = [next((by_column[j] for j in idx.tolist() if j in by_column), None) for _, idx, _ in floors.floors]
+        return prove(floors, covers, start, cutoff, threads=self.threads_for(), mip_gap=self.mip_gap,
+                     time_limit_s=min(TOTAL_TIME_LIMIT_S, MASTER_SHARE * self.time_limit_s))
 
     def threads_for(self) -> int:
         """HiGHS threads for the model loaded: ``threads`` where set; else one for a model of at most
