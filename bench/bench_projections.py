@@ -1,26 +1,22 @@
-"""How large an exact master over each workload's slot vectors would be (figures for issue 18's next step and
-docs/formulation.md section 3, never a test; nothing in the planner uses this yet).
+"""The master over each workload's slot vectors (:mod:`planner.block_master`) measured on the N-workload fleet
+(figures for issue 18 and docs/formulation.md section 3, never a test).
 
-    python bench/bench_projections.py [N] [--demand W=F ...] [--window question|plan] [--block-limit S]
+    python bench/bench_projections.py [N] [--demand W=F ...] [--window question|plan] [--reference]
+                                      [--block-limit S]
 
 Plans the N-workload fleet of ``bench_fleet.py`` (default 10) in this process, then, on the plan's MILP as HiGHS
 holds it (with ``--demand``: that workload's rate times F, re-solved from the plan as the analysis asks it; the windows
 from that re-solve's plan, or with ``--window plan`` from the plan's cost):
 
 1. each workload's floor ``Z_w`` (:mod:`planner.block_floors`) and its window ``U_w = C - sum_{w' != w} Z_w'``, where
-   ``C`` is the plan's cost: every plan of cost at most ``C`` gives workload ``w`` chip dollars at most ``U_w``;
-2. each workload's *projections*: the slots its replicas take on each purchase unit's packing row, for every
-   integer assignment of its columns within the window, kept where no other takes fewer slots on every row
-   (Pareto-minimal; found by splitting boxes of slot counts, one small MILP of the workload's own rows per box);
-3. the master (:func:`planner.block_floors.choose`, as the block moves use it): each workload kept where the best
-   plan known has it or moved to one of its projections' assignments (one binary each, at most one per workload),
-   the units and every column of no workload set anew. It is exact when every workload reaches the others only
-   through rows it can only fill (here the packing rows) and its cost is a price per slot of them
-   (:func:`exact_here` checks both on the rows): a plan's workload then holds one of the projections or more slots
-   than one, and the plan costs no less. Its optimum is checked on the MILP.
-
-Prints, per workload, the floor, the window, the projections found, the MILPs the enumeration took and its time;
-then the master's binaries, time, optimum and dual bound, beside what HiGHS's own solve of the MILP took.
+   ``C`` is the best plan's cost: every plan of cost at most ``C`` gives workload ``w`` chip dollars at most ``U_w``;
+2. each workload's Pareto-minimal slot vectors within its window, from its rows
+   (:func:`planner.block_master.vectors`); with ``--reference`` also by the first method, one small MILP of the
+   workload's own rows per box of slot counts, splitting each box around the vector it found, and the two sets
+   compared;
+3. the masters over those vectors: the MILP (:func:`planner.block_floors.choose`) and the residue programme
+   (``block_master._residues``), beside what HiGHS's own solve of the MILP took;
+4. :func:`planner.block_master.prove` from the plan as the solve runs it (windows widened from the floors' sum).
 """
 
 from __future__ import annotations
@@ -37,6 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_questions import plan_model  # noqa: E402
 
+import planner.block_master as bm  # noqa: E402
 from planner.block_floors import choose  # noqa: E402
 from planner.model.bounds import greedy_start, snapshot, solve_from  # noqa: E402
 from planner.solve import Solver  # noqa: E402
@@ -155,7 +152,8 @@ def main() -> None:
     ap.add_argument("--demand", action="append", default=[], help="W=F: workload W's rate times F, re-solved from the plan")
     ap.add_argument("--window", choices=["question", "plan"], default="question",
                     help="the windows from the question's best plan (default) or from the plan's cost")
-    ap.add_argument("--block-limit", type=float, default=60.0, help="seconds one workload's enumeration may take")
+    ap.add_argument("--reference", action="store_true", help="also enumerate by one MILP per box and compare")
+    ap.add_argument("--block-limit", type=float, default=60.0, help="seconds one workload's reference enumeration may take")
     a = ap.parse_args()
     m = plan_model(a.n)
     changes = []
@@ -185,33 +183,72 @@ def main() -> None:
     solver.load(m)
     start = solver._column_values(snapshot(m))  # the best plan known, as a vector over HiGHS's columns
     floors, blocks = solver._block_floors(m)
+    covers = solver._covers(m, floors)
     lp = floors.lp
     total = floors.total
     print(f"floors: sum ${total:,.2f}/h, windows from ${cost:,.2f}/h: ${cost - total:,.2f}/h wide")
-    options = []
-    t_all = time.perf_counter()
-    for z, idx, c in floors.floors:
+    options, vecs, shapes = [], [], []
+    t_all, t_ref = time.perf_counter(), 0.0
+    for (z, idx, c), cover in zip(floors.floors, covers, strict=True):
         own, link = split_rows(lp, idx)
         why = exact_here(m, lp, idx, c, link)
-        if why is not None:
-            print(f"the master is not exact here: {why}")
+        sh = bm.shape(lp, idx, c, cover)
+        if why is not None or isinstance(sh, str):
+            print(f"the master is not exact here: {why or sh}")
             return
+        shapes.append(sh)
+        budget = cost - (total - z) + 1e-6
         t = time.perf_counter()
-        points, calls, done = projections(lp, idx, c, own, link, cost - (total - z) + 1e-6, a.block_limit)
-        print(f"  floor ${z:8.2f}/h  window to ${cost - (total - z):8.2f}/h  {len(points):4d} projections  "
-              f"{calls:4d} MILPs  {time.perf_counter() - t:6.2f} s{'' if done else '  (stopped: incomplete)'}")
-        options.append((idx, points))
-    print(f"enumeration {time.perf_counter() - t_all:.2f} s")
+        found = bm.vectors(sh, budget)
+        dt = time.perf_counter() - t
+        line = f"  floor ${z:8.2f}/h  window to ${budget:8.2f}/h  {len(found):5d} vectors  {dt:6.3f} s"
+        if a.reference:
+            t = time.perf_counter()
+            points, calls, done = projections(lp, idx, c, own, link, budget, a.block_limit)
+            t_ref += time.perf_counter() - t
+            ref = {tuple(int(round(v)) for v in _slots(lp, sh, idx, x)) for x in points}
+            mine = {tuple(int(v) for v in vec) for vec, _ in found}
+            line += (f"  | reference {len(ref):5d} in {calls:4d} MILPs {time.perf_counter() - t:6.2f} s"
+                     f"{'' if done else ' (stopped: incomplete)'}  {'same' if ref == mine else 'DIFFERENT'}")
+        print(line, flush=True)
+        options.append((idx, [bm._dense(idx, x) for _, x in found]))
+        vecs.append([(v, float(sh.price @ v) - z) for v, _ in found])
+    print(f"enumeration {time.perf_counter() - t_all - t_ref:.3f} s" + (f", reference {t_ref:.2f} s" if a.reference else ""))
+    n = sum(len(o) for _, o in options)
     t = time.perf_counter()
     found = choose(lp, start, [idx for _, idx, _ in floors.floors], options, threads=1, time_limit_s=600.0,
                    mip_gap=solver.mip_gap)
     wall = time.perf_counter() - t
     if found is None:
-        print(f"master: {wall:.3f} s, no plan that differs from the best known (${cost:,.2f}/h)")
+        print(f"MILP master: {wall:.3f} s, no plan that differs from the best known (${cost:,.2f}/h)")
+    else:
+        print(f"MILP master: one binary per vector ({n}), {wall:.3f} s, ${found[1]:,.2f}/h checked on the MILP, "
+              f"bound ${found[2]:,.2f}/h")
+    units = bm._units(lp, floors, shapes)
+    if units is None:
+        print("residue master: the linking rows are not units")
+    else:
+        t = time.perf_counter()
+        got = bm._residues(lp, start, units, floors, vecs, options, cost, cost, float("inf"))
+        wall = time.perf_counter() - t
+        print("residue master: " + ("out of states" if got is None else
+                                    f"{wall:.3f} s, ${got[1]:,.2f}/h checked on the MILP, bound ${got[2]:,.2f}/h"))
+    t = time.perf_counter()
+    proof = bm.prove(floors, covers, start, cost, threads=1, mip_gap=solver.mip_gap, time_limit_s=600.0)
+    if proof is None:
+        print("prove: nothing proven")
         return
-    _, value, bound = found
-    print(f"master: one binary per projection ({sum(len(p) for _, p in options)}), {wall:.3f} s, "
-          f"${value:,.2f}/h checked on the MILP, bound ${bound:,.2f}/h")
+    print(f"prove from the best plan: {time.perf_counter() - t:.3f} s, ${proof.value:,.2f}/h, bound ${proof.bound:,.2f}/h")
+    for level, used, best, bound, master in proof.levels:
+        print(f"  window to ${level:,.2f}/h: {used:5d} vectors, {master:8s} best ${best:,.2f}/h, bound ${bound:,.2f}/h")
+
+
+def _slots(lp, sh, idx, x):
+    """The slots assignment ``x`` of the block's columns puts on each of its linking rows (``sh.links``)."""
+    full = np.zeros(lp.ncol)
+    full[idx] = x
+    put = np.bincount(lp.rows, weights=lp.vals * full[lp.cols], minlength=lp.nrow)[sh.links]
+    return np.abs(put)
 
 
 if __name__ == "__main__":

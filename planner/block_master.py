@@ -46,8 +46,6 @@ import numpy as np
 
 from planner.block_floors import Floors, _Lp, choose, objective_of
 
-import os
-_DEBUG = bool(os.environ.get("PLANNER_MASTER_DEBUG"))
 MAX_VECTORS = 4000
 """Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (its MILP, one
 binary per vector, would be slower than HiGHS's own search)."""
@@ -94,17 +92,15 @@ class _Table:
     of the bounded knapsack that rebuild the assignment."""
 
     best: np.ndarray
-    chunks: list[tuple[int, int, np.ndarray]]  # (column, copies, whether the chunk is taken at each n)
+    chunks: list[tuple[int, int, int, np.ndarray]]  # (column, copies, slots, whether taken at each n)
     breaks: np.ndarray  # n where best rises (and 0)
-    usd_per_rate: float  # least dollars per unit of rate on this pair (inf where none)
 
     def assignment(self, n: int, x: dict) -> None:
-        for col, k, took in reversed(self.chunks):
+        """Add to ``x`` (column -> replicas) the replicas that carry ``best[n]`` in at most ``n`` slots."""
+        for col, k, slots, took in reversed(self.chunks):
             if n > 0 and took[n]:
                 x[col] = x.get(col, 0) + k
-                n -= self._weight[col] * k
-
-    _weight: dict = field(default_factory=dict)
+                n -= slots * k
 
 
 @dataclass
@@ -234,29 +230,26 @@ def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | 
                   free, cover_stages, items, streams)
 
 
-def _table(items: list[tuple[int, int, float, float]], n_max: int, price: float) -> _Table:
+def _table(items: list[tuple[int, int, float, float]], n_max: int) -> _Table:
+    """The bounded knapsack of ``items`` (column, slots, rate, most copies) in 0..``n_max`` slots, each item's
+    copies split into chunks of 1, 2, 4, ... (0/1 items)."""
     best = np.zeros(n_max + 1)
-    chunks, weight = [], {}
+    chunks = []
     for j, slots, rate, most in items:
         copies = n_max // slots if not np.isfinite(most) else min(int(most), n_max // slots)
-        weight[j] = slots
         k = 1
         while copies > 0:
             c = min(k, copies)
             w = c * slots
             cand = np.full(n_max + 1, -np.inf)
-            cand[w:] = best[:-w] + c * rate if w <= n_max else cand[w:]
+            cand[w:] = best[:-w] + c * rate
             took = cand > best
             best = np.where(took, cand, best)
-            chunks.append((j, c, took))
+            chunks.append((j, c, slots, took))
             copies -= c
             k *= 2
-    rises = np.flatnonzero(np.diff(best) > 0) + 1
-    breaks = np.concatenate([[0], rises]).astype(np.int64)
-    usd = min((price * slots / rate for _, slots, rate, _ in items if rate > 0), default=np.inf)
-    t = _Table(best, chunks, breaks, usd)
-    t._weight = weight
-    return t
+    breaks = np.concatenate([[0], np.flatnonzero(np.diff(best) > 0) + 1]).astype(np.int64)
+    return _Table(best, chunks, breaks)
 
 
 class _TooMany(Exception):
@@ -272,7 +265,7 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
     n_max = np.array([int(min(np.floor(budget / p + 1e-9) if p > 0 else 10**6, r if np.isfinite(r) else 10**6))
                       for p, r in zip(price, sh.room, strict=True)])
     n_max = np.maximum(n_max, 0)
-    tables = [[_table(sh.items[k][lk], int(n_max[lk]), float(price[lk])) for lk in range(L)]
+    tables = [[_table(sh.items[k][lk], int(n_max[lk])) for lk in range(L)]
               for k in range(len(sh.items))]
     D = sh.demand
     tol = FEAS_TOL * max(1.0, abs(D))
@@ -404,7 +397,12 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
         keep = _minimal(sums)
         emit(sums[keep], parts, [p[keep] for p in picks])
 
+    nodes = [0]
+
     def walk(d, vec, cost, got, parts):
+        nodes[0] += 1
+        if deadline is not None and nodes[0] % 4096 == 0 and time.perf_counter() > deadline:
+            raise _TooMany
         rem = D - got
         if rem > tol and cost + completion(d, rem) > budget + eps:
             return
@@ -520,6 +518,10 @@ class Proof:
     vectors: int
     """Slot vectors in the last master."""
     wall_s: float
+    levels: list[tuple[float, int, float, float, str]] = field(default_factory=list)
+    """Per window tried: its level (the objective it admits plans up to), the slot vectors in it, the best plan's
+    objective and the bound after it, and which master ran (``residues``, ``milp``; ``too many`` where the
+    enumeration gave up)."""
 
 
 def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff: float, *, threads: int,
@@ -544,6 +546,7 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
     if not np.isfinite(width):
         return None
     best_x, best_v, bound, used = start, cutoff, -np.inf, 0
+    levels: list = []
     delta = max(min(width / 16.0, FIRST_WINDOW * max(1.0, abs(total))), 1e-6 * max(1.0, abs(cutoff)))
     deadline = t0 + time_limit_s
     while True:
@@ -557,15 +560,13 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
                 options.append((idx, [_dense(idx, a) for _, a in found]))
                 vecs.append([(v, float(sh.price @ v) - z) for v, _ in found])
         except _TooMany:
-            if _DEBUG:
-                print(f"    level {level:.2f}: too many vectors or out of time at {time.perf_counter() - t0:.2f} s")
+            levels.append((level, -1, best_v, bound, "too many"))
             break
         used = sum(len(o) for _, o in options)
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        t_m = time.perf_counter()
-        got = None
+        got, master = None, "residues"
         if units is not None:
             # each block may also stay where the best plan has it (outside the window, it lowers no bound)
             kept = [_kept(sh, best_x, z) for (z, _, _), sh in zip(floors.floors, shapes, strict=True)]
@@ -574,7 +575,7 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
                             best_v, deadline)
         if got is None or not np.isfinite(got[1]):
             # no residue master here, or its plan breaks another row (inventory, power): the MILP
-            dp_bound = None if got is None else got[2]
+            dp_bound, master = None if got is None else got[2], "milp"
             got = choose(lp, best_x, [idx for _, idx, _ in floors.floors], options, threads=threads,
                          time_limit_s=min(MASTER_TIME_LIMIT_S, left), mip_gap=mip_gap * MASTER_GAP_SHARE)
             if got is not None and dp_bound is not None:
@@ -584,15 +585,13 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
             if value < best_v:
                 best_x, best_v = x, value
             bound = max(bound, min(master_bound, level))
-        if _DEBUG:
-            print(f"    level {level:.2f} at {t_m - t0:.2f} s vectors {used} master {time.perf_counter() - t_m:.3f}s "
-                  f"{None if got is None else (round(got[1], 4), round(got[2], 4))} bound {bound:.4f}")
+        levels.append((level, used, best_v, bound, master))
         if best_v - bound <= mip_gap * max(1.0, abs(best_v)) or level >= best_v:
             break
         delta *= 2.0
     if not np.isfinite(bound):
         return None
-    return Proof(best_x, best_v, bound, used, time.perf_counter() - t0)
+    return Proof(best_x, best_v, bound, used, time.perf_counter() - t0, levels)
 
 
 @dataclass

@@ -267,10 +267,22 @@ class Solver:
         """The master over the blocks' slot vectors (:func:`planner.block_master.prove`) from the plan ``start`` (a
         vector over HiGHS's columns) of objective ``cutoff``, where the model declares its blocks as covers; else
         ``None``."""
+        covers = self._covers(model, floors)
+        if covers is None:
+            return None
+        from planner.block_master import TOTAL_TIME_LIMIT_S, prove
+
+        return prove(floors, covers, start, cutoff, threads=self.threads_for(), mip_gap=self.mip_gap,
+                     time_limit_s=min(TOTAL_TIME_LIMIT_S, MASTER_SHARE * self.time_limit_s))
+
+    def _covers(self, model: pyo.ConcreteModel, floors) -> list | None:
+        """Per block of ``floors`` (:class:`planner.block_floors.Floors`), its cover (:class:`planner.block_master.Cover`)
+        in HiGHS's indices, as the model declares them (``model._block_covers()``: per block, its demand constraint
+        and per stream its variable and stage constraints); ``None`` where it declares none."""
         declared = getattr(model, "_block_covers", None)
         if declared is None:
             return None
-        from planner.block_master import TOTAL_TIME_LIMIT_S, Cover, prove
+        from planner.block_master import Cover
 
         cons, cols = self._opt._pyomo_con_to_solver_con_map, self._opt._pyomo_var_to_solver_var_map
         by_column = {}
@@ -282,9 +294,7 @@ class Solver:
             for s, _ in cover.streams:
                 by_column[s] = cover
         # each floor's block by one of its stream columns (a block's columns are its own)
-        covers = [next((by_column[j] for j in idx.tolist() if j in by_column), None) for _, idx, _ in floors.floors]
-        return prove(floors, covers, start, cutoff, threads=self.threads_for(), mip_gap=self.mip_gap,
-                     time_limit_s=min(TOTAL_TIME_LIMIT_S, MASTER_SHARE * self.time_limit_s))
+        return [next((by_column[j] for j in idx.tolist() if j in by_column), None) for _, idx, _ in floors.floors]
 
     def threads_for(self) -> int:
         """HiGHS threads for the model loaded: ``threads`` where set; else one for a model of at most
