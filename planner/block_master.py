@@ -50,7 +50,7 @@ MAX_VECTORS = 4000
 """Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (its MILP, one
 binary per vector, would be slower than HiGHS's own search)."""
 
-MAX_CANDIDATES = 200_000
+MAX_CANDIDATES = 1_000_000
 """Most candidate vectors (before the Pareto filter) one block's enumeration may build."""
 
 FIRST_WINDOW = 0.0025
@@ -394,8 +394,7 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
             picks = [p[a_i] for p in picks] + [ns[o_i]]
             if not len(sums):
                 return
-        keep = _minimal(sums)
-        emit(sums[keep], parts, [p[keep] for p in picks])
+        emit(sums, parts, picks)  # the Pareto filter runs once, on all candidates
 
     nodes = [0]
 
@@ -446,21 +445,29 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
     return result
 
 
-def _minimal(vecs: np.ndarray) -> np.ndarray:
-    """Which rows of ``vecs`` no other row is at most on every column and below on one (distinct rows)."""
-    if len(vecs) <= 1500:  # all pairs at once
-        below = (vecs[:, None, :] <= vecs[None, :, :]).all(2) & (vecs[:, None, :] != vecs[None, :, :]).any(2)
-        return ~below.any(0)
+def _minimal(vecs: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Which rows of ``vecs`` no other row is at most on every column and below on one (distinct rows): by rising
+    sum (a row below another has the smaller sum), a chunk at a time against the rows kept and then itself."""
+    n = len(vecs)
+    if n <= chunk:
+        return ~_below(vecs, vecs).any(0)
     order = np.argsort(vecs.sum(1), kind="stable")
-    keep = np.zeros(len(vecs), dtype=bool)
+    keep = np.zeros(n, dtype=bool)
     kept = np.empty((0, vecs.shape[1]), dtype=vecs.dtype)
-    for i in order.tolist():
-        v = vecs[i]
-        if len(kept) and ((kept <= v).all(1) & (kept != v).any(1)).any():
-            continue
-        keep[i] = True
-        kept = np.vstack([kept, v[None, :]])
+    for start in range(0, n, chunk):
+        part = order[start:start + chunk]
+        v = vecs[part]
+        ok = ~_below(kept, v).any(0) if len(kept) else np.ones(len(v), dtype=bool)
+        ok &= ~_below(v, v).any(0)  # within the chunk (a row the kept ones beat beats none the kept ones do not)
+        keep[part[ok]] = True
+        kept = np.concatenate([kept, v[ok]])
     return keep
+
+
+def _below(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``[i, j]``: row ``a[i]`` is at most ``b[j]`` on every column and differs from it."""
+    le = (a[:, None, :] <= b[None, :, :]).all(2)
+    return le & (a[:, None, :] != b[None, :, :]).any(2)
 
 
 def _stair_cost(stairs: tuple[np.ndarray, np.ndarray], need: float, tol: float) -> float:
