@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--window", choices=["question", "plan"], default="question",
                     help="the windows from the question's best plan (default) or from the plan's cost")
     ap.add_argument("--reference", action="store_true", help="also enumerate by one MILP per box and compare")
-    ap.add_argument("--block-limit", type=float, default=60.0, help="seconds one workload's reference enumeration may take")
+    ap.add_argument("--block-limit", type=float, default=60.0, help="seconds one workload's enumeration (and its reference) may take")
     a = ap.parse_args()
     m = plan_model(a.n)
     changes = []
@@ -199,7 +199,12 @@ def main() -> None:
         shapes.append(sh)
         budget = cost - (total - z) + 1e-6
         t = time.perf_counter()
-        found = bm.vectors(sh, budget)
+        try:
+            found = bm.vectors(sh, budget, deadline=t + a.block_limit)
+        except bm._TooMany:
+            print(f"  floor ${z:8.2f}/h  window to ${budget:8.2f}/h  stopped after {time.perf_counter() - t:.1f} s "
+                  f"(--block-limit) or at {bm.MAX_CANDIDATES:,} candidates: the master is not tried")
+            return
         dt = time.perf_counter() - t
         line = f"  floor ${z:8.2f}/h  window to ${budget:8.2f}/h  {len(found):5d} vectors  {dt:6.3f} s"
         if a.reference:
