@@ -217,7 +217,7 @@ def main() -> None:
                      f"{'' if done else ' (stopped: incomplete)'}  {'same' if ref == mine else 'DIFFERENT'}")
         print(line, flush=True)
         options.append((idx, [bm._dense(idx, x) for _, x in found]))
-        vecs.append([(v, float(sh.price @ v) - z) for v, _ in found])
+        vecs.append([(v, bm._above(sh, v, z)) for v, _ in found])
     print(f"enumeration {time.perf_counter() - t_all - t_ref:.3f} s" + (f", reference {t_ref:.2f} s" if a.reference else ""))
     n = sum(len(o) for _, o in options)
     t = time.perf_counter()

@@ -110,6 +110,7 @@ class _Shape:
     idx: np.ndarray
     links: np.ndarray  # the linking rows
     price: np.ndarray  # dollars of block cost per slot, per linking row
+    objective: np.ndarray  # the objective's own price per slot of the block's replicas, per linking row
     room: np.ndarray  # most slots per linking row (its bound less the least the other columns put there)
     demand: float  # in the demand row's units
     free: list[int]  # stages whose rates add up (single-stage streams)
@@ -226,7 +227,8 @@ def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | 
             items[k][lk].append((j, slots, rate * scale[k], most))
     free = [k for _, stages, _ in streams if len(stages) == 1 for k, _ in stages]
     cover_stages = [k for _, stages, _ in streams if len(stages) > 1 for k, _ in stages]
-    return _Shape(idx, link_rows, np.asarray([p for p, _ in price]), np.asarray(room, dtype=float), float(lp.rlo[cover.demand_row]),
+    return _Shape(idx, link_rows, np.asarray([p for p, _ in price]), np.asarray([o for _, o in price]),
+                  np.asarray(room, dtype=float), float(lp.rlo[cover.demand_row]),
                   free, cover_stages, items, streams)
 
 
@@ -565,7 +567,7 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
                 if len(found) > MAX_VECTORS:
                     raise _TooMany
                 options.append((idx, [_dense(idx, a) for _, a in found]))
-                vecs.append([(v, float(sh.price @ v) - z) for v, _ in found])
+                vecs.append([(v, _above(sh, v, z)) for v, _ in found])
         except _TooMany:
             levels.append((level, -1, best_v, bound, "too many"))
             break
@@ -659,7 +661,7 @@ def _residues(lp: _Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: l
     ``level`` puts a total ``T_r`` on each row and pays at least ``sum_b (Z_b + excess_b) + sum_r price_r (-T_r mod
     chips_r)`` (its blocks' costs plus the idle chips), so a dynamic programme over the blocks, its state the
     totals modulo each row's chips, its value the least excess, gives the least of that over the vectors
-    (``vecs``: per block, its vectors and their cost above the floor; ``options``: their assignments). Returns the plan of that least (units
+    (``vecs``: per block, its vectors and what each adds to the objective beyond its floor (:func:`_above`); ``options``: their assignments). Returns the plan of that least (units
     rounded up, the rest as ``start``; its objective checked on the model: where another row breaks it, ``inf``) and
     the bound ``min(level, sum Z + least)``; ``None`` past ``deadline`` or :data:`MAX_STATES` states."""
     total = floors.total
@@ -724,17 +726,21 @@ def _residues(lp: _Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: l
     return x, np.inf if checked is None else checked, bound
 
 
+def _above(sh: _Shape, vec: np.ndarray, floor: float) -> float:
+    """What slot vector ``vec`` of the block adds to the objective beyond its floor: its cost above the floor (the
+    units it fills) plus what the objective charges its replicas themselves (the deployment MILP's tie-break)."""
+    return float(sh.price @ vec) - floor + float(sh.objective @ vec)
+
+
 def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, np.ndarray]:
     """The block where plan ``x`` has it: its slot vector, its cost above ``floor``, its assignment."""
     vec = np.zeros(len(sh.links), dtype=np.int64)
-    cost = 0.0
     for per_link in sh.items:
         for lk, lst in enumerate(per_link):
             for j, slots, _, _ in lst:
                 n = int(round(x[j]))
                 vec[lk] += slots * n
-                cost += sh.price[lk] * slots * n
-    return vec, cost - floor, x[sh.idx].copy()
+    return vec, _above(sh, vec, floor), x[sh.idx].copy()
 
 
 def _dense(idx: np.ndarray, a: dict) -> np.ndarray:
