@@ -244,8 +244,9 @@ def main() -> None:
         print("prove: nothing proven")
         return
     print(f"prove from the best plan: {time.perf_counter() - t:.3f} s, ${proof.value:,.2f}/h, bound ${proof.bound:,.2f}/h")
-    for level, used, best, bound, master in proof.levels:
-        print(f"  window to ${level:,.2f}/h: {used:5d} vectors, {master:8s} best ${best:,.2f}/h, bound ${bound:,.2f}/h")
+    for level, used, best, bound, master, took in proof.levels:
+        print(f"  window to ${level:,.2f}/h: {used:5d} vectors, {master:8s} best ${best:,.2f}/h, bound ${bound:,.2f}/h, "
+              f"{took:.3f} s")
 
 
 def _slots(lp, sh, idx, x):

@@ -527,10 +527,11 @@ class Proof:
     vectors: int
     """Slot vectors in the last master."""
     wall_s: float
-    levels: list[tuple[float, int, float, float, str]] = field(default_factory=list)
+    levels: list[tuple[float, int, float, float, str, float]] = field(default_factory=list)
     """Per window tried: its level (the objective it admits plans up to), the slot vectors in it, the best plan's
     objective and the bound after it, and which master ran (``residues``, ``milp``; ``too many`` where the
-    enumeration gave up)."""
+    enumeration gave up, ``no time`` where the window was not tried: the last ones' growth said it would not end in
+    the time left), and its seconds."""
 
 
 def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff: float, *, threads: int,
@@ -558,8 +559,13 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
     levels: list = []
     delta = max(min(width / 16.0, FIRST_WINDOW * max(1.0, abs(total))), 1e-6 * max(1.0, abs(cutoff)))
     deadline = t0 + time_limit_s
+    took: list[float] = []  # seconds per window
     while True:
         level = min(total + delta, best_v)
+        if took and not _worth_it(took, deadline - time.perf_counter()):
+            levels.append((level, -1, best_v, bound, "no time", 0.0))
+            break
+        t_level = time.perf_counter()
         try:
             options, vecs = [], []
             for (z, idx, _), sh in zip(floors.floors, shapes, strict=True):
@@ -569,7 +575,7 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
                 options.append((idx, [_dense(idx, a) for _, a in found]))
                 vecs.append([(v, _above(sh, v, z)) for v, _ in found])
         except _TooMany:
-            levels.append((level, -1, best_v, bound, "too many"))
+            levels.append((level, -1, best_v, bound, "too many", time.perf_counter() - t_level))
             break
         used = sum(len(o) for _, o in options)
         left = deadline - time.perf_counter()
@@ -594,7 +600,8 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
             if value < best_v:
                 best_x, best_v = x, value
             bound = max(bound, min(master_bound, level))
-        levels.append((level, used, best_v, bound, master))
+        took.append(time.perf_counter() - t_level)
+        levels.append((level, used, best_v, bound, master, took[-1]))
         if best_v - bound <= mip_gap * max(1.0, abs(best_v)) or level >= best_v:
             break
         delta *= 2.0
@@ -724,6 +731,14 @@ def _residues(lp: _Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: l
     x[units.unit[has]] = -(-slots[has] // chips[has])
     checked = objective_of(lp, x)
     return x, np.inf if checked is None else checked, bound
+
+
+def _worth_it(took: list[float], left: float) -> bool:
+    """Whether the next window (twice as wide) is likely to be done in the ``left`` seconds: its time predicted as
+    the last one's times the last growth, at least 4x (a window's vectors grow several times per doubling). A
+    master that would not end in time leaves HiGHS its time."""
+    growth = max(4.0, took[-1] / took[-2]) if len(took) > 1 and took[-2] > 0 else 4.0
+    return took[-1] * growth <= left
 
 
 def _above(sh: _Shape, vec: np.ndarray, floor: float) -> float:
