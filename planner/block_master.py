@@ -25,14 +25,21 @@ The vectors are enumerated from the block's rows, not by a MILP per box of slot 
 
 At most one stream may have two or more stages. Per stage and linking row the most rate in ``n`` slots is a bounded
 knapsack (one table per pair); the single-stage streams' rates add up, and the multi-stage stream's stages must each
-cover what they leave. The enumeration walks the linking rows in order with the tables' breakpoints and prunes by
-cost (a fractional bound on what the rest costs); it checks itself against nothing, so
-``tests/test_block_master.py`` checks it against a MILP per box on random covers.
+cover what they leave. The enumeration walks the linking rows in order over the tables' breakpoints, pruned by the
+exact least cost of what is left (staircases of the tables' Pareto-best cost and rate sums), and one Pareto filter
+over all candidates keeps the minimal vectors. ``tests/test_block_master.py`` checks them against brute-force
+enumeration of replicas; ``bench/bench_projections.py --reference`` against a MILP per box of slot counts.
+
+The master: where every linking row is ``slots <= chips x units`` with the units priced at the slots' price, a
+plan's cost is its blocks' plus the price of the chips its rows leave idle, which depends on each row's total modulo
+its chips only, so a dynamic programme over the blocks with those residues as its state is the master
+(:func:`_residues`, milliseconds); its plan is checked on the model, and where another row breaks it the MILP master
+runs (:func:`planner.block_floors.choose`, one binary per vector).
 
 Windows are tried narrow first (``C' = sum Z + delta``, ``delta`` doubling up to the known plan's ``C``): if the
 master's plan costs at most ``C'``, no plan is cheaper and the proof is done with few vectors; else ``C'`` itself is
 a lower bound and the window widens. It gives up (returns what it has proven) when a block's vectors exceed
-:data:`MAX_VECTORS` or time runs out.
+:data:`MAX_VECTORS`, time runs out, or the last windows' growth says the next would not end in time.
 Knows nothing of the physics: only rows, columns and the covers the model declares.
 """
 
@@ -47,8 +54,8 @@ import numpy as np
 from planner.block_floors import Floors, _Lp, choose, objective_of
 
 MAX_VECTORS = 4000
-"""Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (its MILP, one
-binary per vector, would be slower than HiGHS's own search)."""
+"""Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (the MILP master,
+one binary per vector, would be slower than HiGHS's own search)."""
 
 MAX_CANDIDATES = 1_000_000
 """Most candidate vectors (before the Pareto filter) one block's enumeration may build."""
