@@ -1,13 +1,14 @@
 """What each question of a plan's analysis costs (figures for issue notes, never a test).
 
-    python bench/bench_analysis.py [SCENARIO.yaml | --fleet N] [--alone] [--time-limit S]
+    python bench/bench_analysis.py [SCENARIO.yaml | --fleet N] [--alone] [--time-limit S] [--master-min-columns C]
 
 Plans the scenario (or the N-workload fleet of ``bench_fleet.py``) in this one process (``--jobs 1``, so that the
 times add up) and prints, for each re-solve the analysis made, its wall time, what it relaxed, the fleet $/h it
 found and whether that is proven; then the plan's candidates, solve and analysis times. A question asked together
 with others of its workload (``planning.together``) is one line; ``--alone`` asks every question alone (what the
 analysis did before questions were asked together), for the comparison. ``--time-limit`` as ``planner plan``'s
-(default 600 s here, so that the analysis is complete).
+(default 600 s here, so that the analysis is complete). ``--master-min-columns`` sets
+``planner.solve.MASTER_MIN_COLUMNS`` for the comparison (0: the master on every model; 10**9: on none).
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ def main() -> None:
     ap.add_argument("--fleet", type=int, help="the N-workload fleet of bench_fleet.py")
     ap.add_argument("--alone", action="store_true", help="ask every question alone")
     ap.add_argument("--time-limit", type=float, default=600.0)
+    ap.add_argument("--master-min-columns", type=int, help="planner.solve.MASTER_MIN_COLUMNS for the comparison")
     a = ap.parse_args()
     if (a.scenario is None) == (a.fleet is None):
         ap.error("give a scenario file or --fleet N")
+    if a.master_min_columns is not None:
+        import planner.solve
+
+        planner.solve.MASTER_MIN_COLUMNS = a.master_min_columns
 
     from planner import planning
     from planner.catalog import load_catalog

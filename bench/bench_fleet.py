@@ -2,7 +2,7 @@
 never a timed test).
 
     python bench/bench_fleet.py [N ...] [--no-analysis] [--time-limit S] [--mip-gap G] [--jobs J] [--demand-scale F ...]
-                                [--no-floors]
+                                [--no-floors] [--master-min-columns C]
 
 For each N (default 3 10 30) a scenario is generated from the three archetypes of
 ``catalogs/scenarios/multi-workload.yaml`` (interactive chat with prefix reuse, a batch API, long context),
@@ -72,15 +72,24 @@ def scenario(n: int, demand_scale: float = 1.0) -> dict:
     }
 
 
-def floors_off_env(folder: Path) -> dict:
-    """An environment in which every planner process (analysis workers included) solves without block floors
-    (``planner.block_floors``), for the comparison: a ``sitecustomize`` in ``folder`` puts ``FLOOR_MIN_BLOCKS`` out
-    of reach."""
-    (Path(folder) / "sitecustomize.py").write_text("import planner.block_floors as b\nb.FLOOR_MIN_BLOCKS = 10**9\n")
+def solver_env(folder: Path, *, floors: bool = True, master_min_columns: int | None = None) -> dict | None:
+    """An environment in which every planner process (analysis workers included) solves with the solver's settings
+    changed, for the comparisons: a ``sitecustomize`` in ``folder`` puts ``FLOOR_MIN_BLOCKS`` out of reach (no block
+    floors, ``planner.block_floors``, and so no master) and/or sets ``MASTER_MIN_COLUMNS`` (``planner.solve``: 0 tries
+    the master on every model, 10**9 on none). ``None`` where nothing changes."""
+    lines = []
+    if not floors:
+        lines.append("import planner.block_floors as b\nb.FLOOR_MIN_BLOCKS = 10**9\n")
+    if master_min_columns is not None:
+        lines.append(f"import planner.solve as s\ns.MASTER_MIN_COLUMNS = {int(master_min_columns)}\n")
+    if not lines:
+        return None
+    (Path(folder) / "sitecustomize.py").write_text("".join(lines))
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
 
 
-def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0, floors: bool = True) -> dict:
+def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0, floors: bool = True,
+        master_min_columns: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / f"fleet-{n}.yaml"
         path.write_text(yaml.safe_dump(scenario(n, demand_scale), sort_keys=False))
@@ -90,7 +99,7 @@ def run(n: int, analysis: bool, extra: list[str], demand_scale: float = 1.0, flo
             cmd.append("--no-analysis")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        env = None if floors else floors_off_env(Path(d))
+        env = solver_env(Path(d), floors=floors, master_min_columns=master_min_columns)
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -128,11 +137,13 @@ def main() -> None:
     ap.add_argument("--demand-scale", type=float, nargs="+", default=[1.0],
                     help="factors on every workload's request rate (one plan per factor)")
     ap.add_argument("--no-floors", action="store_true", help="solve without block floors (for the comparison)")
+    ap.add_argument("--master-min-columns", type=int,
+                    help="planner.solve.MASTER_MIN_COLUMNS for the comparison (0: the master on every model; 10**9: none)")
     a = ap.parse_args()
     extra = (["--time-limit", str(a.time_limit)] if a.time_limit else []) + (["--mip-gap", str(a.mip_gap)] if a.mip_gap else []) \
         + (["--jobs", str(a.jobs)] if a.jobs else [])
     for n, f in ((n, f) for n in a.n for f in a.demand_scale):
-        r = run(n, not a.no_analysis, extra, f, floors=not a.no_floors)
+        r = run(n, not a.no_analysis, extra, f, floors=not a.no_floors, master_min_columns=a.master_min_columns)
         tag = f" x{f:g}" if f != 1.0 else ""
         if r["rc"] != 0:
             print(f"{n:3d} workloads{tag}: exit {r['rc']} after {r['wall_s']:.1f} s: {r['message']}")

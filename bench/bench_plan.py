@@ -1,6 +1,6 @@
 """Benchmark of `planner plan` on the bundled scenarios (figures for issue notes, never a timed test).
 
-    python bench/bench_plan.py [SCENARIO ...] [--repeat N] [--no-floors]
+    python bench/bench_plan.py [SCENARIO ...] [--repeat N] [--no-floors] [--master-min-columns C]
 
 Each scenario runs in a fresh process: candidate generation, model build and HiGHS solve to the
 default gap (1e-4) are timed separately, then the analysis (binding constraints, runner-up); peak
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_fleet import floors_off_env  # noqa: E402
+from bench_fleet import solver_env  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -76,10 +76,12 @@ def main() -> None:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--repeat", type=int, default=3, help="runs of the whole command per scenario")
     ap.add_argument("--no-floors", action="store_true", help="solve without block floors (for the comparison)")
+    ap.add_argument("--master-min-columns", type=int,
+                    help="planner.solve.MASTER_MIN_COLUMNS for the comparison (0: the master on every model; 10**9: none)")
     a = ap.parse_args()
     names = a.names or [p.stem for p in sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))]
     with tempfile.TemporaryDirectory() as d:
-        env = floors_off_env(Path(d)) if a.no_floors else None
+        env = solver_env(Path(d), floors=not a.no_floors, master_min_columns=a.master_min_columns)
         for name in names:
             report(name, a.repeat, env)
 

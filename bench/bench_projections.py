@@ -216,8 +216,9 @@ def main() -> None:
             line += (f"  | reference {len(ref):5d} in {calls:4d} MILPs {time.perf_counter() - t:6.2f} s"
                      f"{'' if done else ' (stopped: incomplete)'}  {'same' if ref == mine else 'DIFFERENT'}")
         print(line, flush=True)
-        options.append((idx, [bm._dense(idx, x) for _, x in found]))
-        vecs.append([(v, bm._above(sh, v, z)) for v, _ in found])
+        option, vec = bm._as_options(sh, z, found)
+        options.append(option)
+        vecs.append(vec)
     print(f"enumeration {time.perf_counter() - t_all - t_ref:.3f} s" + (f", reference {t_ref:.2f} s" if a.reference else ""))
     n = sum(len(o) for _, o in options)
     t = time.perf_counter()
@@ -229,7 +230,7 @@ def main() -> None:
     else:
         print(f"MILP master: one binary per vector ({n}), {wall:.3f} s, ${found[1]:,.2f}/h checked on the MILP, "
               f"bound ${found[2]:,.2f}/h")
-    units = bm._units(lp, floors, shapes)
+    units = bm._units(bm._Index(lp), floors, shapes)
     if units is None:
         print("residue master: the linking rows are not units")
     else:

@@ -126,27 +126,41 @@ class _Shape:
     streams: list[tuple[int, list[tuple[int, float]], float]]  # (column, [(stage, c_sk)], c_s)
 
 
-def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | str:
+class _Index:
+    """The entries of the model HiGHS holds by row and by column (built once per proof, for every block)."""
+
+    def __init__(self, lp: _Lp):
+        self.lp = lp
+        self.by_row: dict[int, list[tuple[int, float]]] = {}
+        self.by_col: dict[int, list[tuple[int, float]]] = {}
+        for r, j, v in zip(lp.rows.tolist(), lp.cols.tolist(), lp.vals.tolist(), strict=True):
+            self.by_row.setdefault(r, []).append((j, v))
+            self.by_col.setdefault(j, []).append((r, v))
+
+    def ge(self, r: int) -> tuple[float, dict[int, float]] | None:
+        """Row ``r`` as ``sum entries >= lower``: (lower, column -> coefficient), or ``None`` (two-sided or free)."""
+        lo, hi = self.lp.rlo[r], self.lp.rhi[r]
+        if np.isfinite(lo) and not np.isfinite(hi):
+            return lo, dict(self.by_row.get(r, []))
+        if np.isfinite(hi) and not np.isfinite(lo):
+            return -hi, {j: -v for j, v in self.by_row.get(r, [])}
+        return None
+
+    def le(self, r: int) -> tuple[float, dict[int, float]] | None:
+        """Row ``r`` as ``sum entries <= upper``, or ``None`` (two-sided or free)."""
+        row = self.ge(r)
+        return None if row is None else (-row[0], {j: -v for j, v in row[1].items()})
+
+
+def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index | None = None) -> _Shape | str:
     """``cover`` checked on ``lp`` for the block of columns ``idx`` and block cost ``cost``; a reason where it is
-    not a cover this module can enumerate."""
+    not a cover this module can enumerate. ``index``: :class:`_Index` of ``lp``, where the caller has one."""
+    index = index or _Index(lp)
     inside = np.zeros(lp.ncol, dtype=bool)
     inside[idx] = True
     col_cost = np.zeros(lp.ncol)
     col_cost[idx] = cost
-    by_col: dict[int, list[tuple[int, float]]] = {}
-    by_row: dict[int, list[tuple[int, float]]] = {}
-    for r, j, v in zip(lp.rows.tolist(), lp.cols.tolist(), lp.vals.tolist(), strict=True):
-        if inside[j]:
-            by_col.setdefault(j, []).append((r, v))
-        by_row.setdefault(r, []).append((j, v))
-    def ge(r):
-        """Row ``r`` as ``sum entries >= lower``: (lower, column -> coefficient), or ``None`` (two-sided or free)."""
-        lo, hi = lp.rlo[r], lp.rhi[r]
-        if np.isfinite(lo) and not np.isfinite(hi):
-            return lo, dict(by_row.get(r, []))
-        if np.isfinite(hi) and not np.isfinite(lo):
-            return -hi, {j: -v for j, v in by_row.get(r, [])}
-        return None
+    by_col, ge, le = index.by_col, index.ge, index.le
 
     demand = ge(cover.demand_row)
     if demand is None:
@@ -182,11 +196,6 @@ def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | 
         return "more than one stream with several stages"
     nstage = len(stage_rows)
 
-    def le(r):
-        """Row ``r`` as ``sum entries <= upper``, or ``None`` (two-sided or free)."""
-        row = ge(r)
-        return None if row is None else (-row[0], {j: -v for j, v in row[1].items()})
-
     links: dict[int, int] = {}
     price: list[tuple[float, float]] = []  # per linking row: block cost and objective per slot
     items_flat = []
@@ -209,8 +218,8 @@ def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover) -> _Shape | 
         if slots <= 0 or abs(slots - round(slots)) > 1e-9:
             return "a linking row the block can empty as well as fill, or slots that are not whole"
         pair = (col_cost[j] / slots, lp.cost[j] / slots)
-        if pair[0] < 0 or pair[1] < 0:
-            return "a negative price per slot"
+        if pair[0] <= 0 or pair[1] < 0:
+            return "a price per slot that is not positive (no window would bound the block's slots)"
         if lr not in links:
             links[lr] = len(links)
             price.append(pair)
@@ -271,8 +280,7 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
     :class:`_TooMany` past :data:`MAX_CANDIDATES` candidates or ``deadline`` (``time.perf_counter()``)."""
     L = len(sh.links)
     price = sh.price.tolist()
-    n_max = np.array([int(min(np.floor(budget / p + 1e-9) if p > 0 else 10**6, r if np.isfinite(r) else 10**6))
-                      for p, r in zip(price, sh.room, strict=True)])
+    n_max = np.array([int(min(np.floor(budget / p + 1e-9), r)) for p, r in zip(price, sh.room, strict=True)])
     n_max = np.maximum(n_max, 0)
     tables = [[_table(sh.items[k][lk], int(n_max[lk])) for lk in range(L)]
               for k in range(len(sh.items))]
@@ -288,28 +296,17 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
         return price[lk] * t.breaks.astype(float), np.minimum(t.best[t.breaks], cap)
 
     cover_from = {k: _suffix_stairs([part(k, lk) for lk in range(L)], budget + eps, cap) for k in sh.cover}
+    cover_all = [cover_from[k][0] for k in sh.cover]
     free_links = [(k, lk) for lk in range(L) for k in sh.free]  # the free part's dimensions, link-major
     F = len(free_links)
-    free_from = _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap)
-    cover_all = [cover_from[k][0] for k in sh.cover]
-
-    def cover_cost(need):
-        """Least cost of every cover stage carrying ``need`` (an array)."""
-        out = np.zeros(len(need))
-        for c, r in cover_all:
-            i = np.searchsorted(r, need - tol)
-            out += np.where(i < len(c), c[np.minimum(i, len(c) - 1)], np.inf)
-        return out
-
-    if sh.cover:  # the free part's staircases with the cover stages added: exact least completions
+    last = None  # the free dimensions' sums alone (the point (0, 0) after the last)
+    if sh.cover:  # ... with every cover stage carrying the rest: exact least completions
         rhos = np.unique(np.concatenate([r for _, r in cover_all]))
-        g = cover_cost(rhos)
+        g = sum(_stair_cost(stairs, rhos, tol) for stairs in cover_all)
         finite = np.isfinite(g)
-        complete = _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap,
-                                  last=_combine(g[finite], rhos[finite], np.zeros(1), np.zeros(1), budget + eps, cap))
-    else:
-        complete = free_from
-    complete = [(c.tolist(), r.tolist()) for c, r in complete]
+        last = _combine(g[finite], rhos[finite], np.zeros(1), np.zeros(1), budget + eps, cap)
+    complete = [(c.tolist(), r.tolist())
+                for c, r in _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap, last=last)]
 
     def completion(d, rem):
         """Least cost of carrying ``rem`` more with the free dimensions >= d and the cover stages."""
@@ -330,13 +327,10 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
         out_recipes.append((free_parts, cover_ns))
 
     lists_of = [[(t.best.tolist(), t.breaks.tolist()) for t in per] for per in tables]
-    cover_memo: dict[tuple[int, float], list] = {}
 
     def covers(k, need, b):
-        """Minimal vectors of stage k that carry ``need``, cost <= b: (cost, n per link)."""
-        key = (k, need)
-        if key in cover_memo and cover_memo[key][0] >= b:
-            return [c for c in cover_memo[key][1] if c[0] <= b + eps]
+        """Vectors of stage k that carry ``need`` at cost <= b, each minimal on the links it leaves the search at
+        (the final Pareto filter removes the rest): (cost, n per link)."""
         found = []
         stairs = [(c.tolist(), r.tolist()) for c, r in cover_from[k]]
 
@@ -367,7 +361,6 @@ def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list
                     raise _TooMany
 
         rec(0, need, 0.0, [])
-        cover_memo[key] = (b, found)
         return found
 
     def finish(vec, cost, got, parts):
@@ -479,10 +472,13 @@ def _below(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return le & (a[:, None, :] != b[None, :, :]).any(2)
 
 
-def _stair_cost(stairs: tuple[np.ndarray, np.ndarray], need: float, tol: float) -> float:
+def _stair_cost(stairs: tuple[np.ndarray, np.ndarray], need, tol: float):
+    """The least cost of carrying ``need`` (a number or an array) on a staircase (:func:`_suffix_stairs`): the cost
+    of its first point of rate at least ``need``; ``inf`` where none is."""
     c, r = stairs
-    i = int(np.searchsorted(r, need - tol))
-    return float(c[i]) if i < len(c) else np.inf
+    i = np.searchsorted(r, np.asarray(need) - tol)
+    out = np.where(i < len(c), c[np.minimum(i, len(c) - 1)], np.inf)
+    return float(out) if out.ndim == 0 else out
 
 
 def _suffix_stairs(parts: list[tuple[np.ndarray, np.ndarray]], budget: float, cap: float,
@@ -549,15 +545,15 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
     objective ``cutoff``."""
     t0 = time.perf_counter()
     lp = floors.lp
-    shapes = []
+    shapes, index = [], _Index(lp)
     for (_, idx, cost), cover in zip(floors.floors, covers, strict=True):
         if cover is None:
             return None
-        sh = shape(lp, idx, cost, cover)
+        sh = shape(lp, idx, cost, cover, index)
         if isinstance(sh, str):
             return None
         shapes.append(sh)
-    units = _units(lp, floors, shapes)
+    units = _units(index, floors, shapes)
     total = floors.total
     width = cutoff - total
     if not np.isfinite(width):
@@ -575,12 +571,13 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
         t_level = time.perf_counter()
         try:
             options, vecs = [], []
-            for (z, idx, _), sh in zip(floors.floors, shapes, strict=True):
+            for (z, _, _), sh in zip(floors.floors, shapes, strict=True):
                 found = vectors(sh, level - (total - z) + 1e-9 * max(1.0, abs(level)), deadline=deadline)
                 if len(found) > MAX_VECTORS:
                     raise _TooMany
-                options.append((idx, [_dense(idx, a) for _, a in found]))
-                vecs.append([(v, _above(sh, v, z)) for v, _ in found])
+                option, vec = _as_options(sh, z, found)
+                options.append(option)
+                vecs.append(vec)
         except _TooMany:
             levels.append((level, -1, best_v, bound, "too many", time.perf_counter() - t_level))
             break
@@ -630,9 +627,10 @@ class _Units:
     where: list[np.ndarray]  # per block: the position of each of its linking rows in ``rows``
 
 
-def _units(lp: _Lp, floors: Floors, shapes: list[_Shape]) -> _Units | None:
+def _units(index: _Index, floors: Floors, shapes: list[_Shape]) -> _Units | None:
     """The linking rows' units (:class:`_Units`), or ``None`` where a linking row is not of that form or a column on
     it belongs to no block of ``floors``."""
+    lp = index.lp
     order: dict[int, int] = {}
     price: dict[int, float] = {}
     for sh in shapes:
@@ -646,20 +644,17 @@ def _units(lp: _Lp, floors: Floors, shapes: list[_Shape]) -> _Units | None:
         in_block[idx] = True
     unit, chips = [], []
     for r in rows.tolist():
-        sel = lp.rows == r
-        cols, vals = lp.cols[sel], lp.vals[sel]
-        sign = 1.0 if np.isfinite(lp.rhi[r]) and not np.isfinite(lp.rlo[r]) else -1.0 if np.isfinite(lp.rlo[r]) \
-            and not np.isfinite(lp.rhi[r]) else 0.0
-        others = ~in_block[cols]
-        if sign == 0.0 or (lp.rhi[r] if sign > 0 else -lp.rlo[r]) != 0:
+        row = index.le(r)
+        if row is None or row[0] != 0:
             return None
-        if not others.any():  # its unit fixed at 0 (Pyomo left the column out): the blocks put nothing there
+        others = [(j, -v) for j, v in row[1].items() if not in_block[j]]
+        if not others:  # its unit fixed at 0 (Pyomo left the column out): the blocks put nothing there
             unit.append(-1)
             chips.append(1)
             continue
-        if others.sum() != 1:
+        if len(others) != 1:
             return None
-        j, c = int(cols[others][0]), -sign * float(vals[others][0])
+        (j, c), = others
         if lp.integer[j] == 0 or lp.clo[j] != 0 or c <= 0 or abs(c - round(c)) > 1e-9 or \
                 not np.isclose(lp.cost[j], price[r] * c, rtol=1e-9, atol=1e-12):
             return None
@@ -765,9 +760,15 @@ def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, n
     return vec, _above(sh, vec, floor), x[sh.idx].copy()
 
 
-def _dense(idx: np.ndarray, a: dict) -> np.ndarray:
-    pos = {int(j): i for i, j in enumerate(idx.tolist())}
-    v = np.zeros(len(idx))
-    for j, val in a.items():
-        v[pos[j]] = val
-    return v
+def _as_options(sh: _Shape, floor: float, found: list[tuple[np.ndarray, dict]]) -> tuple[tuple, list]:
+    """A block's vectors (:func:`vectors`) as the masters take them: ``(columns, [assignment as a vector over
+    them])`` for :func:`planner.block_floors.choose`, and ``[(slot vector, what it adds beyond the floor)]`` for
+    :func:`_residues`."""
+    pos = {int(j): i for i, j in enumerate(sh.idx.tolist())}
+    dense = []
+    for _, a in found:
+        v = np.zeros(len(sh.idx))
+        for j, val in a.items():
+            v[pos[j]] = val
+        dense.append(v)
+    return (sh.idx, dense), [(vec, _above(sh, vec, floor)) for vec, _ in found]

@@ -57,9 +57,10 @@ the master proves nothing)."""
 MASTER_MIN_COLUMNS = 500
 """The master is tried on models of at least this many columns. Below it HiGHS's own search proves a plan of a few
 workloads in about as long as the master takes, and sooner where the windows must be wide (runner-ups from a greedy
-start): multi-workload.yaml's analysis took 2.6 s with the master against 1.8 s without, the 3-workload fleet's
-3.0 s against 2.7 s; the 10-workload fleet's (643 columns) 14.0 s, all 21 questions proven, against 58.4 s with
-five stopped at their 5 s limit."""
+start). `python bench/bench_analysis.py SCENARIO [--master-min-columns 0]` (one process): multi-workload.yaml's
+analysis 1.80 s without the master, 2.40 s with; the 3-workload fleet's (`--fleet 3`) 4.48 s against 6.13 s; the
+10-workload fleet's (643 columns; `--fleet 10 [--master-min-columns 1000000000]`) 14.5 s with it, all 21 questions
+proven, against 58.2 s without, five stopped at their 5 s limit."""
 
 _scheduler_threads: list[int | None] = [None]
 """The thread count HiGHS's process-wide task scheduler was started with (``None``: not yet started)."""
@@ -92,11 +93,9 @@ class Solver:
     def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None,
                  heuristics: bool = True, floors: bool = True):
         self.floors = floors
-        self.master = floors
-        """Whether a solve from a known plan first tries to prove it with the master over the blocks' slot vectors
-        (:mod:`planner.block_master`), adding its bound as a row; on with the floors."""
-        """Whether a model that declares blocks gets their floor rows (:mod:`planner.block_floors`); ``False`` only
-        to measure what they are worth."""
+        """Whether a model that declares blocks gets their floor rows (:mod:`planner.block_floors`) and, in a solve
+        from a known plan, the master over their slot vectors (:mod:`planner.block_master`); ``False`` only to
+        measure what they are worth."""
         self.time_limit_s = time_limit_s
         self.mip_gap = mip_gap
         self.threads = threads
@@ -126,7 +125,7 @@ class Solver:
         other = object.__new__(Solver)
         other.time_limit_s, other.mip_gap, other.threads, other._opt = time_limit_s, mip_gap, self.threads, self._opt
         other.heuristics = self.heuristics if heuristics is None else heuristics
-        other.floors, other.master = self.floors, self.master
+        other.floors = self.floors
         return other
 
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
@@ -249,7 +248,7 @@ class Solver:
             if better is not None:
                 x, cutoff = better
             start = x
-            if self.master and covered:
+            if covered:
                 proof = self._prove(model, floors, x, cutoff)
                 if proof is not None and proof.value < cutoff:
                     start, cutoff = proof.x, proof.value

@@ -153,14 +153,15 @@ def test_the_residue_master_is_the_milp_master(power):
     x0 = solver._column_values(start)
     c0 = objective_of(floors.lp, x0)
     shapes = [bm.shape(floors.lp, idx, c, cv) for (_, idx, c), cv in zip(floors.floors, covers, strict=True)]
-    units = bm._units(floors.lp, floors, shapes)
+    units = bm._units(bm._Index(floors.lp), floors, shapes)
     assert units is not None
     level = c0
     options, vecs = [], []
-    for (z, idx, _), sh in zip(floors.floors, shapes, strict=True):
+    for (z, _, _), sh in zip(floors.floors, shapes, strict=True):
         found = bm.vectors(sh, level - (floors.total - z) + 1e-9)
-        options.append((idx, [bm._dense(idx, a) for _, a in found]))
-        vecs.append([(v, bm._above(sh, v, z)) for v, _ in found])
+        option, vec = bm._as_options(sh, z, found)
+        options.append(option)
+        vecs.append(vec)
     milp = choose(floors.lp, x0, [idx for _, idx, _ in floors.floors], options, threads=1, time_limit_s=60.0,
                   mip_gap=0.0)
     dp = bm._residues(floors.lp, x0, units, floors, vecs, options, level, c0, float("inf"))
