@@ -47,7 +47,7 @@ TOKENS_PER_GPU_PASS = 16384
 
 def _setup(cat, hw: str, *, spec: int = 0, kv: str = "fp8") -> Setup:
     h = cat.hardware[hw]
-    return Setup.make(cat.models["deepseek-v3"], h, weights="fp8", kv=kv, eff=h.efficiency.for_engine("sglang"),
+    return Setup.make(cat.models["deepseek-v3"], h, weights="fp8", kv=kv, eff=h.efficiency.for_engine("sglang"), engine="sglang",
                       spec_tokens=spec, tbo=1.0)
 
 

@@ -647,7 +647,7 @@ def roofline(
     check_layout(m, layout)
     eff = IDEAL if ideal else hw.efficiency.for_engine(eng.id if eng else None)
     setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept,
-                       tbo=1.0 if tbo else 0.0)
+                       tbo=1.0 if tbo else 0.0, engine=eng.id if eng else None)
     mode = "ideal" if ideal else "calibrated"
     from planner.export.text import prefill_text, roofline_text
 
@@ -854,6 +854,50 @@ def calibrate_fit(
     else:
         for hid, b in blocks.items():
             typer.echo(f"{hid}: {b.fitted_rows} rows; default {b.default.model_dump()}")
+
+
+@calibrate_app.command("kernels")
+def calibrate_kernels(
+    data: Annotated[Path, typer.Option("--data", help="Kernel measurements: a folder SYSTEM/FAMILY/ENGINE/FILE.parquet (../shared/calibration/kernels).")],
+    system: Annotated[list[str] | None, typer.Option("--system", help="Fit only this system folder (repeatable).")] = None,
+    family: Annotated[list[str] | None, typer.Option("--family", help="Fit only this family: gemm, moe, attn_decode, mla_decode, collective, deepep (repeatable).")] = None,
+    write: Annotated[bool, typer.Option("--write", help="Store the curves in the efficiency blocks of the catalog's hardware files.")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Fit each term of the step (GEMM, fused MoE, decode attention and MLA, collectives, DeepEP) on measured
+    kernel latencies, per system, engine and format; scored on shapes held out of the fit."""
+    from planner.calib.kernels import curve_table, family_table, fit_kernels, kernel_block
+    from planner.catalog.loader import clear_cache
+    from planner.catalog.writer import replace_efficiency_block
+    from planner.perf.kernels import PARAMS
+
+    bad = [f for f in (family or []) if f not in PARAMS]
+    if bad:
+        raise InputError(f"--family {bad[0]}: unknown (known: {', '.join(PARAMS)})")
+    cat = _catalog()
+    reports = fit_kernels(data, cat, systems=system or None, families=set(family) if family else None, jobs=jobs)
+    source = (f"fitted by `planner calibrate kernels --data {data.name}` on measured kernel latencies "
+              "(ai-dynamo/aiconfigurator collectors, Apache-2.0; see its manifest.json)")
+    if write:
+        n = 0
+        for r in reports:
+            if not r.hardware or not r.curves:
+                continue
+            hw = cat.hardware[r.hardware]
+            replace_efficiency_block(cat.files[r.hardware], hw.efficiency.model_copy(update={"kernels": kernel_block(r, source)}))
+            n += 1
+        clear_cache()
+        typer.echo(f"wrote kernel curves into {n} hardware files", err=True)
+    fam = family_table(reports)
+    if as_json:
+        _echo_json({"families": fam.to_dict(orient="records"), "curves": curve_table(reports).to_dict(orient="records"),
+                    "notes": {r.system: r.notes for r in reports if r.notes}})
+        return
+    typer.echo(fam.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for r in reports:
+        for note in r.notes:
+            typer.echo(f"note: {note}", err=True)
 
 
 @calibrate_app.command("margins")

@@ -133,7 +133,7 @@ def compute(catalog: Catalog, model_id: str, hw_id: str, *, context: int = 2048,
         raise InputError(f"--hardware {hw.id} has no catalog price; pick priced hardware")
     kv_dtype = "fp8" if "fp8" in hw.dense_tflops else "bf16"
     eff = hw.efficiency.for_engine(engine)
-    cal = Setup.make(model, hw, kv=kv_dtype, eff=eff)
+    cal = Setup.make(model, hw, kv=kv_dtype, eff=eff, engine=engine)
     ideal = Setup.make(model, hw, kv=kv_dtype, eff=IDEAL)
     lay = reference_layout(model, hw, cal.wb)
     L = (lay.tp, lay.ep, lay.pp, lay.dp)

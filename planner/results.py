@@ -468,7 +468,7 @@ def _tokens_per_step(model, hw, engine: str, spec: int) -> float:
         return 1.0
     from planner.perf.roofline import Setup
 
-    s = Setup.make(model, hw, eff=hw.efficiency.for_engine(engine), spec_tokens=float(spec))
+    s = Setup.make(model, hw, eff=hw.efficiency.for_engine(engine), spec_tokens=float(spec), engine=engine)
     return float(np.asarray(s.tokens_per_step))
 
 
@@ -759,6 +759,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
             spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
             moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
             prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
+            engine=p.engine,
         )
         if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
             ep_ = p.expert_placement

@@ -64,6 +64,14 @@ TPOT_PARAMS = (
     "draft_overhead_us", "memory", "step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us", "collective_latency_us",
     "scale_out_latency_us", "comm_overlap", "interference",
 )
+KERNEL_TPOT_PARAMS = ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "comm_overlap", "interference",
+                      "spec_accept_scale")
+KERNEL_TTFT_PARAMS = ("first_token_steps", "queueing")
+"""The end-to-end factors left free on hardware whose step is composed from its own kernel curves (8 per hardware
+and engine): what kernels cannot see, the engine's fixed costs per step, layer and sequence, the overlap it
+achieves, the interference of interleaved prompts, its draft acceptance, the steps before a first token and
+closed-loop queueing. The kernel-derived terms are frozen; the other factors keep the engine's fit over all
+hardware (a prior shared by every hardware of the engine, not a per-hardware knob)."""
 TTFT_PARAMS = ("attn_dp_wait_steps", "first_token_steps", "prefill_compute", "prefill_comm_bandwidth", "queueing", "ttft_overhead_ms", "prefill_expert_overhead_us")
 BOUNDS = {
     "compute": (0.05, 1.0),
@@ -188,14 +196,22 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
     return base.model_copy(update={k: float(round(v, 4)) for k, v in zip(names, x, strict=True)})
 
 
-def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None) -> EngineEfficiency:
+def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None,
+              kernels: bool = False) -> EngineEfficiency:
     """TPOT factors, then TTFT factors, twice: prefill capacity feeds the decode batch of disaggregated rows, so
-    the TPOT factors are refitted once the prefill factors have moved."""
+    the TPOT factors are refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
+    its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free."""
+    tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
     eff = start
     for _ in range(ROUNDS):
-        eff = _fit_stage(norm, catalog, eff, TPOT_PARAMS, "tpot", prior)
-        eff = _fit_stage(norm, catalog, eff, TTFT_PARAMS, "ttft", prior)
+        eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior)
+        eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior)
     return eff
+
+
+def has_kernels(catalog: Catalog, hw_id: str) -> bool:
+    """Whether ``hw_id``'s step is composed from its own kernel curves."""
+    return catalog.hardware[hw_id].efficiency.kernels is not None
 
 
 def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
@@ -246,20 +262,21 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
     rows_hw: dict[str, int] = {}
     for hw, g in norm.groupby("n_hw"):
         rows_hw[hw] = len(g)
-        by_hw[hw] = fit_group(g, catalog, overall, overall)
+        by_hw[hw] = fit_group(g, catalog, overall, overall, has_kernels(catalog, hw))
     by_group: dict[tuple[str, str], EngineEfficiency] = {}
     rows: dict[tuple[str, str], int] = {}
     for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
         rows[(hw, eng)] = len(g)
         if len(g) >= MIN_ROWS:
             prior = group_prior(by_hw[hw], by_engine[eng])
-            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior)
+            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior, has_kernels(catalog, hw))
     return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped)
 
 
 def group_prior(hw: EngineEfficiency, engine: EngineEfficiency) -> EngineEfficiency:
     """Prior of a (hardware, engine) group: the hardware's fit for :data:`HARDWARE_FACTORS`, the engine's for
-    the rest (its overheads, scheduling and speculation)."""
+    the rest (its overheads, scheduling and speculation). On kernel-composed hardware the hardware factors are
+    unused by the step (its kernel curves time those terms)."""
     return engine.model_copy(update={k: getattr(hw, k) for k in HARDWARE_FACTORS})
 
 
@@ -291,8 +308,11 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
         rel = FAMILY.get(hid)
         if rel in result.by_hw:
             engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel and keep(eng)}
+            own = catalog.hardware[hid].efficiency.kernels is not None
             out[hid] = Efficiency(
-                source=f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
+                source=(f"kernel curves from {hid}'s own kernels; engine overheads transferred from {rel} (same vendor "
+                        f"and generation; no measured serving rows for {hid} in {data_name})") if own else
+                f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
                 as_of=as_of,
                 default=result.by_hw[rel],
                 by_engine=engines,
@@ -309,4 +329,5 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 fitted_rows=0,
                 transferred_from="all-hardware",
             )
-    return out
+    # The kernel curves are fitted by `calibrate kernels` on other data: an end-to-end refit keeps them.
+    return {hid: eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}) for hid, eff in out.items()}

@@ -79,7 +79,8 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         mid, hid, eng, dd, ed, kd, mode = key
         engine = catalog.engines.get(eng)
         make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
-                       prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS)
+                       prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS,
+                       engine=eng)
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
         else:

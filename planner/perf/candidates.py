@@ -360,7 +360,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         foot = np.unique(gcols["slots"], return_inverse=True)[1].reshape(-1)
         foot_of = {"prefill": foot[one]}
         setups = [(wdt, mode, kdt, Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
-                                              prefill_chunk_tokens=choice.engine.prefill_chunk_tokens))
+                                              prefill_chunk_tokens=choice.engine.prefill_chunk_tokens,
+                                              engine=choice.engine.id))
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
         roles = roles_for(sc.serving)
@@ -1059,6 +1060,7 @@ def evaluate_point(
     tbo: bool = False,
     moe_imbalance: float = 1.0,
     prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
+    engine: str | None = None,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
@@ -1070,7 +1072,8 @@ def evaluate_point(
         "expert_copies": np.array([expert_copies(model, layout.redundant)]),
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
-    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens)
+    setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens,
+                       engine=engine)
     for tags, var, _ in _variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):

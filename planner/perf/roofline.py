@@ -26,7 +26,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, IDEAL, EngineEfficiency, HardwareSpec, ModelSpec
+from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, IDEAL, EngineEfficiency, HardwareSpec, KernelFits, ModelSpec
+from planner.perf import compose as C
 from planner.perf import params as P
 from planner.perf.layout import kv_shard, weight_bytes_per_chip
 from planner.units import US
@@ -74,6 +75,8 @@ class Setup:
     prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS
     """Most prompt tokens an aggregated worker's step takes (the engine's chunked-prefill size or token
     budget per step); a longer prompt is taken in chunks of this many tokens."""
+    engine: str | None = None
+    """Serving engine whose kernel curves time the step (another engine's where it has none of a family)."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -101,12 +104,21 @@ class Setup:
         tbo: float = 0.0,
         expert_copies: float = 1.0,
         prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
+        engine: str | None = None,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
             model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
             spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo, prefill_chunk_tokens=prefill_chunk_tokens,
+            engine=engine,
         )
+
+    @property
+    def kernels(self) -> KernelFits | None:
+        """The hardware's kernel curves where the step is calibrated (the ideal roofline keeps the datasheet)."""
+        if self.eff == IDEAL:
+            return None
+        return self.hw.efficiency.kernels
 
     # peaks ----------------------------------------------------------------------------------
     @property
@@ -432,19 +444,65 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
     ar_per_layer = 1.0 if m_.architecture.parallel_blocks else 2.0
     msg = tok_rank * h * ACT_BYTES
     attn_dp = dp > 1
+    kf = setup.kernels
+    if kf is not None:
+        # The terms measured kernel by kernel on this system: the model's own GEMM shapes, its fused MoE, its
+        # attention; each curve's time replaces the datasheet roofline of that term (its memory floor stays
+        # below it, for the bound).
+        ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, layers_stage,
+                               moe_layers_stage, 1.0 / pp)
+        ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, moe_layers_stage,
+                              imb, setup.expert_copies) if s.experts else 0.0)
+        if ne is not None and ex is not None:
+            gemm_c = ne[0] + ex
+            gemm_m = np.minimum(gemm_m, gemm_c)
+        at = C.attention_time(kf, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, att_flops, tp,
+                              layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers))
+        if at is not None:
+            attn_c = at[0]
+            attn_m = np.minimum(attn_m, attn_c)
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
-    comm = all_reduce_time(setup, tp, msg, ar_per_layer * dense_layers_stage, alpha)
+    comm = _all_reduce(setup, kf, tp, msg, ar_per_layer * dense_layers_stage, alpha)
     if s.moe_layers:
-        comm = comm + all_reduce_time(setup, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
+        comm = comm + _all_reduce(setup, kf, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
         # Decode steps dispatch with latency kernels (point-to-point, a copy per expert; see ep_exchange_time).
-        comm = comm + moe_exchange_time(setup, ep, dp, stage, tokens, moe_layers_stage, alpha, per_copy=True)
+        comm = comm + _decode_exchange(setup, kf, ep, dp, stage, tokens, moe_layers_stage, alpha)
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
     layer_over = e.layer_overhead_us * US * layers_stage + e.moe_layer_overhead_us * US * moe_layers_stage
     return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes)
 
+
+
+def _measured_group(setup: Setup, group):
+    """Where a collective's group lies within what the kernel collectives were measured on (one node)."""
+    return np.asarray(group, dtype=float) <= min(C.MAX_MEASURED_GPUS, setup.hw.scale_up_domain_chips)
+
+
+def _all_reduce(setup: Setup, kf, group, msg, count, alpha):
+    """All-reduces of a decode step: the fitted collective curve for groups inside one measured node, the
+    datasheet physics with the end-to-end latency beyond."""
+    phys = all_reduce_time(setup, group, msg, count, alpha)
+    if kf is None:
+        return phys
+    fit = C.all_reduce(kf, setup.engine, setup.hw, group, msg, count)
+    return phys if fit is None else np.where(_measured_group(setup, group), fit, phys)
+
+
+def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
+    """Expert dispatch and combine of a decode step: DeepEP low-latency's fitted curve inside one measured node
+    (attention DP with expert parallelism), :func:`moe_exchange_time` otherwise."""
+    phys = moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
+    if kf is None:
+        return phys
+    g = np.maximum(np.asarray(stage, dtype=float), 1.0)
+    fit = C.deepep(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k), g, layers,
+                   dispatch_bytes(setup))
+    if fit is None:
+        return phys
+    return np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
 
 
 def _part_arrays(f: _Parts) -> tuple:
@@ -623,6 +681,15 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
         + ex_flops / (setup.f_expert * eff_ex)
         + att_flops / (setup.f_attn * e.prefill_compute)
     )
+    kf = setup.kernels
+    if kf is not None:
+        # GEMMs and fused MoE of the pass from this system's kernel curves (attention keeps prefill_compute).
+        ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, float(m_.architecture.layers),
+                               float(s.moe_layers), 0.0)
+        ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, float(s.moe_layers),
+                              imb, setup.expert_copies) if s.experts else 0.0)
+        if ne is not None and ex is not None:
+            comp = ne[0] + ex + att_flops / (setup.f_attn * e.prefill_compute)
     if s.experts:
         touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
     else:

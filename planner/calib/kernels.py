@@ -1,0 +1,442 @@
+"""Fit the kernel curves of ``planner/perf/kernels.py`` on measured kernel latencies (``planner calibrate kernels``).
+
+The data is a folder laid out ``SYSTEM/FAMILY/ENGINE/FILE.parquet`` (``../shared/calibration/kernels/``:
+AIConfigurator's collectors on six NVIDIA systems). For each system, family, engine and number format this
+module reads the rows, keeps the fastest kernel per shape (what an engine's autotuner picks), and fits the
+family's curve by robust least squares on ``log(predicted / measured)``. Each curve is fitted twice: once
+without a held-out set of shapes (scored on them: the honest error on shapes the fit has not seen) and once
+on every row (the parameters written to the catalog). Predictions only ever come from the curves.
+
+Held-out shapes per family (chosen to be the shapes of a real model the curve must extend to):
+
+- GEMM: ``n`` or ``k`` equal to 7,168 (DeepSeek-V3/R1's hidden size: every projection of that model);
+- fused MoE: DeepSeek's expert shape (hidden 7,168, 256 experts, top-8);
+- decode attention: every configuration with 8 query heads per GPU (Llama-3.1-70B at TP8, Qwen3 at TP8...);
+- MLA decode: 16 heads per GPU (DeepSeek at TP8);
+- collectives: 8 GPUs (fitted on 2 and 4: the extension in group size); GB200/GB300 rows stop at 4, so there
+  the held-out set is 4 GPUs fitted on 2;
+- DeepEP low-latency: hidden 7,168.
+
+Bad input (a missing column, an unknown format) is a note in the report and the family is skipped for that
+system; a family with fewer than :data:`MIN_ROWS` rows is reported, not fitted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from planner.catalog import Catalog
+from planner.catalog.schemas import HardwareSpec, KernelCurve, KernelFits
+from planner.errors import InputError
+from planner.perf import kernels as K
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = 30
+"""Fewest distinct shapes a curve is fitted on."""
+SYSTEM_GPUS_PER_NODE = {"gb200": 4, "gb300": 4}
+"""GPUs of one node tray in the kernel data (DeepEP's ``node_num``); 8 elsewhere."""
+
+GEMM_FORMATS = {
+    # kernel data's gemm_dtype -> (our format name, weight bytes per element, maths format)
+    "bfloat16": ("bf16", 2.0, "bf16"),
+    "fp8": ("fp8", 1.0, "fp8"),
+    "fp8_block": ("fp8_block", 1.0 + 4.0 / (128 * 128), "fp8"),
+    "nvfp4": ("fp4", 0.5 + 1.0 / 16, "fp4"),
+}
+MOE_FORMATS = {
+    "bfloat16": ("bf16", 2.0, "bf16"),
+    "fp8": ("fp8", 1.0, "fp8"),
+    "fp8_block": ("fp8_block", 1.0 + 4.0 / (128 * 128), "fp8"),
+    "nvfp4": ("fp4", 0.5 + 1.0 / 16, "fp4"),
+    "w4a16_mxfp4": ("mxfp4_w4a16", 0.5 + 1.0 / 32, "bf16"),
+    "int4_wo": ("int4_w4a16", 0.5 + 2.0 / 128, "bf16"),
+    "w4afp8": ("int4_w4a8", 0.5 + 2.0 / 128, "fp8"),
+    "w4a8_mxfp4_mxfp8": ("mxfp4_w4a8", 0.5 + 1.0 / 32, "fp8"),
+}
+KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "float16": 2.0}
+ELEM_BYTES = {"half": 2.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "float": 4.0, "fp8": 1.0}
+MLA_LATENT = 512.0 + 64.0
+"""Elements of one cached MLA token (kv_lora_rank + qk_rope_head_dim of DeepSeek-V3, the kernels' shape)."""
+
+
+@dataclass
+class Rows:
+    """One curve's rows: the shape columns the family's predictor reads, measured seconds, a held-out mask."""
+
+    x: dict[str, np.ndarray]
+    y: np.ndarray
+    hold: np.ndarray
+    holdout: str
+    engine_version: str
+
+
+@dataclass
+class SystemReport:
+    system: str
+    hardware: str
+    curves: dict[str, KernelCurve] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    errors: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Per curve: absolute percentage errors of every row (all-row fit) and of the held-out rows (fit without
+    them), for pooled medians per family."""
+
+
+# --------------------------------------------------------------------------------------------------
+# readers: one per family, each returning {(engine, format): Rows}
+# --------------------------------------------------------------------------------------------------
+
+
+def _need(df: pd.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: column {missing[0]} is missing (the family is skipped for this system)")
+
+
+def _fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The fastest kernel per shape (what an engine's autotuner runs); positive finite latencies only."""
+    df = df[np.isfinite(df["latency"]) & (df["latency"] > 0)]
+    return df.groupby(keys, as_index=False)["latency"].min()
+
+
+def _version(df: pd.DataFrame) -> str:
+    return str(df["version"].iloc[0]) if "version" in df.columns and len(df) else ""
+
+
+def read_gemm(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    _need(df, path, ("gemm_dtype", "m", "n", "k", "latency"))
+    out = {}
+    for dt_, g in df.groupby("gemm_dtype"):
+        if dt_ not in GEMM_FORMATS:
+            raise InputError(f"{path}: gemm_dtype {dt_!r} is unknown (known: {', '.join(GEMM_FORMATS)})")
+        fmt, wb, maths = GEMM_FORMATS[dt_]
+        if maths not in hw.dense_tflops:
+            continue
+        g = _fastest(g, ["m", "n", "k"])
+        n, k = g["n"].to_numpy(float), g["k"].to_numpy(float)
+        x = {"m": g["m"].to_numpy(float), "n": n, "k": k, "F": np.full(len(g), hw.flops(maths)),
+             "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
+        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, (n == 7168) | (k == 7168), "n or k = 7168",
+                        _version(df))
+    return out
+
+
+def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    cols = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "distribution", "latency")
+    _need(df, path, cols)
+    df = df[df["distribution"] == "balanced"]
+    if "kernel_source" in df.columns:
+        df = df[~df["kernel_source"].astype(str).str.contains("nongated")]
+    out = {}
+    for dt_, g in df.groupby("moe_dtype"):
+        if dt_ not in MOE_FORMATS:
+            raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
+        fmt, wb, maths = MOE_FORMATS[dt_]
+        if maths not in hw.dense_tflops:
+            continue
+        g = _fastest(g, list(cols[1:-2]))
+        h = g["hidden_size"].to_numpy(float)
+        e = g["num_experts"].to_numpy(float)
+        x = {"tokens": g["num_tokens"].to_numpy(float), "hidden": h,
+             "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
+             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / g["moe_ep_size"].to_numpy(float),
+             "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
+        hold = (h == 7168) & (e == 256) & (x["top_k"] == 8)
+        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, "DeepSeek's experts (hidden 7168, 256 experts, top-8)",
+                        _version(df))
+    return out
+
+
+def read_attn_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    cols = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step", "latency")
+    _need(df, path, cols)
+    if "window_size" not in df.columns:
+        df = df.assign(window_size=0)
+    out = {}
+    for kv, g in df.groupby("kv_cache_dtype"):
+        if kv not in KV_BYTES:
+            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+        g = _fastest(g, ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "window_size", "step"])
+        b = g["batch_size"].to_numpy(float)
+        s = g["step"].to_numpy(float)
+        w = g["window_size"].to_numpy(float)
+        s = np.where(w > 0, np.minimum(s, w), s)
+        hq, hk, d = (g[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+        kvb = b * s * 2.0 * hk * d * KV_BYTES[kv]
+        flops = 4.0 * b * hq * d * s
+        x = {"batch": b, "kv_bytes": kvb, "flops": flops, "F": np.full(len(g), hw.flops("bf16")),
+             "W": np.full(len(g), hw.hbm_bw), "units": b * hk}
+        out[_kv_name(kv)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 8, "8 query heads per GPU", _version(df))
+    return out
+
+
+def read_mla_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    cols = ("batch_size", "num_heads", "kv_cache_dtype", "step", "latency")
+    _need(df, path, cols)
+    out = {}
+    for kv, g in df.groupby("kv_cache_dtype"):
+        if kv not in KV_BYTES:
+            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+        g = _fastest(g, ["batch_size", "num_heads", "step"])
+        b, hq, s = (g[c].to_numpy(float) for c in ("batch_size", "num_heads", "step"))
+        x = {"batch": b, "kv_bytes": b * s * MLA_LATENT * KV_BYTES[kv], "flops": mla_decode_flops(b, hq, s),
+             "F": np.full(len(g), hw.flops("bf16")), "W": np.full(len(g), hw.hbm_bw), "units": b}
+        out[_kv_name(kv)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU", _version(df))
+    return out
+
+
+def mla_decode_flops(batch, heads, context, kv_lora=512.0, rope=64.0):
+    """FLOPs of absorbed MLA decode attention: scores over ``kv_lora + rope`` and values over ``kv_lora``."""
+    return 2.0 * batch * heads * context * (2.0 * kv_lora + rope)
+
+
+def _kv_name(kv: str) -> str:
+    return "bf16" if kv in ("bfloat16", "float16") else str(kv)
+
+
+def _collective_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, dtype_col: str, system: str) -> dict[str, Rows]:
+    _need(df, path, ("op_name", "num_gpus", "message_size", dtype_col, "latency"))
+    out = {}
+    top = int(df["num_gpus"].max())
+    for op, g in df.groupby("op_name"):
+        if op not in K.BUS_FACTOR:
+            continue
+        unknown = set(g[dtype_col].astype(str)) - set(ELEM_BYTES)
+        if unknown:
+            raise InputError(f"{path}: {dtype_col} {sorted(unknown)[0]!r} is unknown (known: {', '.join(ELEM_BYTES)})")
+        g = g.assign(bytes=g["message_size"].to_numpy(float) * g[dtype_col].map(ELEM_BYTES).to_numpy(float))
+        g = _fastest(g, ["num_gpus", "bytes"])
+        gp = g["num_gpus"].to_numpy(float)
+        x = {"gpus": gp, "bytes": g["bytes"].to_numpy(float), "U": np.full(len(g), hw.scale_up_bw)}
+        out[str(op)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, gp == top, f"{top} GPUs (fitted on fewer)", _version(df))
+    return out
+
+
+def read_nccl(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
+    return _collective_rows(pd.read_parquet(path), path, hw, "nccl_dtype", system)
+
+
+def read_custom_allreduce(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    df = df.assign(op_name="all_reduce")
+    return _collective_rows(df, path, hw, "allreduce_dtype", system)
+
+
+def read_deepep(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
+    df = pd.read_parquet(path)
+    cols = ("node_num", "num_token", "hidden_size", "num_topk", "dispatch_avg_t_us", "combine_avg_t_us")
+    _need(df, path, cols)
+    per_node = SYSTEM_GPUS_PER_NODE.get(system, 8)
+    y = (df["dispatch_avg_t_us"].to_numpy(float) + df["combine_avg_t_us"].to_numpy(float)) * 1e-6
+    ok = np.isfinite(y) & (y > 0)
+    df, y = df[ok], y[ok]
+    h = df["hidden_size"].to_numpy(float)
+    x = {"tokens": df["num_token"].to_numpy(float), "hidden": h, "top_k": df["num_topk"].to_numpy(float),
+         "gpus": df["node_num"].to_numpy(float) * per_node, "U": np.full(len(df), hw.scale_up_bw)}
+    return {"fp8": Rows(x, y, h == 7168, "hidden 7168", _version(df))}
+
+
+# --------------------------------------------------------------------------------------------------
+# predictors: the perf curves over a Rows.x
+# --------------------------------------------------------------------------------------------------
+
+
+def _predict_gemm(p, x):
+    return K.gemm_time(p, x["m"], x["n"], x["k"], x["F"], x["W"], x["wb"])
+
+
+def _predict_moe(p, x):
+    return K.moe_time(p, x["tokens"], x["hidden"], x["inter"], x["top_k"], x["experts"], x["local"], x["F"], x["W"], x["wb"])
+
+
+def _predict_attn(p, x):
+    return K.attn_decode_time(p, x["batch"], x["kv_bytes"], x["flops"], x["F"], x["W"], x["units"])
+
+
+def _collective(op: str):
+    def f(p, x):
+        return K.collective_time(p, op, x["gpus"], x["bytes"], x["U"])
+
+    return f
+
+
+def _predict_deepep(p, x):
+    return K.deepep_time(p, x["tokens"], x["hidden"], x["top_k"], x["gpus"], x["U"])
+
+
+# (family, sub-folder, file stem, reader, predictor-for-format)
+SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
+    ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
+    ("moe", "moe", "moe_perf", lambda p, hw, s: read_moe(p, hw), lambda f: _predict_moe),
+    ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw), lambda f: _predict_attn),
+    ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),
+    ("collective", "comm", "nccl_perf", read_nccl, _collective),
+    ("collective", "comm", "custom_allreduce_perf", read_custom_allreduce, _collective),
+    ("deepep", "comm", "wideep_deepep_ll_perf", read_deepep, lambda f: _predict_deepep),
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------------
+
+
+def fit_curve(family: str, predict: Callable, x: dict, y: np.ndarray, start: dict | None = None) -> dict[str, float]:
+    """Least-squares fit of ``family``'s parameters (within their physical bounds) on ``log(pred / y)``,
+    robust (soft-L1) so that a few odd kernels do not pull the curve."""
+    names = K.PARAMS[family]
+    lo = np.array([K.BOUNDS[family][n][0] for n in names])
+    hi = np.array([K.BOUNDS[family][n][1] for n in names])
+    start = start or K.PRIOR[family]
+    x0 = np.clip(np.array([start[n] for n in names], dtype=float), lo, hi)
+    scale = hi - lo
+    logy = np.log(y)
+
+    def res(z):
+        p = dict(zip(names, lo + z * scale, strict=True))
+        r = np.log(np.maximum(predict(p, x), 1e-12)) - logy
+        return np.nan_to_num(r, nan=5.0, posinf=5.0, neginf=-5.0)
+
+    best = None
+    for z0 in ((x0 - lo) / scale, np.full(len(names), 0.5)):
+        sol = least_squares(res, np.clip(z0, 1e-6, 1 - 1e-6), bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.1,
+                            x_scale=0.1, max_nfev=400)
+        if best is None or sol.cost < best.cost:
+            best = sol
+    return {n: float(f"{v:.5g}") for n, v in zip(names, lo + best.x * scale, strict=True)}
+
+
+def fit_rows(family: str, predict: Callable, rows: Rows) -> tuple[KernelCurve, np.ndarray, np.ndarray]:
+    """Fit on every row (the catalog's parameters) and, where shapes are held out, once without them (scored
+    on them). Returns the curve and the absolute percentage errors of all rows and of the held-out rows."""
+    params = fit_curve(family, predict, rows.x, rows.y)
+    ape = np.abs(predict(params, rows.x) / rows.y - 1.0)
+    hold_ape = np.array([])
+    n_hold = int(rows.hold.sum())
+    if 0 < n_hold and int((~rows.hold).sum()) >= MIN_ROWS:
+        train = {k: v[~rows.hold] for k, v in rows.x.items()}
+        p_train = fit_curve(family, predict, train, rows.y[~rows.hold])
+        held = {k: v[rows.hold] for k, v in rows.x.items()}
+        hold_ape = np.abs(predict(p_train, held) / rows.y[rows.hold] - 1.0)
+    else:
+        n_hold = 0
+    curve = KernelCurve(params=params, rows=len(rows.y), fit_mape=round(float(np.median(ape)), 4),
+                        holdout_rows=n_hold, holdout_mape=round(float(np.median(hold_ape)), 4) if n_hold else None,
+                        holdout=rows.holdout if n_hold else "", engine_version=rows.engine_version)
+    return curve, ape, hold_ape
+
+
+def system_hardware(catalog: Catalog, system: str) -> HardwareSpec | None:
+    """The catalog hardware whose id or alias is the kernel data's system name."""
+    for hw in catalog.hardware.values():
+        if system == hw.id or system in hw.aliases:
+            return hw
+    return None
+
+
+def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | None = None) -> SystemReport:
+    """Every curve of one system's folder."""
+    rep = SystemReport(system, hw.id)
+    for family, sub, stem, reader, predictor in SOURCES:
+        if families and family not in families:
+            continue
+        for path in sorted((root / system / sub).glob(f"*/{stem}.parquet")):
+            engine = path.parent.name
+            try:
+                sets = reader(path, hw, system)
+            except InputError as exc:
+                rep.notes.append(str(exc))
+                continue
+            except (OSError, ValueError) as exc:
+                rep.notes.append(f"{path}: unreadable ({type(exc).__name__}: {exc}); the family is skipped")
+                continue
+            for fmt, rows in sets.items():
+                key = f"{family}/{engine}/{fmt}"
+                if len(rows.y) < MIN_ROWS:
+                    rep.notes.append(f"{key}: {len(rows.y)} rows, fewer than {MIN_ROWS}: not fitted")
+                    continue
+                c, ape, hold_ape = fit_rows(family, predictor(fmt), rows)
+                rep.curves[key] = c
+                rep.errors[key] = (ape, hold_ape)
+                log.info("%s %s: %d rows, fit %.3f, held out %s", system, key, c.rows, c.fit_mape, c.holdout_mape)
+    return rep
+
+
+def fit_kernels(root: Path, catalog: Catalog, systems: list[str] | None = None, families: set[str] | None = None,
+                jobs: int = 1) -> list[SystemReport]:
+    """Fit every system folder under ``root`` that names catalog hardware (one process per system with ``jobs``)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"--data {root}: not a folder (expected SYSTEM/FAMILY/ENGINE/FILE.parquet)")
+    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if systems:
+        unknown = [s for s in systems if s not in names]
+        if unknown:
+            raise InputError(f"--system {unknown[0]}: no such folder under {root} (found: {', '.join(names)})")
+        names = [s for s in names if s in systems]
+    todo = []
+    reports = []
+    for s in names:
+        hw = system_hardware(catalog, s)
+        if hw is None:
+            reports.append(SystemReport(s, "", notes=[f"{s}: no catalog hardware has this id or alias; skipped"]))
+            continue
+        todo.append((s, hw))
+    if jobs > 1 and len(todo) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            futs = [ex.submit(fit_system, root, s, hw, families) for s, hw in todo]
+            reports += [f.result() for f in futs]
+    else:
+        reports += [fit_system(root, s, hw, families) for s, hw in todo]
+    if not any(r.curves for r in reports):
+        raise InputError(f"--data {root}: no kernel curve could be fitted (no SYSTEM/FAMILY/ENGINE/*.parquet files of a known system)")
+    return reports
+
+
+def kernel_block(rep: SystemReport, source: str, as_of: dt.date | None = None) -> KernelFits:
+    return KernelFits(source=source, as_of=as_of or dt.date.today(), system=rep.system, curves=rep.curves, notes=rep.notes)
+
+
+def curve_table(reports: list[SystemReport]) -> pd.DataFrame:
+    """One row per fitted curve: system, family, engine, format, rows, median APE fitted and held out."""
+    recs = []
+    for r in reports:
+        for key, c in r.curves.items():
+            fam, eng, fmt = key.split("/", 2)
+            recs.append({"system": r.system, "family": fam, "engine": eng, "format": fmt, "rows": c.rows,
+                         "fit_mape": c.fit_mape, "holdout_rows": c.holdout_rows, "holdout_mape": c.holdout_mape})
+    return pd.DataFrame(recs)
+
+
+def family_table(reports: list[SystemReport]) -> pd.DataFrame:
+    """Median and p90 APE per (system, family), pooled over every row of its engines and formats: on all rows
+    (the catalog's fit) and on the held-out shapes (fits without them)."""
+    recs = []
+    for r in reports:
+        fams: dict[str, tuple[list, list]] = {}
+        for key, (ape, hold) in r.errors.items():
+            a, h = fams.setdefault(key.split("/", 1)[0], ([], []))
+            a.append(ape)
+            h.append(hold)
+        for fam, (a, h) in fams.items():
+            a, h = np.concatenate(a), np.concatenate(h)
+            recs.append({"system": r.system, "family": fam, "rows": len(a), "median": float(np.median(a)),
+                         "p90": float(np.quantile(a, 0.9)), "holdout_rows": len(h),
+                         "holdout_median": float(np.median(h)) if len(h) else None,
+                         "holdout_p90": float(np.quantile(h, 0.9)) if len(h) else None})
+    return pd.DataFrame(recs)

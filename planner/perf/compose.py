@@ -1,0 +1,225 @@
+"""A step composed from kernel curves: per layer, the model's own GEMMs, its fused MoE, its attention or MLA
+and its collectives, each timed by the curve fitted on that system's measured kernels
+(:mod:`planner.perf.kernels`, parameters in the hardware's ``efficiency.kernels``).
+
+Used by :mod:`planner.perf.roofline` where the hardware has kernel curves and the step is calibrated (the
+``--ideal`` roofline keeps the datasheet); hardware without kernel rows keeps the datasheet path with its
+end-to-end factors. Everything is NumPy over the candidate rows: a handful of array operations per GEMM
+shape of the model (a few per layer kind), never a loop over rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from planner.catalog.schemas import KernelFits, ModelSpec
+from planner.perf import kernels as K
+from planner.perf import params as P
+from planner.units import dtype_bytes
+
+GEMM_FORMAT = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"), "int8": ("fp8", "fp8_block"),
+               "fp4": ("fp4",), "int4": ("fp8_block", "bf16")}
+"""Kernel curve used for a dense GEMM in each weight format, in order of preference (FP8 checkpoints of the
+models served here use 128x128 block scales; INT4 dense layers are dequantised)."""
+MOE_FORMAT = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"), "int8": ("fp8", "fp8_block"),
+              "fp4": ("fp4", "mxfp4_w4a16"), "int4": ("int4_w4a16", "mxfp4_w4a16")}
+MATHS = {"bf16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "fp4": "fp4", "mxfp4_w4a16": "bf16", "int4_w4a16": "bf16",
+         "mxfp4_w4a8": "fp8", "int4_w4a8": "fp8"}
+"""Maths format of each curve's tensor-core operations (its peak FLOP/s)."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One dense GEMM of a layer: ``n`` x ``k`` weights, ``split`` by tensor parallelism along ``n`` (column
+    parallel), ``k`` (row parallel) or not at all (replicated), ``count`` of them per layer."""
+
+    n: float
+    k: float
+    split: str
+    count: float = 1.0
+    kv: bool = False
+    """Key/value projection columns: split at most ``kv_heads`` ways (replicated beyond)."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    attention: tuple[Gemm, ...]
+    """Per softmax-attention layer (full or sliding)."""
+    linear: tuple[Gemm, ...]
+    """Per linear-attention layer."""
+    dense_ffn: tuple[Gemm, ...]
+    """Per dense layer's FFN."""
+    moe_dense: tuple[Gemm, ...]
+    """Per MoE layer, outside the routed experts (shared experts, router)."""
+    head: tuple[Gemm, ...]
+    """Once per step (LM head)."""
+
+
+_SHAPES: dict[int, tuple[ModelSpec, Shapes]] = {}
+
+
+def _shapes(m: ModelSpec) -> Shapes:
+    """The model's GEMM shapes (memoised per entry object)."""
+    hit = _SHAPES.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    out = _make_shapes(m)
+    _SHAPES[id(m)] = (m, out)
+    return out
+
+
+def _make_shapes(m: ModelSpec) -> Shapes:
+    a = m.architecture
+    at = a.attention
+    h = float(a.hidden_size)
+    s = P.model_stats(m)
+    if at.type == "mla":
+        dqk = float(at.head_dim)
+        dv = float(at.v_head_dim or at.head_dim)
+        kvl = float(at.kv_lora_rank or 0)
+        rope = float(at.qk_rope_head_dim or 0)
+        heads = float(at.heads)
+        attn = [Gemm(kvl + rope, h, "none")]
+        if at.q_lora_rank:
+            attn += [Gemm(float(at.q_lora_rank), h, "none"), Gemm(heads * dqk, float(at.q_lora_rank), "n")]
+        else:
+            attn += [Gemm(heads * dqk, h, "n")]
+        # Absorbed decode: q_nope into the latent and the latent out to values, batched over the heads.
+        attn += [Gemm(heads * kvl, dqk - rope, "n"), Gemm(heads * dv, kvl, "n"), Gemm(h, heads * dv, "k")]
+    else:
+        d = float(at.head_dim)
+        dv = float(at.v_head_dim or at.head_dim)
+        attn = [Gemm(at.heads * d, h, "n"), Gemm(2.0 * at.kv_heads * d, h, "n", kv=True), Gemm(h, at.heads * dv, "k")]
+        if at.output_gate:
+            attn.append(Gemm(at.heads * dv, h, "n"))
+    linear = (Gemm(max(s.linear_attn_params_per_layer / h, 1.0), h, "n"),) if at.linear_layers else ()
+    mats = 2.0 if a.ffn_gated else 1.0
+    ffn = ()
+    if a.dense_layers:
+        inter = float(a.dense_intermediate)
+        ffn = (Gemm(mats * inter, h, "n"), Gemm(h, inter, "k"))
+    moe_dense: tuple[Gemm, ...] = ()
+    if s.moe_layers:
+        moe_dense = (Gemm(float(s.experts), h, "none"),)
+        if s.shared_params:
+            inter_s = s.shared_params / ((mats + 1.0) * h)
+            moe_dense += (Gemm(mats * inter_s, h, "n"), Gemm(h, inter_s, "k"))
+    head = (Gemm(float(a.vocab_size), h, "n"),)
+    return Shapes(tuple(attn), linear, ffn, moe_dense, head)
+
+
+def _per_rank(g: Gemm, tp, kv_heads: float, head_dim: float):
+    """(n, k) one tensor-parallel rank multiplies."""
+    if g.split == "n":
+        if g.kv:
+            return g.n / np.minimum(tp, kv_heads), g.k
+        return g.n / tp, g.k
+    if g.split == "k":
+        return g.n, g.k / tp
+    return g.n + 0.0 * tp, g.k
+
+
+def pick(kf: KernelFits, family: str, engine: str | None, fmts: tuple[str, ...]):
+    """(params, format) of the first format in ``fmts`` with a curve (this engine's, else another's)."""
+    for f in fmts:
+        p = kf.curve(family, engine, f)
+        if p is not None:
+            return p, f
+    return None, None
+
+
+def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_dtype: str, tokens, tp, layers,
+                    moe_layers, stage_has_head):
+    """Seconds of the non-expert GEMMs one chip runs in one stage pass over ``tokens`` rows (tokens per attention
+    rank), and their weight bytes' memory-time floor: per softmax-attention, linear-attention, dense-FFN and
+    MoE layer of the stage (``layers`` in all, ``moe_layers`` of them MoE) and the LM head where the stage
+    holds it (``stage_has_head``: 1 on one stage of ``pp``, as a fraction ``1 / pp`` on average)."""
+    sh = _shapes(m)
+    a = m.architecture
+    at = a.attention
+    p, fmt = pick(kf, "gemm", engine, GEMM_FORMAT.get(dense_dtype, ("bf16",)))
+    pb, _ = pick(kf, "gemm", engine, ("bf16",))
+    if p is None or pb is None:
+        return None
+    wb = dtype_bytes(dense_dtype)
+    F = hw.flops(MATHS[fmt])
+    Fb = hw.flops("bf16")
+    W = hw.hbm_bw
+    share_att = (at.full_layers + at.sliding_layers) / a.layers
+    share_lin = at.linear_layers / a.layers
+    dense_layers = layers - moe_layers
+    total = 0.0
+    floor = 0.0
+    kvh = float(at.kv_heads)
+    for gemms, count, prm, f, b in (
+        (sh.attention, layers * share_att, p, F, wb),
+        (sh.linear, layers * share_lin, p, F, wb),
+        (sh.dense_ffn, dense_layers, p, F, wb),
+        (sh.moe_dense, moe_layers, p, F, wb),
+        (sh.head, stage_has_head, pb, Fb, 2.0),
+    ):
+        for g in gemms:
+            n, k = _per_rank(g, tp, kvh, float(at.head_dim))
+            t = K.gemm_time(prm, tokens, n, k, f, W, b)
+            total = total + count * g.count * t
+            floor = floor + count * g.count * n * k * b / (W * prm["memory"])
+    return total, floor
+
+
+def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_dtype: str, tokens, ep, stage,
+                  moe_layers, imbalance, copies):
+    """Seconds of the fused MoE layers of one stage pass on one chip: ``tokens`` tokens of the stage routed over
+    the experts, ``E * copies / ep`` experts held per chip with ``inter / (stage / ep)`` columns each."""
+    s = P.model_stats(m)
+    p, fmt = pick(kf, "moe", engine, MOE_FORMAT.get(expert_dtype, ("bf16",)))
+    if p is None:
+        return None
+    a = m.architecture
+    mats = 3.0 if a.ffn_gated else 2.0
+    inter = s.expert_params / (mats * a.hidden_size)
+    moe_tp = np.maximum(stage / ep, 1.0)
+    local = s.experts * np.asarray(copies, dtype=float) / ep
+    t = K.moe_time(p, tokens, float(a.hidden_size), inter / moe_tp, float(s.top_k), float(s.experts), local,
+                   hw.flops(MATHS[fmt]), hw.hbm_bw, dtype_bytes(expert_dtype), gated=a.ffn_gated, imbalance=imbalance)
+    return moe_layers * t
+
+
+def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtype: str, seqs, kv_bytes, flops,
+                   tp, layers):
+    """Seconds of the decode attention of one stage pass on one chip: ``seqs`` sequences per rank, ``kv_bytes``
+    and ``flops`` of all the stage's layers on this chip (counted by the caller), ``layers`` kernel calls."""
+    at = m.architecture.attention
+    fam = "mla_decode" if at.type == "mla" else "attn_decode"
+    fmt = "fp8" if kv_dtype in ("fp8", "int8", "fp4", "int4") else "bf16"
+    p, _ = pick(kf, fam, engine, (fmt, "bf16", "fp8"))
+    if p is None:
+        return None
+    calls = np.maximum(np.asarray(layers, dtype=float), 1e-9)
+    units = seqs if at.type == "mla" else seqs * np.maximum(at.kv_heads / tp, 1.0)
+    # One kernel call per layer: fixed and per-sequence costs per call, the streaming over all of them.
+    per_call = K.attn_decode_time(p, seqs, np.asarray(kv_bytes) / calls, np.asarray(flops) / calls, hw.flops("bf16"),
+                                  hw.hbm_bw, units)
+    return calls * per_call, np.asarray(kv_bytes) / (hw.hbm_bw * p["memory"])
+
+
+def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count):
+    """``count`` all-reduces of ``msg_bytes`` over ``gpus`` GPUs: the engine's own all-reduce where fitted, else
+    NCCL's; None where the group exceeds what the curves were measured on (one node, 8 GPUs)."""
+    p = kf.curve("collective", engine, "all_reduce") if engine else None
+    if p is None:
+        p = kf.curve("collective", "nccl", "all_reduce")
+    if p is None:
+        return None
+    return count * K.collective_time(p, "all_reduce", gpus, msg_bytes, hw.scale_up_bw)
+
+
+def deepep(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, gpus, layers, dispatch_bytes):
+    p = kf.curve("deepep", "sglang", "fp8")
+    if p is None:
+        return None
+    return layers * K.deepep_time(p, tokens_per_rank, hidden, top_k, gpus, hw.scale_up_bw, dispatch_bytes)
+
+
+MAX_MEASURED_GPUS = 8
+"""Largest group the kernel collectives were measured on (one node); larger groups keep datasheet physics."""

@@ -1,0 +1,175 @@
+"""Kernel curves: the time of each kernel a serving step is made of, as a physical function of its shape.
+
+Each curve takes the shape of one kernel call (NumPy arrays broadcast, so a candidate table is evaluated in
+one call), the hardware's datasheet peaks (FLOP/s of the maths format, HBM and scale-up bandwidth, in SI)
+and a handful of fitted parameters (``planner calibrate kernels``, from measured kernel latencies; see
+``planner/calib/kernels.py``), and returns seconds. The parameters are fractions of the datasheet and
+fixed latencies, never tables of measured rows, so a curve extends to shapes, models and hardware without
+a row: a GPU without kernel measurements uses the same curves with :data:`PRIOR` parameters.
+
+Every curve is a smooth roofline ``t0 + (t_c^p + t_m^p)^(1/p)``: the larger of compute and memory time
+(``p`` large: the plain maximum; small ``p``: a kernel that overlaps the two only partly), plus a fixed
+latency ``t0`` that no shape avoids (launch, prologue and epilogue of one kernel).
+
+Families and their parameters (times in microseconds, efficiencies as fractions of the datasheet):
+
+``gemm``
+    ``[m x k] @ [k x n]``: padded to tiles of :data:`TILE_M` x :data:`TILE_N` (tensor-core instruction
+    shapes; a GEMM of 8 tokens pays for 64 rows), a machine that fills as tiles grow
+    (``tiles / (tiles + tile_half)``: too few tiles leave SMs idle), weights streamed once, activations
+    read at ``act_bytes`` per element (quantising activations to FP8/FP4 reads and writes them again,
+    which the fit sees), output written in bf16. Parameters: ``t0_us, compute, tile_half, memory, sharpness,
+    act_bytes``.
+``moe``
+    One fused MoE layer on one GPU (route, grouped GEMMs of its local experts, combine): the routed tokens
+    as a grouped GEMM over the experts they touch, each expert's rows padded to :data:`TILE_M`; the
+    weights of touched local experts streamed once, each routed copy's activations read and written in
+    bf16 (permute in, intermediate, out); plus a cost per routed copy of *every* token entering the layer
+    (``copy_ns``: top-k, sort and align run over all tokens, also those whose experts sit elsewhere, which is
+    what makes a wide-EP layer cost more than its local FLOPs). Parameters: ``t0_us, compute, tile_half,
+    memory, sharpness, copy_ns`` (``tile_half`` counts tiles over all local experts).
+``attn_decode`` / ``mla_decode``
+    One decode step of attention for a batch: the KV cache read once (GQA: ``2 kv_heads head_dim``
+    elements per token; MLA: one latent of ``kv_lora + rope`` per token, shared by all heads), query
+    maths ``4 heads head_dim`` FLOPs per token (MLA absorbed: ``2 heads (2 kv_lora + rope)``), plus a
+    cost per sequence (page tables, split-KV reduction); few (sequence, KV head) pairs leave SMs idle
+    (``fill_half``). Parameters: ``t0_us, seq_us, compute, memory, sharpness, fill_half``.
+``collective``
+    One collective of ``bytes`` over ``g`` GPUs of one scale-up domain: ``alpha + alpha_gpu (g - 2)`` plus the
+    bus bytes (ring all-reduce ``2 (g-1)/g``, all-gather, reduce-scatter and all-to-all ``(g-1)/g`` of the
+    message) over ``bus_eff`` of the scale-up bandwidth. Parameters: ``alpha_us, alpha_gpu_us, bus_eff,
+    sharpness``.
+``deepep``
+    DeepEP low-latency dispatch plus combine of one MoE layer inside one node: each token's ``top_k``
+    copies leave for their experts' GPUs (dispatch in FP8 with scales, combine in bf16) at ``bus_eff`` of
+    the scale-up bandwidth, plus a fixed latency per call and a cost per token copy (the kernels' packing).
+    Parameters: ``t0_us, copy_ns, bus_eff``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.catalog.schemas import KERNEL_BOUNDS as BOUNDS
+from planner.catalog.schemas import KERNEL_PARAMS as PARAMS
+
+US = 1e-6
+
+TILE_M = 64.0
+"""Rows of one tensor-core tile (Hopper's ``wgmma`` and Blackwell's ``tcgen05`` issue 64- or 128-row tiles;
+a decode GEMM of a few tokens still pays for a whole tile of rows)."""
+TILE_N = 128.0
+
+PRIOR: dict[str, dict[str, float]] = {
+    "gemm": {"t0_us": 4.0, "compute": 0.7, "tile_half": 60.0, "memory": 0.8, "sharpness": 2.5, "act_bytes": 3.0},
+    "moe": {"t0_us": 30.0, "compute": 0.5, "tile_half": 200.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
+    "attn_decode": {"t0_us": 8.0, "seq_us": 0.1, "compute": 0.3, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
+    "mla_decode": {"t0_us": 12.0, "seq_us": 0.1, "compute": 0.4, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
+    "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "sharpness": 2.0},
+    "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3},
+}
+"""Parameters of hardware without kernel rows (and the fit's start): vendor-library expectations (large GEMMs
+at ~70% of tensor peak, HBM streamed at ~80%, NCCL at ~75% of the link's bus bandwidth), refined by the fit on
+every system that has rows (``planner calibrate kernels`` prints the fitted values beside them)."""
+
+ACT_DTYPE_BYTES = 2.0
+"""Output and activation bytes per element written by a kernel (bf16)."""
+
+
+def _smax(a, b, p):
+    """Smooth maximum ``(a^p + b^p)^(1/p)`` (the roofline's max as ``p`` grows; a kernel that overlaps its
+    maths and its memory traffic only partly at small ``p``). Scaled to avoid overflow."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    hi = np.maximum(np.maximum(a, b), 1e-30)
+    return hi * np.power(np.power(a / hi, p) + np.power(b / hi, p), 1.0 / p)
+
+
+def gemm_time(p: dict, m, n, k, flops_peak, hbm_bw, weight_bytes):
+    """Seconds of one ``[m x k] @ [k x n]`` GEMM with weights of ``weight_bytes`` per element (see module
+    docstring; ``flops_peak`` is the datasheet FLOP/s of the maths format)."""
+    m = np.maximum(np.asarray(m, dtype=float), 1.0)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    mt = np.ceil(m / TILE_M)
+    nt = np.ceil(n / TILE_N)
+    tiles = mt * nt
+    fill = tiles / (tiles + p["tile_half"])
+    t_c = 2.0 * mt * TILE_M * nt * TILE_N * k / (flops_peak * p["compute"] * fill)
+    t_m = (weight_bytes * n * k + p["act_bytes"] * m * k + ACT_DTYPE_BYTES * m * n) / (hbm_bw * p["memory"])
+    return p["t0_us"] * US + _smax(t_c, t_m, p["sharpness"])
+
+
+def expected_touched(experts, top_k, tokens):
+    """Expected distinct experts that ``tokens`` tokens, each choosing ``top_k`` of ``experts`` uniformly, touch."""
+    e = np.asarray(experts, dtype=float)
+    t = np.maximum(np.asarray(tokens, dtype=float), 0.0)
+    return e * (1.0 - np.power(np.clip(1.0 - np.asarray(top_k, dtype=float) / e, 0.0, 1.0), t))
+
+
+def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flops_peak, hbm_bw, weight_bytes,
+             gated=True, imbalance=1.0):
+    """Seconds of one fused MoE layer on one GPU holding ``local_experts`` experts of ``inter`` columns each
+    (already divided by expert tensor parallelism), for ``tokens`` tokens routed over ``experts`` experts
+    (``top_k`` each, uniformly; ``imbalance`` multiplies the busiest GPU's share). ``gated``: three matrices
+    per expert (SwiGLU), else two."""
+    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    h = np.asarray(hidden, dtype=float)
+    inter = np.asarray(inter, dtype=float)
+    e = np.asarray(experts, dtype=float)
+    el = np.minimum(np.asarray(local_experts, dtype=float), e)
+    mats = 3.0 if gated else 2.0
+    imb = np.asarray(imbalance, dtype=float)
+    # Copies that land on this GPU and the local experts they touch (each expert's rows padded to a tile).
+    copies = t * top_k * el / e * imb
+    touched = np.maximum(np.minimum(expected_touched(e, top_k, t) * el / e * imb, el), 1.0)
+    rows = touched * np.ceil(copies / touched / TILE_M) * TILE_M
+    # Gate/up (``mats - 1`` matrices of inter x hidden) and down (hidden x inter) over the padded rows.
+    tiles = rows / TILE_M * (np.ceil((mats - 1.0) * inter / TILE_N) + np.ceil(h / TILE_N))
+    fill = tiles / (tiles + p["tile_half"])
+    t_c = 2.0 * rows * mats * h * inter / (flops_peak * p["compute"] * fill)
+    w = touched * mats * h * inter * weight_bytes
+    act = copies * ACT_DTYPE_BYTES * (2.0 * h + 2.0 * inter)
+    t_m = (w + act) / (hbm_bw * p["memory"])
+    routing = t * top_k * p["copy_ns"] * 1e-9
+    return p["t0_us"] * US + routing + _smax(t_c, t_m, p["sharpness"])
+
+
+def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=None):
+    """Seconds of one decode step of attention for ``batch`` sequences reading ``kv_bytes`` of cache and doing
+    ``flops`` FLOPs in all (the caller counts both: GQA or MLA, context or window). ``units``: the independent
+    (sequence, KV head) pairs the kernel spreads over the SMs (default ``batch``); few of them leave SMs idle
+    and the cache streams at ``units / (units + fill_half)`` of the fitted rate."""
+    b = np.asarray(batch, dtype=float)
+    u = b if units is None else np.asarray(units, dtype=float)
+    fill = u / (u + p["fill_half"])
+    t_c = np.asarray(flops, dtype=float) / (flops_peak * p["compute"] * fill)
+    t_m = np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"] * fill)
+    return p["t0_us"] * US + p["seq_us"] * US * b + _smax(t_c, t_m, p["sharpness"])
+
+
+BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
+"""Bus bytes per message byte of each collective, times ``(g - 1) / g`` (NCCL's bus-bandwidth convention)."""
+
+
+def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw):
+    """Seconds of one collective ``op`` of ``msg_bytes`` (the whole buffer) over ``gpus`` GPUs of one scale-up
+    domain with ``link_bw`` bytes/s per GPU and direction; 0 for one GPU."""
+    g = np.asarray(gpus, dtype=float)
+    gs = np.maximum(g, 2.0)
+    bus = BUS_FACTOR[op] * (gs - 1.0) / gs * np.asarray(msg_bytes, dtype=float) / (link_bw * p["bus_eff"])
+    alpha = (p["alpha_us"] + p["alpha_gpu_us"] * (gs - 2.0)) * US
+    t = _smax(alpha, bus, p["sharpness"])
+    return np.where(g > 1, t, 0.0)
+
+
+def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0):
+    """Seconds of one DeepEP low-latency dispatch plus combine inside one scale-up domain of ``gpus`` GPUs:
+    ``tokens_per_rank`` tokens per GPU, each sent to ``top_k`` experts (dispatch at ``dispatch_bytes`` per
+    element plus one scale per 128, combine in bf16), the copies to other GPUs over the link."""
+    g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+    copies = np.asarray(tokens_per_rank, dtype=float) * top_k
+    per_copy = np.asarray(hidden, dtype=float) * (dispatch_bytes * (1.0 + 4.0 / 128.0) + ACT_DTYPE_BYTES)
+    remote = (g - 1.0) / g
+    t = 2.0 * p["t0_us"] * US + copies * p["copy_ns"] * 1e-9 + copies * remote * per_copy / (link_bw * p["bus_eff"])
+    return np.where(g > 1, t, 0.0)
