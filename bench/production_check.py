@@ -1,25 +1,48 @@
 """Published production deployments against the performance model (the catalog's fitted factors, no lookup).
 
-Each case is a deployment an operator published with its layout and its measured throughput; the model predicts
-the same layout from physics and the fitted efficiency factors, and the script prints predicted / published. A
-plan sizes fleets from exactly these numbers, so a ratio of 0.5 here is a fleet planned twice too large.
+Each case is a deployment an operator or engine team published with its layout and its measured throughput or
+speed; the model predicts the same deployment from physics (kernel curves where the hardware has them) and the
+fitted end-to-end factors, and the script prints predicted / published. A plan sizes fleets from exactly these
+numbers, so a ratio of 0.5 here is a fleet planned twice too large, and 1.5 one planned a third too small.
+Parameters a source does not publish are guessed and the case says so (``guessed``).
 
-Cases (sources in ``../shared/reference/hardware-models.md``: DS6, LMSYS-EP):
+Sources (``../shared/reference/hardware-models.md`` section 8 names them): DS6 (DeepSeek's inference-system
+overview), LMSYS-EP (SGLang, 96 H100, 2025-05-05), LMSYS-GB1 / LMSYS-GB2 (SGLang on GB200 NVL72, 2025-06-16 and
+2025-09-25), TRTLLM-DSR1 (TensorRT-LLM's DeepSeek-R1 best-practice blog and its B200 min-latency tech blog),
+POPE (Pope et al. 2022, "Efficiently Scaling Transformer Inference", PaLM 540B on TPU v4; values through the
+secondary transcription the reference names).
 
-- ``ds6-decode``: DeepSeek's V3/R1 service, decode on H800 at attention-DP144 EP144 with 32 redundant experts, two
-  micro-batch overlap, MTP (one draft), FP8, mean KV length 4,989 tokens per output token: 14.8k output tokens/s
-  per node at 20-22 tokens/s per user (a day's average). Predicted: the largest batch whose per-user speed is at
-  least 20 tokens/s.
-- ``ds6-prefill``: the same service, prefill on H800 at attention-DP32 EP32 with overlap: 73.7k input tokens/s per
-  node *including* on-disk cache hits (56.3% of input tokens). Predicted: prompts of 4,096 tokens of which 56.3%
-  are a cached prefix, 16,384 tokens per GPU and pass (the prompt length and pass size are not published).
-- ``lmsys-prefill-{1k,2k,4k}``: SGLang on H100 at attention-DP32 EP32 with overlap, 57,674 / 54,543 / 50,302
-  input tokens/s per node for 1K / 2K / 4K prompts (16,384 tokens per GPU and pass assumed).
-- ``lmsys-decode``: SGLang on H100 at attention-DP72 EP72 (+32 redundant experts), overlap, no MTP, 2K inputs:
-  22,282 output tokens/s per node. The batch is not published: predicted at 256 sequences per GPU, or the most
-  the KV cache holds (BF16 KV, SGLang's default; the DeepSeek cases use FP8 KV).
+Cases:
 
-Usage: ``python bench/production_check.py [--json]``.
+- ``ds6-decode``: DeepSeek V3/R1 decode on H800, attention-DP144 EP144 (+32 redundant), two micro-batch overlap,
+  one MTP draft, FP8, mean KV length 4,989: 14.8k output tokens/s per node at >= 20 tokens/s per user. Predicted:
+  the largest batch meeting that speed.
+- ``ds6-prefill``: prefill on H800 at attention-DP32 EP32 with overlap: 73.7k input tokens/s per node including
+  cache hits (56.3%). Guessed: 4,096-token prompts, 16,384 tokens per GPU and pass.
+- ``lmsys-prefill-{1k,2k,4k}``: SGLang on H100 at attention-DP32 EP32 with overlap: 57,674 / 54,543 / 50,302 input
+  tokens/s per node. Guessed: 16,384 tokens per GPU and pass.
+- ``lmsys-decode``: SGLang on H100 at attention-DP72 EP72 (+32 redundant), overlap, 2K inputs: 22,282 output
+  tokens/s per node. Guessed: 256 sequences per GPU (or what the BF16 KV cache holds).
+- ``gb200-decode-p1``: SGLang on GB200 NVL72, decode attention-DP48 EP48, FP8 experts and dense layers, BF16 KV,
+  2,000-token inputs: 7,583 output tokens/s per GPU (LMSYS-GB1). Guessed: 32 redundant experts, overlap on, the
+  batch the KV cache holds up to 1,024 per GPU.
+- ``gb200-decode-p2-bf16kv`` / ``-fp8kv-nvfp4``: LMSYS-GB2, the same deployment with BF16 KV and FP8 experts (9,087
+  output tokens/s per GPU) and with FP8 KV and NVFP4 experts (13,386). Guessed as above.
+- ``gb200-prefill-p2-fp8`` / ``-nvfp4``: LMSYS-GB2 prefill of 2,000-token prompts: 18,471 and 26,156 input tokens/s
+  per GPU. Guessed: attention-DP8 EP8 with overlap, 16,384 tokens per GPU and pass.
+- ``trtllm-b200-maxtput``: TensorRT-LLM, DeepSeek-R1 FP4 (NVFP4 experts, FP8 dense) on 8 B200, attention-DP8 EP8,
+  1K/2K: over 30,000 output tokens/s per node (TRTLLM-DSR1, GTC 2025). Guessed: FP8 KV, 384 sequences per GPU, no
+  MTP.
+- ``trtllm-b200-minlat``: the same model on 8 B200 at one request, TP8 with experts TP4 x EP2, three MTP drafts,
+  1K/2K: 253 tokens/s per user before relaxed acceptance (TRTLLM-DSR1 tech blog 1). The catalog's published draft
+  acceptance is used.
+- ``palm-tpu-v4-decode``: PaLM 540B, int8 weights, 64 TPU v4 chips, batch 64, 2,048-token context: 1.82 s for 64
+  generated tokens, 35.2 tokens/s per user (POPE Table 2, low-latency). Our layout: TP64 is not a divisor of 48
+  heads (the paper pads them to 64) and the paper's 2D weight-stationary layout is not one of ours: the case
+  uses TP64 over the 48 heads, a guess.
+
+Usage: ``python bench/production_check.py [--json]``: the table, then median error factor and share within
+[0.85, 1.15].
 """
 
 from __future__ import annotations
@@ -45,18 +68,18 @@ GPUS_PER_NODE = 8
 TOKENS_PER_GPU_PASS = 16384
 
 
-def _setup(cat, hw: str, *, spec: int = 0, kv: str = "fp8") -> Setup:
+def _setup(cat, model: str, hw: str, engine: str, *, dense="fp8", expert=None, kv="fp8", spec=0, tbo=1.0) -> Setup:
     h = cat.hardware[hw]
-    return Setup.make(cat.models["deepseek-v3"], h, weights="fp8", kv=kv, eff=h.efficiency.for_engine("sglang"), engine="sglang",
-                      spec_tokens=spec, tbo=1.0)
+    m = cat.models[model]
+    return Setup(m, h, h.efficiency.for_engine(engine), dense, expert or dense, kv, spec_tokens=spec, tbo=tbo,
+                 engine=engine)
 
 
-def decode_at_speed(cat, hw: str, layout: Layout, context: float, min_user_tps: float, spec: int) -> dict:
+def decode_at_speed(setup: Setup, layout: Layout, context: float, min_user_tps: float) -> dict:
     """Per-node output tokens/s at the largest batch (per GPU, 1 to 512) whose per-user speed meets ``min_user_tps``."""
-    setup = _setup(cat, hw, spec=spec)
     best = None
     for per_gpu in range(1, 513):
-        r = roofline(setup, layout, per_gpu * layout.chips, context, mode="calibrated", engine="sglang")
+        r = roofline(setup, layout, per_gpu * layout.chips, context, mode="calibrated", engine=setup.engine)
         if not r.fits or r.tokens_per_s_per_user < min_user_tps:
             break
         best = (per_gpu, r)
@@ -67,42 +90,86 @@ def decode_at_speed(cat, hw: str, layout: Layout, context: float, min_user_tps: 
             "user_tps": r.tokens_per_s_per_user, "step_ms": r.step_time_s * 1e3}
 
 
-def decode_at_batch(cat, hw: str, layout: Layout, context: float, per_gpu: float) -> dict:
-    setup = _setup(cat, hw, kv="bf16")
+def decode_at_batch(setup: Setup, layout: Layout, context: float, per_gpu: float, per: int = GPUS_PER_NODE) -> dict:
+    """Output tokens/s per ``per`` GPUs at ``per_gpu`` sequences per GPU, or what the KV cache holds."""
     s = replace(setup, expert_copies=expert_copies(setup.model, layout.redundant))
     cap = float(np.asarray(kv_capacity_sequences(s, layout.tp, layout.ep, layout.pp, layout.dp, context)))
     batch = min(per_gpu * layout.chips, cap)
-    r = roofline(setup, layout, batch, context, mode="calibrated", engine="sglang")
-    return {"predicted": r.tokens_per_s / layout.chips * GPUS_PER_NODE, "batch_per_gpu": batch / layout.chips,
+    r = roofline(setup, layout, batch, context, mode="calibrated", engine=setup.engine)
+    return {"predicted": r.tokens_per_s / layout.chips * per, "batch_per_gpu": batch / layout.chips,
             "user_tps": r.tokens_per_s_per_user, "step_ms": r.step_time_s * 1e3}
 
 
-def prefill(cat, hw: str, layout: Layout, prompt: float, cached_share: float = 0.0) -> dict:
-    setup = _setup(cat, hw)
+def user_speed(setup: Setup, layout: Layout, context: float, batch: float) -> dict:
+    r = roofline(setup, layout, batch, context, mode="calibrated", engine=setup.engine)
+    return {"predicted": r.tokens_per_s_per_user, "batch_per_gpu": batch / layout.chips, "step_ms": r.step_time_s * 1e3,
+            "fits": r.fits}
+
+
+def prefill(setup: Setup, layout: Layout, prompt: float, cached_share: float = 0.0, per: int = GPUS_PER_NODE) -> dict:
     new = prompt * (1.0 - cached_share)
     prompts = TOKENS_PER_GPU_PASS * layout.chips / new
-    r = prefill_roofline(setup, layout, prompts, new, prefix=prompt - new, mode="calibrated", engine="sglang")
-    per_node_new = r.tokens_per_s_per_gpu * GPUS_PER_NODE
-    return {"predicted": per_node_new * prompt / new, "pass_s": r.pass_time_s,
+    r = prefill_roofline(setup, layout, prompts, new, prefix=prompt - new, mode="calibrated", engine=setup.engine)
+    return {"predicted": r.tokens_per_s_per_gpu * per * prompt / new, "pass_s": r.pass_time_s,
             "mfu": r.model_flops_utilisation}
 
 
 def cases(cat) -> list[dict]:
-    ep144 = Layout(1, 144, 1, 144, 32)
-    ep32 = Layout(1, 32, 1, 32, 0)
-    ep72 = Layout(1, 72, 1, 72, 32)
-    out = [dict(case="ds6-decode", published=14_800.0, unit="output tok/s/node",
-                **decode_at_speed(cat, "h800-sxm", ep144, 4989.0, 20.0, spec=1)),
-           dict(case="ds6-prefill", published=73_700.0, unit="input tok/s/node (cache hits included)",
-                **prefill(cat, "h800-sxm", ep32, 4096.0, cached_share=0.563))]
+    ds = "deepseek-v3"
+    ep144, ep32, ep72 = Layout(1, 144, 1, 144, 32), Layout(1, 32, 1, 32, 0), Layout(1, 72, 1, 72, 32)
+    ep48, ep8 = Layout(1, 48, 1, 48, 32), Layout(1, 8, 1, 8, 0)
+    out = [dict(case="ds6-decode", published=14_800.0, unit="output tok/s/node", source="DS6",
+                **decode_at_speed(_setup(cat, ds, "h800-sxm", "sglang", spec=1), ep144, 4989.0, 20.0)),
+           dict(case="ds6-prefill", published=73_700.0, unit="input tok/s/node (cache hits included)", source="DS6",
+                guessed="prompt 4,096 tokens; 16,384 tokens per GPU and pass",
+                **prefill(_setup(cat, ds, "h800-sxm", "sglang"), ep32, 4096.0, cached_share=0.563))]
     for k, pub in ((1024, 57_674.0), (2048, 54_543.0), (4096, 50_302.0)):
-        out.append(dict(case=f"lmsys-prefill-{k // 1024}k", published=pub, unit="input tok/s/node",
-                        **prefill(cat, "h100-sxm", ep32, float(k))))
-    out.append(dict(case="lmsys-decode", published=22_282.0, unit="output tok/s/node",
-                    **decode_at_batch(cat, "h100-sxm", ep72, 2048.0 + 50.0, 256.0)))
+        out.append(dict(case=f"lmsys-prefill-{k // 1024}k", published=pub, unit="input tok/s/node", source="LMSYS-EP",
+                        guessed="16,384 tokens per GPU and pass",
+                        **prefill(_setup(cat, ds, "h100-sxm", "sglang"), ep32, float(k))))
+    out.append(dict(case="lmsys-decode", published=22_282.0, unit="output tok/s/node", source="LMSYS-EP",
+                    guessed="256 sequences per GPU or what BF16 KV holds",
+                    **decode_at_batch(_setup(cat, ds, "h100-sxm", "sglang", kv="bf16"), ep72, 2048.0 + 50.0, 256.0)))
+    gb = "gb200-nvl72"
+    guess_gb = "32 redundant experts; overlap on; the batch the KV cache holds up to 1,024 per GPU"
+    out.append(dict(case="gb200-decode-p1", published=7_583.0, unit="output tok/s/GPU", source="LMSYS-GB1",
+                    guessed=guess_gb,
+                    **decode_at_batch(_setup(cat, ds, gb, "sglang", kv="bf16"), ep48, 2000.0 + 50.0, 1024.0, per=1)))
+    out.append(dict(case="gb200-decode-p2-bf16kv", published=9_087.0, unit="output tok/s/GPU", source="LMSYS-GB2",
+                    guessed=guess_gb,
+                    **decode_at_batch(_setup(cat, ds, gb, "sglang", kv="bf16"), ep48, 2000.0 + 50.0, 1024.0, per=1)))
+    out.append(dict(case="gb200-decode-p2-fp8kv-nvfp4", published=13_386.0, unit="output tok/s/GPU", source="LMSYS-GB2",
+                    guessed=guess_gb,
+                    **decode_at_batch(_setup(cat, ds, gb, "sglang", expert="fp4", kv="fp8"), ep48, 2000.0 + 50.0,
+                                      1024.0, per=1)))
+    guess_pf = "attention-DP8 EP8 with overlap; 16,384 tokens per GPU and pass"
+    out.append(dict(case="gb200-prefill-p2-fp8", published=18_471.0, unit="input tok/s/GPU", source="LMSYS-GB2",
+                    guessed=guess_pf, **prefill(_setup(cat, ds, gb, "sglang", kv="bf16"), ep8, 2000.0, per=1)))
+    out.append(dict(case="gb200-prefill-p2-nvfp4", published=26_156.0, unit="input tok/s/GPU", source="LMSYS-GB2",
+                    guessed=guess_pf, **prefill(_setup(cat, ds, gb, "sglang", expert="fp4"), ep8, 2000.0, per=1)))
+    out.append(dict(case="trtllm-b200-maxtput", published=30_000.0, unit="output tok/s/node", source="TRTLLM-DSR1",
+                    guessed="FP8 KV; 384 sequences per GPU; no MTP",
+                    **decode_at_batch(_setup(cat, ds, "b200-sxm", "trtllm", expert="fp4", tbo=0.0), ep8,
+                                      1024.0 + 1024.0, 384.0)))
+    out.append(dict(case="trtllm-b200-minlat", published=253.0, unit="output tok/s/user", source="TRTLLM-DSR1",
+                    **user_speed(_setup(cat, ds, "b200-sxm", "trtllm", expert="fp4", kv="fp8", spec=3, tbo=0.0),
+                                 Layout(8, 2, 1, 1, 0), 1024.0 + 1024.0, 1.0)))
+    palm = _setup(cat, "palm-540b", "tpu-v4", "jetstream" if "jetstream" in cat.engines else "vllm",
+                  dense="int8", kv="bf16", tbo=0.0)
+    out.append(dict(case="palm-tpu-v4-decode", published=64 / 1.82, unit="output tok/s/user", source="POPE",
+                    guessed="TP64 over the 48 heads (the paper pads them to 64 and uses a 2D weight-stationary layout)",
+                    **user_speed(palm, Layout(64, 1, 1, 1, 0), 2048.0 + 32.0, 64.0)))
     for c in out:
         c["ratio"] = c["predicted"] / c["published"]
     return out
+
+
+def summary(res: list[dict]) -> dict:
+    r = np.array([c["ratio"] for c in res], dtype=float)
+    factor = np.exp(np.abs(np.log(np.maximum(r, 1e-9))))
+    return {"cases": len(r), "median_error_factor": float(np.median(factor)),
+            "within_15pct": float(np.mean((r >= 0.85) & (r <= 1.15))),
+            "outside_0.67_1.5": int(np.sum((r < 0.67) | (r > 1.5)))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,14 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     res = cases(load_catalog(ROOT / "catalogs"))
+    sm = summary(res)
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps({"cases": res, "summary": sm}, indent=1))
         return 0
-    print(f"{'case':<18} {'published':>10} {'predicted':>10} {'ratio':>6}  detail")
+    print(f"{'case':<28} {'published':>10} {'predicted':>10} {'ratio':>6}  detail")
     for c in res:
         detail = ", ".join(f"{k} {v:.3g}" for k, v in c.items()
-                           if k not in ("case", "published", "predicted", "ratio", "unit") and v is not None)
-        print(f"{c['case']:<18} {c['published']:>10,.0f} {c['predicted']:>10,.0f} {c['ratio']:>6.2f}  {c['unit']}; {detail}")
+                           if k not in ("case", "published", "predicted", "ratio", "unit", "source", "guessed")
+                           and isinstance(v, (int, float)))
+        print(f"{c['case']:<28} {c['published']:>10,.0f} {c['predicted']:>10,.0f} {c['ratio']:>6.2f}  {c['unit']}; {detail}")
+    print(f"\nmedian error factor {sm['median_error_factor']:.3f} over {sm['cases']} cases; "
+          f"{sm['within_15pct']:.0%} within [0.85, 1.15]; {sm['outside_0.67_1.5']} outside [0.67, 1.5]")
     return 0
 
 

@@ -863,18 +863,32 @@ def calibrate_kernels(
     family: Annotated[list[str] | None, typer.Option("--family", help="Fit only this family: gemm, moe, attn_decode, mla_decode, collective, deepep (repeatable).")] = None,
     write: Annotated[bool, typer.Option("--write", help="Store the curves in the efficiency blocks of the catalog's hardware files.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the fit errors per family and system as Markdown, with a residual plot beside it (docs/kernels.md).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --report and its plot.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Fit each term of the step (GEMM, fused MoE, decode attention and MLA, collectives, DeepEP) on measured
     kernel latencies, per system, engine and format; scored on shapes held out of the fit."""
-    from planner.calib.kernels import curve_table, family_table, fit_kernels, kernel_block
+    from planner.calib.kernels import (
+        curve_table,
+        family_table,
+        fit_kernels,
+        kernel_block,
+        plot_residuals,
+        report_markdown,
+    )
     from planner.catalog.loader import clear_cache
-    from planner.catalog.writer import replace_efficiency_block
+    from planner.catalog.writer import atomic_write_text, atomic_write_with, replace_efficiency_block
+    from planner.export.files import check_file
     from planner.perf.kernels import PARAMS
 
     bad = [f for f in (family or []) if f not in PARAMS]
     if bad:
         raise InputError(f"--family {bad[0]}: unknown (known: {', '.join(PARAMS)})")
+    plot = report.with_name(report.stem + "-residuals.png") if report else None
+    if report:
+        check_file(report, force=force, option="--report")
+        check_file(plot, force=force, option="--report (its plot)")
     cat = _catalog()
     reports = fit_kernels(data, cat, systems=system or None, families=set(family) if family else None, jobs=jobs)
     source = (f"fitted by `planner calibrate kernels --data {data.name}` on measured kernel latencies "
@@ -885,11 +899,22 @@ def calibrate_kernels(
             if not r.hardware or not r.curves:
                 continue
             hw = cat.hardware[r.hardware]
-            replace_efficiency_block(cat.files[r.hardware], hw.efficiency.model_copy(update={"kernels": kernel_block(r, source)}))
+            block = kernel_block(r, source)
+            old = hw.efficiency.kernels
+            if old is not None and (family or system):
+                # A partial refit (some families or systems) keeps the other curves of the block.
+                block = block.model_copy(update={"curves": {**old.curves, **block.curves},
+                                                 "notes": list(dict.fromkeys(old.notes + block.notes))})
+            replace_efficiency_block(cat.files[r.hardware], hw.efficiency.model_copy(update={"kernels": block}))
             n += 1
         clear_cache()
         typer.echo(f"wrote kernel curves into {n} hardware files", err=True)
     fam = family_table(reports)
+    if report:
+        atomic_write_with(plot, lambda tmp: plot_residuals(reports, Path(tmp)))
+        cmd = f"planner calibrate kernels --data {data}{' --write' if write else ''} --report {report}"
+        atomic_write_text(report, report_markdown(reports, cmd, plot.name))
+        typer.echo(f"wrote {report} and {plot}", err=True)
     if as_json:
         _echo_json({"families": fam.to_dict(orient="records"), "curves": curve_table(reports).to_dict(orient="records"),
                     "notes": {r.system: r.notes for r in reports if r.notes}})

@@ -45,7 +45,7 @@ HARDWARE_FACTORS = ("compute", "compute_fp8", "compute_fp4", "gemm_half_tokens",
 hardware's own fit (over all its engines), not the engine's fit over other vendors' chips."""
 PHYSICS_PRIOR = {
     "compute": 0.6, "compute_fp8": 0.6, "compute_fp4": 0.5, "attention_compute": 0.5, "prefill_compute": 0.35,
-    "memory": 0.85, "interference": 1.0, "spec_accept_scale": 1.0,
+    "memory": 0.85, "interference": 1.0, "spec_accept_scale": 1.0, "kernel_fixed_share": 0.7,
 }
 """Physical expectations of the utilisation factors, which every fit is pulled toward (a maximum a posteriori
 fit): large GEMMs reach 60-80% of tensor peak in vendor libraries (DeepGEMM FP8 ~1,550 of 1,979 TFLOP/s on
@@ -54,6 +54,13 @@ production prefill runs at ~16-26% of FP8 peak all in (DeepSeek, LMSYS), the com
 interleaved prompt tokens cost what their FLOPs cost (1); drafts are accepted at the model's published rate (1).
 Without it, benchmark rows dominated by engine overheads let a factor wander where no row pins it, and plans at
 production batch sizes inherit the wandering."""
+OVERHEAD_PRIOR = {"seq_overhead_us": (2.0, 5.0)}
+"""Physical prior (mean, spread in us) of the per-sequence cost of a step where the step is composed from kernel
+curves: an engine's per-request work on the GPU (sampling, logits processing, metadata) is a few microseconds a
+sequence, and its CPU scheduling overlaps the previous step. Without it the fit moves batch-dependent costs the
+curves miss into this term (20-77 us a sequence: 55% of a 1,408-sequence wide-EP step)."""
+OVERHEAD_WEIGHT = 0.2
+"""Pull toward :data:`OVERHEAD_PRIOR`: one spread away costs ``OVERHEAD_WEIGHT * sqrt(rows)`` residual units."""
 PHYSICS_WEIGHT = 0.05
 """Pull toward :data:`PHYSICS_PRIOR`: a factor of 2 away costs ``PHYSICS_WEIGHT * sqrt(rows)`` residual units."""
 SHRINK = 0.15
@@ -64,13 +71,17 @@ TPOT_PARAMS = (
     "draft_overhead_us", "memory", "step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us", "collective_latency_us",
     "scale_out_latency_us", "comm_overlap", "interference",
 )
-KERNEL_TPOT_PARAMS = ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "comm_overlap", "interference",
+KERNEL_TPOT_PARAMS = ("kernel_fixed_share", "layer_overhead_us", "seq_overhead_us", "comm_overlap", "interference",
                       "spec_accept_scale")
 KERNEL_TTFT_PARAMS = ("first_token_steps", "queueing")
+KERNEL_COVERED = {"moe_layer_overhead_us": 0.0, "prefill_expert_overhead_us": 0.0}
+"""Overheads that a kernel-composed step already times (the fused MoE curve's fixed latency and its cost per
+routed copy): zero, not double-counted, on hardware with kernel curves."""
 """The end-to-end factors left free on hardware whose step is composed from its own kernel curves (8 per hardware
-and engine): what kernels cannot see, the engine's fixed costs per step, layer and sequence, the overlap it
-achieves, the interference of interleaved prompts, its draft acceptance, the steps before a first token and
-closed-loop queueing. The kernel-derived terms are frozen; the other factors keep the engine's fit over all
+and engine): what kernels cannot see, the share of the kernels' fixed latencies a graph-replayed step pays, the
+engine's fixed costs per layer (norms, rotary, residual kernels) and sequence, the overlap it achieves, the
+interference of interleaved prompts, its draft acceptance, the steps before a first token and closed-loop
+queueing. The kernel-derived terms are frozen; the other factors keep the engine's fit over all
 hardware (a prior shared by every hardware of the engine, not a per-hardware knob)."""
 TTFT_PARAMS = ("attn_dp_wait_steps", "first_token_steps", "prefill_compute", "prefill_comm_bandwidth", "queueing", "ttft_overhead_ms", "prefill_expert_overhead_us")
 BOUNDS = {
@@ -97,6 +108,7 @@ BOUNDS = {
     "queueing": (0.0, 1.0),
     "ttft_overhead_ms": (0.0, 3000.0),
     "prefill_expert_overhead_us": (0.0, 100.0),
+    "kernel_fixed_share": (0.0, 1.0),
 }
 START = EngineEfficiency(
     compute=0.5, compute_fp8=0.5, compute_fp4=0.5, gemm_half_tokens=16.0, attention_compute=0.5,
@@ -124,6 +136,9 @@ class FitResult:
     rows: dict[tuple[str, str], int]
     rows_hw: dict[str, int]
     dropped: int
+    overall_kernels: EngineEfficiency | None = None
+    """The fit over hardware with kernel curves (the prior, and the transfer, of such hardware)."""
+    by_engine_kernels: dict[str, EngineEfficiency] | None = None
 
 
 def _lo_hi(names):
@@ -167,7 +182,8 @@ def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]
     return out
 
 
-def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: EngineEfficiency | None) -> EngineEfficiency:
+def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: EngineEfficiency | None,
+               kernels: bool = False) -> EngineEfficiency:
     names = _informed(norm, catalog, base, names, target)
     if not names:
         return base
@@ -178,6 +194,7 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
     pri = np.array([getattr(prior, p) for p in names], dtype=float) if prior is not None else None
     phys = np.array([PHYSICS_PRIOR.get(p, np.nan) for p in names], dtype=float)
     has_phys = np.isfinite(phys)
+    over = [(i, *OVERHEAD_PRIOR[p]) for i, p in enumerate(names) if kernels and p in OVERHEAD_PRIOR]
 
     def fun(z):
         x = lo + z * scale
@@ -188,6 +205,8 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
             r = np.concatenate([r, pen])
         if has_phys.any():
             r = np.concatenate([r, PHYSICS_WEIGHT * np.sqrt(n) * np.log(x[has_phys] / phys[has_phys]) / np.log(2.0)])
+        if over:
+            r = np.concatenate([r, [OVERHEAD_WEIGHT * np.sqrt(n) * (x[i] - mu) / sd for i, mu, sd in over]])
         return r
 
     z0 = (x0 - lo) / scale
@@ -204,8 +223,8 @@ def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | 
     tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
     eff = start
     for _ in range(ROUNDS):
-        eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior)
-        eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior)
+        eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels)
+        eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior, kernels)
     return eff
 
 
@@ -258,19 +277,31 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
     by_engine: dict[str, EngineEfficiency] = {}
     for eng, g in norm.groupby("n_engine"):
         by_engine[eng] = fit_group(g, catalog, overall, overall)
+    # Hardware whose step is composed from kernel curves gets priors fitted on such hardware alone, with only the
+    # end-to-end factors free and the overheads its curves already time set to zero.
+    kmask = norm["n_hw"].map(lambda h: has_kernels(catalog, h)).to_numpy(bool)
+    overall_k, by_engine_k = overall, dict(by_engine)
+    if kmask.sum() >= MIN_ROWS:
+        ks = overall.model_copy(update=KERNEL_COVERED)
+        overall_k = fit_group(norm[kmask], catalog, ks, ks, kernels=True)
+        by_engine_k = {eng: fit_group(g, catalog, overall_k, overall_k, kernels=True)
+                       for eng, g in norm[kmask].groupby("n_engine")}
     by_hw: dict[str, EngineEfficiency] = {}
     rows_hw: dict[str, int] = {}
     for hw, g in norm.groupby("n_hw"):
         rows_hw[hw] = len(g)
-        by_hw[hw] = fit_group(g, catalog, overall, overall, has_kernels(catalog, hw))
+        k = has_kernels(catalog, hw)
+        base = overall_k if k else overall
+        by_hw[hw] = fit_group(g, catalog, base, base, k)
     by_group: dict[tuple[str, str], EngineEfficiency] = {}
     rows: dict[tuple[str, str], int] = {}
     for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
         rows[(hw, eng)] = len(g)
         if len(g) >= MIN_ROWS:
-            prior = group_prior(by_hw[hw], by_engine[eng])
-            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior, has_kernels(catalog, hw))
-    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped)
+            k = has_kernels(catalog, hw)
+            prior = group_prior(by_hw[hw], (by_engine_k if k else by_engine).get(eng, by_engine[eng]))
+            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior, k)
+    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k)
 
 
 def group_prior(hw: EngineEfficiency, engine: EngineEfficiency) -> EngineEfficiency:
@@ -320,12 +351,17 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 transferred_from=rel,
             )
         else:
+            own = catalog.hardware[hid].efficiency.kernels is not None and result.overall_kernels is not None
+            overall = result.overall_kernels if own else result.overall
+            engines = (result.by_engine_kernels or result.by_engine) if own else result.by_engine
             out[hid] = Efficiency(
-                source=f"transferred from the all-hardware fit of {data_name} (no measured rows for {hid}); "
+                source=(f"kernel curves from {hid}'s own kernels; engine overheads transferred from the fit over "
+                        f"kernel-composed hardware of {data_name} (no measured serving rows for {hid})") if own else
+                f"transferred from the all-hardware fit of {data_name} (no measured rows for {hid}); "
                 "treat its predictions as unvalidated",
                 as_of=as_of,
-                default=result.overall,
-                by_engine={eng: eff for eng, eff in result.by_engine.items() if keep(eng)},
+                default=overall,
+                by_engine={eng: eff for eng, eff in engines.items() if keep(eng)},
                 fitted_rows=0,
                 transferred_from="all-hardware",
             )

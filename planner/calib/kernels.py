@@ -85,9 +85,9 @@ class SystemReport:
     hardware: str
     curves: dict[str, KernelCurve] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    errors: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    """Per curve: absolute percentage errors of every row (all-row fit) and of the held-out rows (fit without
-    them), for pooled medians per family."""
+    errors: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Per curve: predicted / measured of every row (all-row fit) with the measured seconds, and of the held-out
+    rows (fit without them) with theirs, for pooled errors per family and residual plots."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -154,6 +154,34 @@ def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
              "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
         hold = (h == 7168) & (e == 256) & (x["top_k"] == 8)
         out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, "DeepSeek's experts (hidden 7168, 256 experts, top-8)",
+                        _version(df))
+    return out
+
+
+def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    """SGLang's DeepEP MoE (``wideep_generation_moe_perf``: DeepGEMM grouped GEMMs on the copies a dispatch
+    delivers; ``num_tokens`` are the EP group's tokens, each rank routing its share), uniform routing rows."""
+    df = pd.read_parquet(path)
+    cols = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "distribution", "latency")
+    _need(df, path, cols)
+    df = df[df["distribution"].isin(["uniform", "balanced"])]
+    out = {}
+    for dt_, g in df.groupby("moe_dtype"):
+        if dt_ not in MOE_FORMATS:
+            raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
+        fmt, wb, maths = MOE_FORMATS[dt_]
+        if maths not in hw.dense_tflops:
+            continue
+        g = _fastest(g, list(cols[1:-2]))
+        e = g["num_experts"].to_numpy(float)
+        ep = g["moe_ep_size"].to_numpy(float)
+        x = {"tokens": g["num_tokens"].to_numpy(float), "hidden": g["hidden_size"].to_numpy(float),
+             "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
+             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
+             "routed": g["num_tokens"].to_numpy(float) / ep,
+             "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
+        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, ep == 32, "EP32 (fitted on the other EP sizes)",
                         _version(df))
     return out
 
@@ -259,7 +287,8 @@ def _predict_gemm(p, x):
 
 
 def _predict_moe(p, x):
-    return K.moe_time(p, x["tokens"], x["hidden"], x["inter"], x["top_k"], x["experts"], x["local"], x["F"], x["W"], x["wb"])
+    return K.moe_time(p, x["tokens"], x["hidden"], x["inter"], x["top_k"], x["experts"], x["local"], x["F"], x["W"], x["wb"],
+                      routed_tokens=x.get("routed"))
 
 
 def _predict_attn(p, x):
@@ -281,6 +310,7 @@ def _predict_deepep(p, x):
 SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
     ("moe", "moe", "moe_perf", lambda p, hw, s: read_moe(p, hw), lambda f: _predict_moe),
+    ("moe", "moe", "wideep_generation_moe_perf", lambda p, hw, s: read_wideep_moe(p, hw), lambda f: _predict_moe),
     ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw), lambda f: _predict_attn),
     ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),
     ("collective", "comm", "nccl_perf", read_nccl, _collective),
@@ -319,24 +349,29 @@ def fit_curve(family: str, predict: Callable, x: dict, y: np.ndarray, start: dic
     return {n: float(f"{v:.5g}") for n, v in zip(names, lo + best.x * scale, strict=True)}
 
 
-def fit_rows(family: str, predict: Callable, rows: Rows) -> tuple[KernelCurve, np.ndarray, np.ndarray]:
+def fit_rows(family: str, predict: Callable, rows: Rows) -> tuple[KernelCurve, tuple]:
     """Fit on every row (the catalog's parameters) and, where shapes are held out, once without them (scored
-    on them). Returns the curve and the absolute percentage errors of all rows and of the held-out rows."""
+    on them). Returns the curve and (ratios, measured, held-out ratios, held-out measured): predicted / measured
+    seconds of every row with the all-row fit, and of the held-out rows with the fit without them."""
     params = fit_curve(family, predict, rows.x, rows.y)
-    ape = np.abs(predict(params, rows.x) / rows.y - 1.0)
-    hold_ape = np.array([])
+    ratio = predict(params, rows.x) / rows.y
+    ape = np.abs(ratio - 1.0)
+    hold_ratio = np.array([])
+    hold_y = np.array([])
     n_hold = int(rows.hold.sum())
     if 0 < n_hold and int((~rows.hold).sum()) >= MIN_ROWS:
         train = {k: v[~rows.hold] for k, v in rows.x.items()}
         p_train = fit_curve(family, predict, train, rows.y[~rows.hold])
         held = {k: v[rows.hold] for k, v in rows.x.items()}
-        hold_ape = np.abs(predict(p_train, held) / rows.y[rows.hold] - 1.0)
+        hold_y = rows.y[rows.hold]
+        hold_ratio = predict(p_train, held) / hold_y
     else:
         n_hold = 0
+    hold_ape = np.abs(hold_ratio - 1.0)
     curve = KernelCurve(params=params, rows=len(rows.y), fit_mape=round(float(np.median(ape)), 4),
                         holdout_rows=n_hold, holdout_mape=round(float(np.median(hold_ape)), 4) if n_hold else None,
                         holdout=rows.holdout if n_hold else "", engine_version=rows.engine_version)
-    return curve, ape, hold_ape
+    return curve, (ratio, rows.y, hold_ratio, hold_y)
 
 
 def system_hardware(catalog: Catalog, system: str) -> HardwareSpec | None:
@@ -354,7 +389,7 @@ def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | N
         if families and family not in families:
             continue
         for path in sorted((root / system / sub).glob(f"*/{stem}.parquet")):
-            engine = path.parent.name
+            engine = path.parent.name + ("-deepep" if family == "moe" and stem.startswith("wideep_") else "")
             try:
                 sets = reader(path, hw, system)
             except InputError as exc:
@@ -368,9 +403,9 @@ def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | N
                 if len(rows.y) < MIN_ROWS:
                     rep.notes.append(f"{key}: {len(rows.y)} rows, fewer than {MIN_ROWS}: not fitted")
                     continue
-                c, ape, hold_ape = fit_rows(family, predictor(fmt), rows)
+                c, errs = fit_rows(family, predictor(fmt), rows)
                 rep.curves[key] = c
-                rep.errors[key] = (ape, hold_ape)
+                rep.errors[key] = errs
                 log.info("%s %s: %d rows, fit %.3f, held out %s", system, key, c.rows, c.fit_mape, c.holdout_mape)
     return rep
 
@@ -429,10 +464,10 @@ def family_table(reports: list[SystemReport]) -> pd.DataFrame:
     recs = []
     for r in reports:
         fams: dict[str, tuple[list, list]] = {}
-        for key, (ape, hold) in r.errors.items():
+        for key, (ratio, _, hold, _) in r.errors.items():
             a, h = fams.setdefault(key.split("/", 1)[0], ([], []))
-            a.append(ape)
-            h.append(hold)
+            a.append(np.abs(ratio - 1.0))
+            h.append(np.abs(hold - 1.0))
         for fam, (a, h) in fams.items():
             a, h = np.concatenate(a), np.concatenate(h)
             recs.append({"system": r.system, "family": fam, "rows": len(a), "median": float(np.median(a)),
@@ -440,3 +475,91 @@ def family_table(reports: list[SystemReport]) -> pd.DataFrame:
                          "holdout_median": float(np.median(h)) if len(h) else None,
                          "holdout_p90": float(np.quantile(h, 0.9)) if len(h) else None})
     return pd.DataFrame(recs)
+
+
+FAMILY_TITLES = {"gemm": "GEMM", "moe": "fused MoE", "attn_decode": "decode attention (GQA)", "mla_decode": "decode MLA",
+                 "collective": "collectives", "deepep": "DeepEP low-latency"}
+
+
+def report_markdown(reports: list[SystemReport], command: str, plot: str | None) -> str:
+    """The kernel section of the validation report: per family and system, median and p90 APE on all rows and on
+    held-out shapes; which terms are kernel-fitted and which keep datasheet physics; notes."""
+    fam = family_table(reports)
+    lines = [
+        "# Kernel curves: fit error per family and system", "",
+        f"Generated by `{command}`. Each curve (`planner/perf/kernels.py`) has at most six parameters (fractions of the "
+        "datasheet and fixed latencies) per system, engine and format, fitted by robust least squares on "
+        "log(predicted / measured) over the fastest kernel per shape. *Held out*: a second fit without a model's shapes "
+        "(GEMMs with n or k = 7,168; DeepSeek's expert shape; 8 query heads per GPU; MLA at 16 heads per GPU; "
+        "collectives on the largest GPU count, fitted on fewer; DeepEP at hidden 7,168), scored on them. The catalog "
+        "holds the all-row fit. APE = |predicted / measured - 1|, pooled over the engines and formats of a family.", "",
+        "| system | family | rows | median APE | p90 APE | held-out rows | held-out median | held-out p90 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def pct(v):
+        return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{100 * v:.1f}%"
+
+    for r in fam.sort_values(["family", "system"]).itertuples(index=False):
+        lines.append(f"| {r.system} | {FAMILY_TITLES.get(r.family, r.family)} | {r.rows:,} | {pct(r.median)} | "
+                     f"{pct(r.p90)} | {r.holdout_rows:,} | {pct(r.holdout_median)} | {pct(r.holdout_p90)} |")
+    lines += ["", "Pooled over every system:", "", "| family | median APE | held-out median APE |", "|---|---|---|"]
+    for f, g in fam.groupby("family"):
+        a = np.concatenate([np.abs(r.errors[k][0] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
+        h = np.concatenate([np.abs(r.errors[k][2] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
+        lines.append(f"| {FAMILY_TITLES.get(f, f)} | {pct(float(np.median(a)))} | {pct(float(np.median(h)) if len(h) else None)} |")
+    lines += [
+        "", "Which terms of a step come from kernel curves (hardware with kernel rows: H100, H200, B200, GB200, B300, GB300):", "",
+        "- kernel-fitted: every dense GEMM of a layer (the model's own shapes, per tensor-parallel rank) and the LM head; "
+        "the fused MoE layer; decode attention or MLA; all-reduces over up to 8 GPUs of one node (the engine's own "
+        "all-reduce where measured, else NCCL); DeepEP low-latency dispatch and combine inside one node; the GEMMs "
+        "and MoE of a prefill pass;",
+        "- extrapolated with datasheet physics and end-to-end factors: collectives and expert exchange over more than "
+        "8 GPUs or across nodes (a 72-GPU NVLink domain, scale-out), pipeline sends, prefill attention "
+        "(`prefill_compute`), linear-attention state reads, KV transfer between pools;",
+        "- hardware without kernel rows (AMD, TPU, Trainium) keeps the datasheet roofline with its end-to-end factors.",
+    ]
+    notes = [f"- {r.system}: {n}" for r in reports for n in r.notes]
+    if notes:
+        lines += ["", "Notes (families skipped or not fitted):", "", *notes]
+    if plot:
+        lines += ["", f"![predicted / measured per family, all rows and held-out shapes]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_residuals(reports: list[SystemReport], path: Path) -> None:
+    """Predicted / measured against measured latency, one panel per family (all rows grey, held-out shapes red)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = list(FAMILY_TITLES)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5), sharey=True)
+    rng = np.random.default_rng(0)
+    for ax, f in zip(axes.flat, fams, strict=False):
+        keys = [(r, k) for r in reports for k in r.errors if k.startswith(f + "/")]
+        if not keys:
+            ax.set_visible(False)
+            continue
+        ratio = np.concatenate([r.errors[k][0] for r, k in keys])
+        y = np.concatenate([r.errors[k][1] for r, k in keys])
+        hr = np.concatenate([r.errors[k][2] for r, k in keys])
+        hy = np.concatenate([r.errors[k][3] for r, k in keys])
+        pick = rng.choice(len(y), size=min(len(y), 20000), replace=False)
+        ax.scatter(y[pick] * 1e6, ratio[pick], s=1, alpha=0.15, color="0.4", label="all rows")
+        if len(hy):
+            pick = rng.choice(len(hy), size=min(len(hy), 5000), replace=False)
+            ax.scatter(hy[pick] * 1e6, hr[pick], s=1, alpha=0.3, color="tab:red", label="held-out shapes")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylim(0.25, 4.0)
+        ax.set_title(FAMILY_TITLES[f])
+        ax.set_xlabel("measured latency (us)")
+    axes[0, 0].set_ylabel("predicted / measured")
+    axes[1, 0].set_ylabel("predicted / measured")
+    axes[0, 0].legend(loc="upper right", markerscale=8, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

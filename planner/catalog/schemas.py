@@ -152,6 +152,12 @@ class EngineEfficiency(Strict):
     prefill and, in aggregated serving, the decode iteration it rides on."""
     ttft_overhead_ms: NonNeg = 0.0
     """Fixed cost per request before the first token (tokenisation, scheduling, transport)."""
+    kernel_fixed_share: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """Share of the kernel curves' fixed latencies (``t0``, a collective's ``alpha``) that a step of this engine
+    pays, where the hardware's step is composed from kernel curves: the curves are fitted on kernels timed
+    one at a time, each paying its launch and its prologue/epilogue alone; an engine that replays a step as a
+    CUDA graph, with programmatic dependent launch, overlaps those with the neighbouring kernels. 1: nothing
+    hidden (the physical prior); fitted end to end."""
     prefill_expert_overhead_us: NonNeg = 0.0
     """Fixed prefill cost per routed expert per MoE layer (routing, permutation and per-expert
     kernels of a prefill pass, measured to grow with the model's expert count, not with its EP)."""
@@ -242,8 +248,8 @@ class KernelFits(Strict):
             if c is not None:
                 return c.params
         for key, c in sorted(self.curves.items()):
-            f, _, x = key.split("/", 2)
-            if f == family and x == fmt:
+            f, eng, x = key.split("/", 2)
+            if f == family and x == fmt and not eng.endswith("-deepep"):
                 return c.params
         return None
 

@@ -120,6 +120,39 @@ def _per_rank(g: Gemm, tp, kv_heads: float, head_dim: float):
     return g.n + 0.0 * tp, g.k
 
 
+def on_unique(fn, outputs: int, *arrays):
+    """``fn(*arrays)``, which returns ``outputs`` arrays stacked on a leading axis, evaluated once per distinct
+    combination of the (broadcast) inputs and spread back: a candidate table repeats the same few (tokens,
+    parallelism) combinations over thousands of rows."""
+    arrs = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in arrays))
+    shape = arrs[0].shape
+    flat = np.stack([a.reshape(-1) for a in arrs])
+    if flat.shape[1] > 64:
+        # One 64-bit key per row from the inputs' bit patterns (a multiplicative hash), its distinct values by a
+        # sort; the representatives are checked to reproduce every row exactly, so a hash collision only costs
+        # the shortcut, never a wrong value.
+        bits = np.ascontiguousarray(flat).view(np.uint64)
+        key = np.zeros(flat.shape[1], dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for row in bits:
+                key = (key ^ row) * np.uint64(0x100000001B3)
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        uniq = flat[:, first]
+        if uniq.shape[1] * 2 <= flat.shape[1] and np.array_equal(uniq[:, inv.reshape(-1)], flat):
+            out = np.broadcast_to(np.asarray(fn(*uniq), dtype=float), (outputs, uniq.shape[1]))
+            return out[:, inv.reshape(-1)].reshape((outputs, *shape))
+    return np.broadcast_to(np.asarray(fn(*flat), dtype=float), (outputs, flat.shape[1])).reshape((outputs, *shape))
+
+
+def pick_exact(kf: KernelFits, family: str, engine: str, fmts: tuple[str, ...]):
+    """(params, format) of this engine's own curve in the first format of ``fmts`` that it has."""
+    for f in fmts:
+        c = kf.curves.get(f"{family}/{engine}/{f}")
+        if c is not None:
+            return c.params, f
+    return None, None
+
+
 def pick(kf: KernelFits, family: str, engine: str | None, fmts: tuple[str, ...]):
     """(params, format) of the first format in ``fmts`` with a curve (this engine's, else another's)."""
     for f in fmts:
@@ -130,7 +163,7 @@ def pick(kf: KernelFits, family: str, engine: str | None, fmts: tuple[str, ...])
 
 
 def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_dtype: str, tokens, tp, layers,
-                    moe_layers, stage_has_head):
+                    moe_layers, stage_has_head, fixed=1.0):
     """Seconds of the non-expert GEMMs one chip runs in one stage pass over ``tokens`` rows (tokens per attention
     rank), and their weight bytes' memory-time floor: per softmax-attention, linear-attention, dense-FFN and
     MoE layer of the stage (``layers`` in all, ``moe_layers`` of them MoE) and the LM head where the stage
@@ -148,45 +181,68 @@ def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_
     W = hw.hbm_bw
     share_att = (at.full_layers + at.sliding_layers) / a.layers
     share_lin = at.linear_layers / a.layers
-    dense_layers = layers - moe_layers
-    total = 0.0
-    floor = 0.0
     kvh = float(at.kv_heads)
-    for gemms, count, prm, f, b in (
-        (sh.attention, layers * share_att, p, F, wb),
-        (sh.linear, layers * share_lin, p, F, wb),
-        (sh.dense_ffn, dense_layers, p, F, wb),
-        (sh.moe_dense, moe_layers, p, F, wb),
-        (sh.head, stage_has_head, pb, Fb, 2.0),
-    ):
-        for g in gemms:
-            n, k = _per_rank(g, tp, kvh, float(at.head_dim))
-            t = K.gemm_time(prm, tokens, n, k, f, W, b)
-            total = total + count * g.count * t
-            floor = floor + count * g.count * n * k * b / (W * prm["memory"])
-    return total, floor
+
+    def run(tokens, tp, layers, moe_layers, stage_has_head, fixed):
+        dense_layers = layers - moe_layers
+        total = 0.0
+        floor = 0.0
+        for gemms, count, prm, f, b in (
+            (sh.attention, layers * share_att, p, F, wb),
+            (sh.linear, layers * share_lin, p, F, wb),
+            (sh.dense_ffn, dense_layers, p, F, wb),
+            (sh.moe_dense, moe_layers, p, F, wb),
+            (sh.head, stage_has_head, pb, Fb, 2.0),
+        ):
+            for g in gemms:
+                n, k = _per_rank(g, tp, kvh, float(at.head_dim))
+                t = K.gemm_time(prm, tokens, n, k, f, W, b, fixed)
+                total = total + count * g.count * t
+                floor = floor + count * g.count * n * k * b / (W * prm["memory"])
+        return np.stack(np.broadcast_arrays(total, floor))
+
+    both = on_unique(run, 2, tokens, tp, layers, moe_layers, stage_has_head, fixed)
+    return both[0], both[1]
 
 
 def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_dtype: str, tokens, ep, stage,
-                  moe_layers, imbalance, copies):
+                  moe_layers, imbalance, copies, fixed=1.0, dp=1.0):
     """Seconds of the fused MoE layers of one stage pass on one chip: ``tokens`` tokens of the stage routed over
-    the experts, ``E * copies / ep`` experts held per chip with ``inter / (stage / ep)`` columns each."""
+    the experts, ``E * copies / ep`` experts held per chip with ``inter / (stage / ep)`` columns each. With
+    attention data parallelism (``dp`` ranks) a chip routes its own rank's ``tokens / dp`` tokens only (the
+    dispatch brings it the copies for its experts); with tensor-parallel attention every chip routes them all."""
     s = P.model_stats(m)
-    p, fmt = pick(kf, "moe", engine, MOE_FORMAT.get(expert_dtype, ("bf16",)))
+    fmts = MOE_FORMAT.get(expert_dtype, ("bf16",))
+    p, fmt = pick(kf, "moe", engine, fmts)
     if p is None:
         return None
+    # Attention data parallelism with expert parallelism runs the dispatch-fed grouped GEMMs (DeepEP + DeepGEMM),
+    # measured as their own curve (``ENGINE-deepep``) where the system has it; elsewhere the fused MoE's.
+    pd_, fd_ = pick_exact(kf, "moe", f"{engine}-deepep", fmts) if engine else (None, None)
+    if pd_ is None:
+        pd_, fd_ = pick_exact(kf, "moe", "sglang-deepep", fmts)
     a = m.architecture
     mats = 3.0 if a.ffn_gated else 2.0
     inter = s.expert_params / (mats * a.hidden_size)
-    moe_tp = np.maximum(stage / ep, 1.0)
-    local = s.experts * np.asarray(copies, dtype=float) / ep
-    t = K.moe_time(p, tokens, float(a.hidden_size), inter / moe_tp, float(s.top_k), float(s.experts), local,
-                   hw.flops(MATHS[fmt]), hw.hbm_bw, dtype_bytes(expert_dtype), gated=a.ffn_gated, imbalance=imbalance)
-    return moe_layers * t
+    F, W, wb = hw.flops(MATHS[fmt]), hw.hbm_bw, dtype_bytes(expert_dtype)
+
+    Fd = hw.flops(MATHS[fd_]) if fd_ else F
+
+    def run(tokens, ep, stage, moe_layers, imbalance, copies, fixed, dp):
+        moe_tp = np.maximum(stage / ep, 1.0)
+        local = s.experts * copies / ep
+        args = (tokens, float(a.hidden_size), inter / moe_tp, float(s.top_k), float(s.experts), local)
+        kw = dict(gated=a.ffn_gated, imbalance=imbalance, fixed=fixed, routed_tokens=tokens / np.maximum(dp, 1.0))
+        t = K.moe_time(p, *args, F, W, wb, **kw)
+        if pd_ is not None:
+            t = np.where((dp > 1) & (ep > 1), K.moe_time(pd_, *args, Fd, W, wb, **kw), t)
+        return moe_layers * t
+
+    return on_unique(run, 1, tokens, ep, stage, moe_layers, imbalance, copies, fixed, dp)[0]
 
 
 def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtype: str, seqs, kv_bytes, flops,
-                   tp, layers):
+                   tp, layers, fixed=1.0):
     """Seconds of the decode attention of one stage pass on one chip: ``seqs`` sequences per rank, ``kv_bytes``
     and ``flops`` of all the stage's layers on this chip (counted by the caller), ``layers`` kernel calls."""
     at = m.architecture.attention
@@ -199,11 +255,11 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     units = seqs if at.type == "mla" else seqs * np.maximum(at.kv_heads / tp, 1.0)
     # One kernel call per layer: fixed and per-sequence costs per call, the streaming over all of them.
     per_call = K.attn_decode_time(p, seqs, np.asarray(kv_bytes) / calls, np.asarray(flops) / calls, hw.flops("bf16"),
-                                  hw.hbm_bw, units)
+                                  hw.hbm_bw, units, fixed)
     return calls * per_call, np.asarray(kv_bytes) / (hw.hbm_bw * p["memory"])
 
 
-def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count):
+def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count, fixed=1.0):
     """``count`` all-reduces of ``msg_bytes`` over ``gpus`` GPUs: the engine's own all-reduce where fitted, else
     NCCL's; None where the group exceeds what the curves were measured on (one node, 8 GPUs)."""
     p = kf.curve("collective", engine, "all_reduce") if engine else None
@@ -211,14 +267,14 @@ def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count):
         p = kf.curve("collective", "nccl", "all_reduce")
     if p is None:
         return None
-    return count * K.collective_time(p, "all_reduce", gpus, msg_bytes, hw.scale_up_bw)
+    return count * K.collective_time(p, "all_reduce", gpus, msg_bytes, hw.scale_up_bw, fixed)
 
 
-def deepep(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, gpus, layers, dispatch_bytes):
+def deepep(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, gpus, layers, dispatch_bytes, fixed=1.0):
     p = kf.curve("deepep", "sglang", "fp8")
     if p is None:
         return None
-    return layers * K.deepep_time(p, tokens_per_rank, hidden, top_k, gpus, hw.scale_up_bw, dispatch_bytes)
+    return layers * K.deepep_time(p, tokens_per_rank, hidden, top_k, gpus, hw.scale_up_bw, dispatch_bytes, fixed)
 
 
 MAX_MEASURED_GPUS = 8

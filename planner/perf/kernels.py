@@ -76,18 +76,33 @@ ACT_DTYPE_BYTES = 2.0
 """Output and activation bytes per element written by a kernel (bf16)."""
 
 
+_SMAX_GRID = np.linspace(0.0, 1.0, 4097)
+_SMAX_TABLES: dict[float, np.ndarray] = {}
+_SMAX_EXACT_BELOW = 4096
+"""Arrays smaller than this are evaluated exactly; larger ones through a 4,097-point table of the same function
+(its error below 1e-6 relative: the curve is smooth in the ratio), which a candidate table's millions of rows
+need for speed."""
+
+
 def _smax(a, b, p):
-    """Smooth maximum ``(a^p + b^p)^(1/p)`` (the roofline's max as ``p`` grows; a kernel that overlaps its
-    maths and its memory traffic only partly at small ``p``). Scaled to avoid overflow."""
+    """Smooth maximum ``(a^p + b^p)^(1/p) = hi (1 + (lo/hi)^p)^(1/p)`` (the roofline's max as ``p`` grows; a kernel
+    that overlaps its maths and its memory traffic only partly at small ``p``)."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     hi = np.maximum(np.maximum(a, b), 1e-30)
-    return hi * np.power(np.power(a / hi, p) + np.power(b / hi, p), 1.0 / p)
+    r = np.minimum(a, b) / hi
+    if r.size < _SMAX_EXACT_BELOW:
+        return hi * np.power(1.0 + np.power(r, p), 1.0 / p)
+    tab = _SMAX_TABLES.get(p)
+    if tab is None:
+        tab = _SMAX_TABLES[p] = np.power(1.0 + np.power(_SMAX_GRID, p), 1.0 / p)
+    return hi * np.interp(r, _SMAX_GRID, tab)
 
 
-def gemm_time(p: dict, m, n, k, flops_peak, hbm_bw, weight_bytes):
+def gemm_time(p: dict, m, n, k, flops_peak, hbm_bw, weight_bytes, fixed=1.0):
     """Seconds of one ``[m x k] @ [k x n]`` GEMM with weights of ``weight_bytes`` per element (see module
-    docstring; ``flops_peak`` is the datasheet FLOP/s of the maths format)."""
+    docstring; ``flops_peak`` is the datasheet FLOP/s of the maths format; ``fixed``: the share of the fixed
+    latency paid, 1 for a kernel timed alone)."""
     m = np.maximum(np.asarray(m, dtype=float), 1.0)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -97,7 +112,7 @@ def gemm_time(p: dict, m, n, k, flops_peak, hbm_bw, weight_bytes):
     fill = tiles / (tiles + p["tile_half"])
     t_c = 2.0 * mt * TILE_M * nt * TILE_N * k / (flops_peak * p["compute"] * fill)
     t_m = (weight_bytes * n * k + p["act_bytes"] * m * k + ACT_DTYPE_BYTES * m * n) / (hbm_bw * p["memory"])
-    return p["t0_us"] * US + _smax(t_c, t_m, p["sharpness"])
+    return fixed * p["t0_us"] * US + _smax(t_c, t_m, p["sharpness"])
 
 
 def expected_touched(experts, top_k, tokens):
@@ -108,11 +123,13 @@ def expected_touched(experts, top_k, tokens):
 
 
 def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flops_peak, hbm_bw, weight_bytes,
-             gated=True, imbalance=1.0):
+             gated=True, imbalance=1.0, fixed=1.0, routed_tokens=None):
     """Seconds of one fused MoE layer on one GPU holding ``local_experts`` experts of ``inter`` columns each
     (already divided by expert tensor parallelism), for ``tokens`` tokens routed over ``experts`` experts
     (``top_k`` each, uniformly; ``imbalance`` multiplies the busiest GPU's share). ``gated``: three matrices
-    per expert (SwiGLU), else two."""
+    per expert (SwiGLU), else two. ``routed_tokens``: the tokens this GPU routes (top-k, sort, align; default
+    ``tokens``, as in the kernel data, where every rank routes every token): with attention data parallelism and
+    a dispatch kernel, a GPU routes only its own rank's tokens."""
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     h = np.asarray(hidden, dtype=float)
     inter = np.asarray(inter, dtype=float)
@@ -131,11 +148,12 @@ def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flop
     w = touched * mats * h * inter * weight_bytes
     act = copies * ACT_DTYPE_BYTES * (2.0 * h + 2.0 * inter)
     t_m = (w + act) / (hbm_bw * p["memory"])
-    routing = t * top_k * p["copy_ns"] * 1e-9
-    return p["t0_us"] * US + routing + _smax(t_c, t_m, p["sharpness"])
+    rt = t if routed_tokens is None else np.asarray(routed_tokens, dtype=float)
+    routing = rt * top_k * p["copy_ns"] * 1e-9
+    return fixed * p["t0_us"] * US + routing + _smax(t_c, t_m, p["sharpness"])
 
 
-def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=None):
+def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=None, fixed=1.0):
     """Seconds of one decode step of attention for ``batch`` sequences reading ``kv_bytes`` of cache and doing
     ``flops`` FLOPs in all (the caller counts both: GQA or MLA, context or window). ``units``: the independent
     (sequence, KV head) pairs the kernel spreads over the SMs (default ``batch``); few of them leave SMs idle
@@ -145,25 +163,25 @@ def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=
     fill = u / (u + p["fill_half"])
     t_c = np.asarray(flops, dtype=float) / (flops_peak * p["compute"] * fill)
     t_m = np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"] * fill)
-    return p["t0_us"] * US + p["seq_us"] * US * b + _smax(t_c, t_m, p["sharpness"])
+    return fixed * p["t0_us"] * US + p["seq_us"] * US * b + _smax(t_c, t_m, p["sharpness"])
 
 
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
 """Bus bytes per message byte of each collective, times ``(g - 1) / g`` (NCCL's bus-bandwidth convention)."""
 
 
-def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw):
+def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw, fixed=1.0):
     """Seconds of one collective ``op`` of ``msg_bytes`` (the whole buffer) over ``gpus`` GPUs of one scale-up
     domain with ``link_bw`` bytes/s per GPU and direction; 0 for one GPU."""
     g = np.asarray(gpus, dtype=float)
     gs = np.maximum(g, 2.0)
     bus = BUS_FACTOR[op] * (gs - 1.0) / gs * np.asarray(msg_bytes, dtype=float) / (link_bw * p["bus_eff"])
-    alpha = (p["alpha_us"] + p["alpha_gpu_us"] * (gs - 2.0)) * US
+    alpha = fixed * (p["alpha_us"] + p["alpha_gpu_us"] * (gs - 2.0)) * US
     t = _smax(alpha, bus, p["sharpness"])
     return np.where(g > 1, t, 0.0)
 
 
-def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0):
+def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0):
     """Seconds of one DeepEP low-latency dispatch plus combine inside one scale-up domain of ``gpus`` GPUs:
     ``tokens_per_rank`` tokens per GPU, each sent to ``top_k`` experts (dispatch at ``dispatch_bytes`` per
     element plus one scale per 128, combine in bf16), the copies to other GPUs over the link."""
@@ -171,5 +189,5 @@ def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch
     copies = np.asarray(tokens_per_rank, dtype=float) * top_k
     per_copy = np.asarray(hidden, dtype=float) * (dispatch_bytes * (1.0 + 4.0 / 128.0) + ACT_DTYPE_BYTES)
     remote = (g - 1.0) / g
-    t = 2.0 * p["t0_us"] * US + copies * p["copy_ns"] * 1e-9 + copies * remote * per_copy / (link_bw * p["bus_eff"])
+    t = 2.0 * fixed * p["t0_us"] * US + copies * p["copy_ns"] * 1e-9 + copies * remote * per_copy / (link_bw * p["bus_eff"])
     return np.where(g > 1, t, 0.0)

@@ -449,15 +449,16 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
         # The terms measured kernel by kernel on this system: the model's own GEMM shapes, its fused MoE, its
         # attention; each curve's time replaces the datasheet roofline of that term (its memory floor stays
         # below it, for the bound).
+        fx = e.kernel_fixed_share
         ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, layers_stage,
-                               moe_layers_stage, 1.0 / pp)
+                               moe_layers_stage, 1.0 / pp, fx)
         ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, moe_layers_stage,
-                              imb, setup.expert_copies) if s.experts else 0.0)
+                              imb, setup.expert_copies, fx, dp) if s.experts else 0.0)
         if ne is not None and ex is not None:
             gemm_c = ne[0] + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
         at = C.attention_time(kf, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, att_flops, tp,
-                              layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers))
+                              layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers), fx)
         if at is not None:
             attn_c = at[0]
             attn_m = np.minimum(attn_m, attn_c)
@@ -487,7 +488,7 @@ def _all_reduce(setup: Setup, kf, group, msg, count, alpha):
     phys = all_reduce_time(setup, group, msg, count, alpha)
     if kf is None:
         return phys
-    fit = C.all_reduce(kf, setup.engine, setup.hw, group, msg, count)
+    fit = C.all_reduce(kf, setup.engine, setup.hw, group, msg, count, setup.eff.kernel_fixed_share)
     return phys if fit is None else np.where(_measured_group(setup, group), fit, phys)
 
 
@@ -499,7 +500,7 @@ def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
         return phys
     g = np.maximum(np.asarray(stage, dtype=float), 1.0)
     fit = C.deepep(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k), g, layers,
-                   dispatch_bytes(setup))
+                   dispatch_bytes(setup), setup.eff.kernel_fixed_share)
     if fit is None:
         return phys
     return np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
@@ -684,10 +685,11 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     kf = setup.kernels
     if kf is not None:
         # GEMMs and fused MoE of the pass from this system's kernel curves (attention keeps prefill_compute).
+        fx = e.kernel_fixed_share
         ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, float(m_.architecture.layers),
-                               float(s.moe_layers), 0.0)
+                               float(s.moe_layers), 0.0, fx)
         ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, float(s.moe_layers),
-                              imb, setup.expert_copies) if s.experts else 0.0)
+                              imb, setup.expert_copies, fx, dp_used) if s.experts else 0.0)
         if ne is not None and ex is not None:
             comp = ne[0] + ex + att_flops / (setup.f_attn * e.prefill_compute)
     if s.experts:

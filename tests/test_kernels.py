@@ -1,0 +1,224 @@
+"""Kernel curves (perf/kernels.py), their fit (calib/kernels.py, `planner calibrate kernels`) and the step composed
+from them (perf/compose.py). Data: the extract in tests/data/kernels (README there)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from planner.perf import kernels as K
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "kernels"
+
+
+def _p(family, **kw):
+    p = dict(K.PRIOR[family])
+    p.update(kw)
+    return p
+
+
+# --- curves: worked numbers -------------------------------------------------------------------------
+
+
+def test_gemm_large_shape_is_its_padded_flops_over_the_fitted_peak():
+    p = _p("gemm", t0_us=0.0, compute=0.5, tile_half=0.0, memory=1.0, sharpness=30.0, act_bytes=2.0)
+    t = K.gemm_time(p, 4096, 4096, 4096, 1e15, 4.8e12, 2.0)
+    assert t == pytest.approx(2 * 4096**3 / (1e15 * 0.5), rel=1e-6)
+
+
+def test_gemm_one_token_streams_its_weights():
+    """A decode GEMM of one row is the weight fetch: n k bytes over the fitted share of HBM, plus the fixed latency."""
+    p = _p("gemm", t0_us=5.0, compute=0.7, tile_half=0.0, memory=0.8, sharpness=30.0, act_bytes=2.0)
+    n = k = 8192
+    t = K.gemm_time(p, 1, n, k, 1e15, 4.8e12, 1.0)
+    t_m = (n * k * 1.0 + 2.0 * k + 2.0 * n) / (4.8e12 * 0.8)
+    assert t == pytest.approx(5e-6 + t_m, rel=1e-3)
+
+
+def test_gemm_pads_rows_to_a_tile():
+    """8 rows and 64 rows cost the same maths (one 64-row tile); 65 rows cost two tiles."""
+    p = _p("gemm", t0_us=0.0, compute=1.0, tile_half=0.0, memory=1.0, sharpness=30.0, act_bytes=0.0)
+    big = 1e30  # memory free: compute alone
+    t8, t64, t65 = (K.gemm_time(p, m, 4096, 4096, 1e15, big, 0.0) for m in (8, 64, 65))
+    assert t8 == pytest.approx(t64, rel=1e-9)
+    assert t65 == pytest.approx(2 * t64, rel=1e-9)
+
+
+def test_all_reduce_is_ring_bytes_over_the_fitted_bus_bandwidth():
+    p = _p("collective", alpha_us=0.0, alpha_gpu_us=0.0, bus_eff=0.8, sharpness=30.0)
+    t = K.collective_time(p, "all_reduce", 8, 1e9, 450e9)
+    assert t == pytest.approx(2 * 7 / 8 * 1e9 / (450e9 * 0.8), rel=1e-6)
+    assert K.collective_time(p, "all_reduce", 1, 1e9, 450e9) == 0.0
+
+
+def test_small_collective_is_its_latency():
+    p = _p("collective", alpha_us=12.0, alpha_gpu_us=1.5, bus_eff=0.8, sharpness=30.0)
+    assert K.collective_time(p, "all_gather", 8, 64, 450e9) == pytest.approx((12.0 + 1.5 * 6) * 1e-6, rel=1e-3)
+
+
+def test_moe_with_every_expert_local_and_busy_is_its_flops():
+    """Balanced routing of many tokens over experts all held locally: the grouped GEMM's FLOPs over the fitted
+    peak (rows a multiple of the tile, so no padding)."""
+    p = _p("moe", t0_us=0.0, compute=0.5, tile_half=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    tokens, h, inter, k, e = 8192, 4096, 1024, 8, 64  # 1,024 copies per expert
+    t = K.moe_time(p, tokens, h, inter, k, e, e, 1e15, 1e30, 2.0)
+    assert t == pytest.approx(2 * tokens * k * 3 * h * inter / (1e15 * 0.5), rel=1e-6)
+
+
+def test_moe_one_token_reads_only_the_experts_it_touches():
+    p = _p("moe", t0_us=0.0, compute=1.0, tile_half=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    h, inter, k, e = 4096, 1024, 8, 256
+    t = K.moe_time(p, 1, h, inter, k, e, e, 1e30, 1e12, 1.0)
+    w = 8 * 3 * h * inter * 1.0
+    act = 8 * 2.0 * (2 * h + 2 * inter)
+    assert t == pytest.approx((w + act) / 1e12, rel=1e-6)
+
+
+def test_attention_decode_streams_the_cache():
+    p = _p("attn_decode", t0_us=0.0, seq_us=0.0, compute=1.0, memory=0.8, sharpness=30.0, fill_half=0.0)
+    kv = 64 * 4096 * 2 * 8 * 128 * 2.0  # batch 64, 4k context, 8 KV heads of 128, bf16
+    t = K.attn_decode_time(p, 64, kv, 1.0, 1e15, 4.8e12)
+    assert t == pytest.approx(kv / (4.8e12 * 0.8), rel=1e-6)
+
+
+# --- the fit -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fitted(catalog):
+    from planner.calib.kernels import fit_kernels
+
+    return fit_kernels(DATA, catalog)
+
+
+def test_fit_on_the_extract_recovers_physical_curves(fitted):
+    (rep,) = fitted
+    assert rep.hardware == "h200-sxm"
+    g = rep.curves["gemm/trtllm/bf16"]
+    assert g.fit_mape < 0.15 and g.rows == 400
+    assert 0.4 < g.params["compute"] <= 1.0 and 0.5 < g.params["memory"] <= 1.0
+    m = rep.curves["mla_decode/trtllm/fp8"]
+    assert m.fit_mape < 0.15
+    ar = rep.curves["collective/nccl/all_reduce"]
+    assert ar.fit_mape < 0.2 and ar.holdout_rows > 0 and ar.holdout == "8 GPUs (fitted on fewer)"
+    assert 0.3 < ar.params["bus_eff"] < 1.5
+    assert rep.curves["deepep/sglang/fp8"].fit_mape < 0.2
+
+
+def test_held_out_shapes_are_scored_on_a_fit_without_them(fitted):
+    (rep,) = fitted
+    g = rep.curves["gemm/trtllm/bf16"]
+    assert g.holdout == "n or k = 7168" and g.holdout_rows > 0 and g.holdout_mape is not None
+    ratio, y, hold, hold_y = rep.errors["gemm/trtllm/bf16"]
+    assert len(ratio) == len(y) == g.rows and len(hold) == len(hold_y) == g.holdout_rows
+    assert float(np.median(np.abs(hold - 1.0))) == pytest.approx(g.holdout_mape, abs=1e-4)
+
+
+def test_bad_kernel_files_are_notes_not_crashes(tmp_path, catalog):
+    from planner.calib.kernels import fit_kernels
+
+    root = tmp_path / "k"
+    shutil.copytree(DATA, root)
+    gemm = root / "h200_sxm" / "gemm" / "trtllm" / "gemm_perf.parquet"
+    pd.read_parquet(gemm).drop(columns=["k"]).to_parquet(gemm)
+    mla = root / "h200_sxm" / "mla" / "trtllm" / "generation_mla_perf.parquet"
+    pd.read_parquet(mla).assign(kv_cache_dtype="fp6").to_parquet(mla)
+    ep = root / "h200_sxm" / "comm" / "sglang" / "wideep_deepep_ll_perf.parquet"
+    pd.read_parquet(ep).head(10).to_parquet(ep)
+    (rep,) = fit_kernels(root, catalog)
+    notes = "\n".join(rep.notes)
+    assert f"{gemm}: column k is missing" in notes
+    assert "kv_cache_dtype 'fp6' is unknown" in notes and str(mla) in notes
+    assert "deepep/sglang/fp8: 10 rows, fewer than 30: not fitted" in notes
+    assert set(rep.curves) == {"collective/nccl/all_reduce"}
+
+
+def test_schema_refuses_unknown_families_and_unphysical_parameters():
+    from pydantic import ValidationError
+
+    from planner.catalog.schemas import KernelFits
+
+    curve = {"params": dict(K.PRIOR["collective"]), "rows": 40, "fit_mape": 0.1}
+    KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": curve})
+    with pytest.raises(ValidationError, match="FAMILY/ENGINE/FORMAT"):
+        KernelFits(source="test", as_of="2026-11-26", system="x", curves={"gemmx/nccl/bf16": curve})
+    bad = {**curve, "params": {**curve["params"], "bus_eff": 9.0}}
+    with pytest.raises(ValidationError, match="outside its physical range"):
+        KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": bad})
+
+
+# --- the composed step -------------------------------------------------------------------------------
+
+
+def test_calibrated_step_is_composed_from_the_kernel_curves(catalog):
+    """On hardware with kernel curves, the decode step's GEMM time is the sum of the model's own GEMM shapes
+    timed by the curve; the ideal roofline ignores the curves."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step
+
+    hw = catalog.hardware["h200-sxm"]
+    assert hw.efficiency.kernels is not None, "the committed catalog has H200 kernel curves"
+    m = catalog.models["llama-3.1-70b"]
+    s = Setup.make(m, hw, weights="fp8", kv="fp8", eff=hw.efficiency.for_engine("trtllm"), engine="trtllm")
+    st = decode_step(s, 8, 1, 1, 1, 64, 2048)
+    fixed = hw.efficiency.for_engine("trtllm").kernel_fixed_share
+    t_ne, _ = C.dense_gemm_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 64.0, 8.0, 80.0, 0.0, 1.0, fixed)
+    assert float(st.gemm_compute_s) == pytest.approx(float(t_ne), rel=1e-9)
+    ideal = Setup.make(m, hw, weights="fp8", kv="fp8")
+    assert ideal.kernels is None
+    assert s.kernels is hw.efficiency.kernels
+
+
+def test_gemm_shapes_add_up_to_the_models_matmul_parameters(catalog):
+    """The composed GEMMs of one token through every layer multiply each active non-expert parameter once."""
+    from planner.perf import compose as C
+    from planner.perf import params as P
+
+    for mid in ("llama-3.1-70b", "deepseek-v3", "qwen3-30b-a3b"):
+        m = catalog.models[mid]
+        s = P.model_stats(m)
+        sh = C._shapes(m)
+        a = m.architecture
+        per = lambda gs: sum(g.n * g.k * g.count for g in gs)  # noqa: E731
+        att_layers = a.attention.full_layers + a.attention.sliding_layers
+        total = (per(sh.attention) * att_layers + per(sh.dense_ffn) * a.dense_layers
+                 + per(sh.moe_dense) * s.moe_layers + per(sh.head) + per(sh.linear) * a.attention.linear_layers)
+        expect = s.matmul_active_params - s.moe_layers * s.top_k * s.expert_params
+        # MLA's absorbed decode multiplies the latent up-projections per token instead of materialising K and V
+        # (the same parameters, counted once either way); norms and biases are not GEMMs.
+        assert total == pytest.approx(expect, rel=0.03), mid
+
+
+def test_cli_calibrate_kernels(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+
+    p = run("calibrate", "kernels", "--data", str(DATA), "--json", "--jobs", "1")
+    assert p.returncode == 0, p.stderr
+    import json
+
+    out = json.loads(p.stdout)
+    fams = {(r["system"], r["family"]) for r in out["families"]}
+    assert ("h200_sxm", "gemm") in fams and ("h200_sxm", "deepep") in fams
+    bad = run("calibrate", "kernels", "--data", str(DATA), "--family", "gemv")
+    assert bad.returncode == 1 and "--family gemv: unknown" in bad.stderr and "Traceback" not in bad.stderr
+    missing = run("calibrate", "kernels", "--data", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "not a folder" in missing.stderr
+
+
+def test_kernel_curves_have_no_rows_inside(catalog):
+    """Predictions come from curves: a catalog block holds a handful of numbers per curve, never shapes."""
+    for hw in catalog.hardware.values():
+        kf = hw.efficiency.kernels
+        if kf is None:
+            continue
+        for key, c in kf.curves.items():
+            assert len(c.params) <= 6, key
+            assert all(np.isfinite(v) for v in c.params.values())
