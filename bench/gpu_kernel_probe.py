@@ -72,13 +72,13 @@ def main() -> int:
         one = torch.ones((), device=dev, dtype=torch.float32)
         for m in M:
             a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            t = _time(lambda i, a=a: a @ ws[i % copies], args.reps, args.trials)
+            t = _time(lambda i, a=a, ws=ws, copies=copies: a @ ws[i % copies], args.reps, args.trials)
             res["gemm"].append({"dtype": "bf16", "m": m, "n": n, "k": k, "seconds": t})
             if fp8:
                 a8 = a.to(torch.float8_e4m3fn)
                 try:
-                    t8 = _time(lambda i, a8=a8: torch._scaled_mm(a8, w8[i % copies].t(), scale_a=one, scale_b=one,
-                                                                   out_dtype=torch.bfloat16), args.reps, args.trials)
+                    t8 = _time(lambda i, a8=a8, w8=w8, copies=copies, one=one: torch._scaled_mm(
+                        a8, w8[i % copies].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), args.reps, args.trials)
                     res["gemm"].append({"dtype": "fp8", "m": m, "n": n, "k": k, "seconds": t8})
                 except RuntimeError as exc:  # a shape the FP8 kernels refuse (m not a multiple of 16 on some builds)
                     res.setdefault("skipped", []).append(f"fp8 m={m} n={n} k={k}: {exc}"[:200])

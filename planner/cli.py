@@ -864,6 +864,7 @@ def calibrate_kernels(
     write: Annotated[bool, typer.Option("--write", help="Store the curves in the efficiency blocks of the catalog's hardware files.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
     report: Annotated[Path | None, typer.Option("--report", help="Write the fit errors per family and system as Markdown, with a residual plot beside it (docs/kernels.md).")] = None,
+    compose: Annotated[bool | None, typer.Option("--compose/--no-compose", help="With --write: compose the calibrated step from these curves (refit the end-to-end factors after: calibrate fit --write). Default: as the catalog has it (off for a new block).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --report and its plot.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -901,6 +902,8 @@ def calibrate_kernels(
             hw = cat.hardware[r.hardware]
             block = kernel_block(r, source)
             old = hw.efficiency.kernels
+            on = compose if compose is not None else (old.compose if old is not None else False)
+            block = block.model_copy(update={"compose": on})
             if old is not None and (family or system):
                 # A partial refit (some families or systems) keeps the other curves of the block.
                 block = block.model_copy(update={"curves": {**old.curves, **block.curves},
@@ -963,17 +966,22 @@ def calibrate_report(
     out: Annotated[Path, typer.Option("--out", help="Markdown report to write (plots beside it).")] = Path("docs/validation.md"),
     cv: Annotated[bool, typer.Option("--cv/--no-cv", help="Also run leave-one-hardware-out and leave-one-model-out cross-validation (slow).")] = True,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes for the cross-validation folds.")] = 2,
+    folds: Annotated[list[str] | None, typer.Option("--folds", help="Which cross-validation to run: hardware, model (repeatable; default both).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing report and its plot.")] = False,
 ) -> None:
     """Write the validation report: error tables per file and group, residual plots, cross-validation, repeatability."""
     from planner.calib.report import plot_name, write_report
     from planner.export.files import check_file, staged
 
+    bad = [f for f in (folds or []) if f not in ("hardware", "model")]
+    if bad:
+        raise InputError(f"--folds {bad[0]}: unknown; use hardware or model")
+
     check_file(out, force=force, option="--out")
     check_file(out.with_name(plot_name(out)), force=force, option="--out (its plot)")
     cat = _catalog()
     with staged(out.parent, force=force, unit=False) as stage:
-        write_report(cat, data, stage / out.name, cross_validate=cv, jobs=jobs)
+        write_report(cat, data, stage / out.name, cross_validate=cv, jobs=jobs, folds=tuple(folds or ("hardware", "model")))
     typer.echo(f"wrote {out}", err=True)
 
 

@@ -23,7 +23,7 @@ from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 """2.1: ``software`` (planner, solver and Pyomo versions); 2.2: a ``model`` per pool and workload; 2.3:
 ``binding_constraints[].saving_proven``. A change of the contract changes this."""
 REL_TOL = 1e-6
@@ -136,6 +136,10 @@ class Pool(_M):
     default``: the hardware's fit over all its engines (no rows of this engine on it)."""
     unvalidated: str | None = None
     """Set when the hardware has no measured rows of its own: where its factors come from."""
+    physics: str = "datasheet roofline with fitted factors"
+    """Where the pool's step times come from: ``kernel curves (SYSTEM's own kernels)``, the terms of the step
+    fitted on that system's measured kernels with the end-to-end factors above (hardware whose kernel block says
+    ``compose``); or ``datasheet roofline with fitted factors``."""
     replicas: int
     chips_per_replica: int
     slots_per_replica: float
@@ -355,6 +359,7 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
                 engine=str(r["engine"]),
                 factors=str(r["factors"]),
                 unvalidated=unvalidated(hw),
+                physics=physics_path(hw),
                 replicas=n,
                 chips_per_replica=int(r["chips"]),
                 slots_per_replica=float(r["slots"]),
@@ -452,6 +457,14 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         placement=placement,
         assumptions=assumptions,
     )
+
+
+def physics_path(hw) -> str:
+    """Which physics prices a pool on ``hw`` (see :attr:`Pool.physics`)."""
+    kf = hw.efficiency.kernels
+    if kf is None or not kf.compose:
+        return "datasheet roofline with fitted factors"
+    return f"kernel curves ({kf.system}'s own kernels)"
 
 
 def unvalidated(hw) -> str | None:

@@ -157,23 +157,49 @@ def test_schema_refuses_unknown_families_and_unphysical_parameters():
 # --- the composed step -------------------------------------------------------------------------------
 
 
+def _composing(hw):
+    """``hw`` with its kernel block switched to compose the step."""
+    kf = hw.efficiency.kernels.model_copy(update={"compose": True})
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
+
+
 def test_calibrated_step_is_composed_from_the_kernel_curves(catalog):
-    """On hardware with kernel curves, the decode step's GEMM time is the sum of the model's own GEMM shapes
-    timed by the curve; the ideal roofline ignores the curves."""
+    """With ``compose`` on, the decode step's GEMM time is the sum of the model's own GEMM shapes timed by the
+    curve; with it off (the committed catalog) and in the ideal roofline the curves are not used."""
     from planner.perf import compose as C
     from planner.perf.roofline import Setup, decode_step
 
-    hw = catalog.hardware["h200-sxm"]
-    assert hw.efficiency.kernels is not None, "the committed catalog has H200 kernel curves"
+    hw0 = catalog.hardware["h200-sxm"]
+    assert hw0.efficiency.kernels is not None, "the committed catalog has H200 kernel curves"
     m = catalog.models["llama-3.1-70b"]
-    s = Setup.make(m, hw, weights="fp8", kv="fp8", eff=hw.efficiency.for_engine("trtllm"), engine="trtllm")
-    st = decode_step(s, 8, 1, 1, 1, 64, 2048)
-    fixed = hw.efficiency.for_engine("trtllm").kernel_fixed_share
-    t_ne, _ = C.dense_gemm_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 64.0, 8.0, 80.0, 0.0, 1.0, fixed)
-    assert float(st.gemm_compute_s) == pytest.approx(float(t_ne), rel=1e-9)
-    ideal = Setup.make(m, hw, weights="fp8", kv="fp8")
-    assert ideal.kernels is None
+    eff = hw0.efficiency.for_engine("trtllm")
+    off = Setup.make(m, hw0, weights="fp8", kv="fp8", eff=eff, engine="trtllm")
+    assert off.kernels is None  # compose: false in the catalog: the datasheet path
+    hw = _composing(hw0)
+    s = Setup.make(m, hw, weights="fp8", kv="fp8", eff=eff, engine="trtllm")
     assert s.kernels is hw.efficiency.kernels
+    st = decode_step(s, 8, 1, 1, 1, 64, 2048)
+    t_ne, _ = C.dense_gemm_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 64.0, 8.0, 80.0, 0.0, 1.0,
+                                eff.kernel_fixed_share)
+    assert float(st.gemm_compute_s) == pytest.approx(float(t_ne), rel=1e-9)
+    assert float(st.gemm_compute_s) != pytest.approx(float(decode_step(off, 8, 1, 1, 1, 64, 2048).gemm_compute_s))
+    assert Setup.make(m, hw, weights="fp8", kv="fp8").kernels is None  # ideal
+
+
+def test_wide_ep_decode_routes_only_its_own_tokens(catalog):
+    """Attention-DP + EP decode on a kernel-composed GB200: the MoE time of 1,024 sequences per GPU at EP48 is
+    the DeepEP grouped GEMM's (each GPU routes its own rank's tokens), far below the fused MoE that routes every
+    token of the group."""
+    from planner.perf import compose as C
+
+    hw = _composing(catalog.hardware["gb200-nvl72"])
+    m = catalog.models["deepseek-v3"]
+    kf = hw.efficiency.kernels
+    tokens = 1024.0 * 48
+    wide = C.moe_gemm_time(kf, "sglang", m, hw, "fp8", tokens, 48.0, 48.0, 58.0, 1.0, 288 / 256, 1.0, 48.0)
+    tp_attn = C.moe_gemm_time(kf, "sglang", m, hw, "fp8", tokens, 48.0, 48.0, 58.0, 1.0, 288 / 256, 1.0, 1.0)
+    assert float(wide) < 0.5 * float(tp_attn)
+    assert 1e-3 < float(wide) < 0.05  # 58 layers of a few hundred microseconds at most
 
 
 def test_gemm_shapes_add_up_to_the_models_matmul_parameters(catalog):

@@ -230,7 +230,8 @@ def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | 
 
 def has_kernels(catalog: Catalog, hw_id: str) -> bool:
     """Whether ``hw_id``'s step is composed from its own kernel curves."""
-    return catalog.hardware[hw_id].efficiency.kernels is not None
+    kf = catalog.hardware[hw_id].efficiency.kernels
+    return kf is not None and kf.compose
 
 
 def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
@@ -339,7 +340,7 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
         rel = FAMILY.get(hid)
         if rel in result.by_hw:
             engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel and keep(eng)}
-            own = catalog.hardware[hid].efficiency.kernels is not None
+            own = has_kernels(catalog, hid)
             out[hid] = Efficiency(
                 source=(f"kernel curves from {hid}'s own kernels; engine overheads transferred from {rel} (same vendor "
                         f"and generation; no measured serving rows for {hid} in {data_name})") if own else
@@ -351,7 +352,7 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 transferred_from=rel,
             )
         else:
-            own = catalog.hardware[hid].efficiency.kernels is not None and result.overall_kernels is not None
+            own = has_kernels(catalog, hid) and result.overall_kernels is not None
             overall = result.overall_kernels if own else result.overall
             engines = (result.by_engine_kernels or result.by_engine) if own else result.by_engine
             out[hid] = Efficiency(

@@ -504,7 +504,7 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
         lines.append(f"| {r.system} | {FAMILY_TITLES.get(r.family, r.family)} | {r.rows:,} | {pct(r.median)} | "
                      f"{pct(r.p90)} | {r.holdout_rows:,} | {pct(r.holdout_median)} | {pct(r.holdout_p90)} |")
     lines += ["", "Pooled over every system:", "", "| family | median APE | held-out median APE |", "|---|---|---|"]
-    for f, g in fam.groupby("family"):
+    for f in sorted(fam["family"].unique()):
         a = np.concatenate([np.abs(r.errors[k][0] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
         h = np.concatenate([np.abs(r.errors[k][2] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
         lines.append(f"| {FAMILY_TITLES.get(f, f)} | {pct(float(np.median(a)))} | {pct(float(np.median(h)) if len(h) else None)} |")
@@ -533,6 +533,7 @@ def plot_residuals(reports: list[SystemReport], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fams = list(FAMILY_TITLES)
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5), sharey=True)
@@ -553,6 +554,7 @@ def plot_residuals(reports: list[SystemReport], path: Path) -> None:
             ax.scatter(hy[pick] * 1e6, hr[pick], s=1, alpha=0.3, color="tab:red", label="held-out shapes")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_ylim(0.25, 4.0)
         ax.set_title(FAMILY_TITLES[f])

@@ -313,12 +313,39 @@ def _factors_table(catalog: Catalog) -> str:
     return "\n".join(lines)
 
 
+def _kernel_table(catalog: Catalog) -> list[str]:
+    """Kernel curves per hardware and family from the catalog: curves, rows, and the row-weighted mean of the
+    curves' median APE on all rows and on held-out shapes (``docs/kernels.md`` has the pooled medians, per-row
+    residual plots and the command that regenerates them)."""
+    from planner.calib.kernels import FAMILY_TITLES
+
+    lines = ["| hardware | family | curves | rows | median APE (row-weighted) | held-out median APE |", "|---|---|---|---|---|---|"]
+    any_ = False
+    for h in catalog.hardware.values():
+        kf = h.efficiency.kernels
+        if kf is None:
+            continue
+        fams: dict[str, list] = {}
+        for key, c in kf.curves.items():
+            fams.setdefault(key.split("/", 1)[0], []).append(c)
+        for fam, cs in fams.items():
+            any_ = True
+            rows = sum(c.rows for c in cs)
+            fit = sum(c.rows * c.fit_mape for c in cs) / rows
+            held = [c for c in cs if c.holdout_mape is not None]
+            hrows = sum(c.holdout_rows for c in held)
+            hmape = f"{100 * sum(c.holdout_rows * c.holdout_mape for c in held) / hrows:.1f}%" if hrows else "n/a"
+            lines.append(f"| {h.id} | {FAMILY_TITLES.get(fam, fam)} | {len(cs)} | {rows:,} | {100 * fit:.1f}% | {hmape} |")
+    return lines if any_ else []
+
+
 def plot_name(out: Path) -> str:
     """File name of the residual plot written beside the report."""
     return Path(out).stem + "-residuals.png"
 
 
-def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: bool = True, jobs: int = 2) -> None:
+def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: bool = True, jobs: int = 2,
+                 folds: tuple[str, ...] = ("hardware", "model")) -> None:
     paths = [Path(p) for p in (data if isinstance(data, (list, tuple)) else [data])]
     out = Path(out)
     sets = [load_measured(p, catalog, measured=True) for p in paths]
@@ -345,19 +372,32 @@ def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: boo
     for m in sets:
         parts += _headline(m.path.name, m.fmt, frames[m.path.name])
     parts += ["The cross-validation below is the honest estimate for data the project has not seen.", ""]
-    if cross_validate:
+    kt = _kernel_table(catalog)
+    if kt:
+        parts += ["## Kernel curves (the terms of the step, fitted on measured kernels)", "",
+                  "Where a hardware has kernel curves its decode step and prefill GEMMs are composed from them "
+                  "(`docs/performance-model.md`); only the end-to-end factors that kernels cannot see are fitted on the "
+                  "rows above. Per family, the curves' error on measured kernel latencies (all rows, and shapes held "
+                  "out of a second fit); `docs/kernels.md` (`planner calibrate kernels --data "
+                  "../shared/calibration/kernels --report docs/kernels.md`) has pooled medians, p90 and residual plots.",
+                  "", *kt, ""]
+    if cross_validate and "hardware" in folds:
         hw_cv = held_out(sets, catalog, "n_hw", jobs=jobs)
         parts += [
             "## Cross-validation: hardware the fit has not seen",
             "",
             "Leave one hardware out: every row of that hardware (both files) is left out of the fit, and its rows are "
             "predicted with the factors the catalog gives hardware without measured rows (its measured relative's, "
-            "else the all-hardware fit), as for H800, B300 or MI325X in plans.",
+            "else the all-hardware fit), as for H800, B300 or MI325X in plans. A held-out hardware with kernel curves "
+            "keeps them (they come from its kernel measurements, not from serving rows), so this asks whether a GPU with "
+            "kernel rows only is predicted end to end: its end-to-end factors come from the fit over the other "
+            "kernel-composed hardware.",
             "",
         ]
         for name, f in hw_cv.items():
             parts += [f"{name}:", "", format_table(summary_rows(f, None), []), "",
                       format_table(summary_rows(f, ["system"]), ["system"]), ""]
+    if cross_validate and "model" in folds:
         sil = [m for m in sets if m.fmt == "silicon"]
         if sil:
             model_cv = held_out(sets, catalog, "n_model", values=sorted(prepare(sil, catalog)[0]["n_model"].unique()),

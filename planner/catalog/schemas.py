@@ -224,6 +224,11 @@ class KernelFits(Strict):
     """Keyed ``FAMILY/ENGINE/FORMAT`` (``gemm/trtllm/fp8_block``, ``collective/nccl/all_reduce``)."""
     notes: list[str] = Field(default_factory=list)
     """Families skipped or not fitted, and why."""
+    compose: bool = False
+    """Whether the calibrated step of this hardware is composed from these curves (with the end-to-end factors
+    fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
+    roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
+    `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
 
     @model_validator(mode="after")
     def _check(self) -> KernelFits:

@@ -104,7 +104,7 @@ def plan_markdown(plan: Plan) -> str:
             f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}{wmode}, KV cache {p.kv_dtype} in {p.kv_tier}; "
             f"prefix cache: {p.prefix_tier}" + (f"; {', '.join(tech)}" if tech else "")
         )
-        factors = f"factors: {p.factors} for {p.engine} on {p.hardware}"
+        factors = f"physics: {p.physics}; factors: {p.factors} for {p.engine} on {p.hardware}"
         L.append(f"- {factors}" + (f"; **{p.unvalidated}**" if p.unvalidated else ""))
         host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
         L.append(

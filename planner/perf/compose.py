@@ -11,6 +11,7 @@ shape of the model (a few per layer kind), never a loop over rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from planner.catalog.schemas import KernelFits, ModelSpec

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.catalog.schemas import KERNEL_BOUNDS as BOUNDS
-from planner.catalog.schemas import KERNEL_PARAMS as PARAMS
+from planner.catalog.schemas import KERNEL_BOUNDS as BOUNDS  # noqa: F401 - the families' ranges, re-exported
+from planner.catalog.schemas import KERNEL_PARAMS as PARAMS  # noqa: F401 - the families' parameters, re-exported
 
 US = 1e-6
 

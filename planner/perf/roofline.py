@@ -26,7 +26,14 @@ from statistics import NormalDist
 
 import numpy as np
 
-from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, IDEAL, EngineEfficiency, HardwareSpec, KernelFits, ModelSpec
+from planner.catalog.schemas import (
+    DEFAULT_CHUNK_TOKENS,
+    IDEAL,
+    EngineEfficiency,
+    HardwareSpec,
+    KernelFits,
+    ModelSpec,
+)
 from planner.perf import compose as C
 from planner.perf import params as P
 from planner.perf.layout import kv_shard, weight_bytes_per_chip
@@ -115,10 +122,12 @@ class Setup:
 
     @property
     def kernels(self) -> KernelFits | None:
-        """The hardware's kernel curves where the step is calibrated (the ideal roofline keeps the datasheet)."""
-        if self.eff == IDEAL:
+        """The hardware's kernel curves where the step is calibrated and composed from them (``compose``); the ideal
+        roofline keeps the datasheet."""
+        kf = self.hw.efficiency.kernels
+        if kf is None or not kf.compose or self.eff == IDEAL:
             return None
-        return self.hw.efficiency.kernels
+        return kf
 
     # peaks ----------------------------------------------------------------------------------
     @property
