@@ -130,12 +130,16 @@ def read_gemm(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return out
 
 
-def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
-    df = pd.read_parquet(path)
-    cols = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-            "moe_ep_size", "distribution", "latency")
-    _need(df, path, cols)
-    df = df[df["distribution"] == "balanced"]
+MOE_COLS = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "distribution", "latency")
+
+
+def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool) -> dict[str, Rows]:
+    """Balanced (uniformly routed) fused-MoE rows per format. ``wide``: DeepEP's MoE, whose ``num_tokens`` are the
+    EP group's tokens, each rank routing its share (held out: EP32); else every rank routes every token (held out:
+    DeepSeek's expert shape)."""
+    _need(df, path, MOE_COLS)
+    df = df[df["distribution"].isin(["uniform", "balanced"])]
     if "kernel_source" in df.columns:
         df = df[~df["kernel_source"].astype(str).str.contains("nongated")]
     out = {}
@@ -145,45 +149,33 @@ def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
         fmt, wb, maths = MOE_FORMATS[dt_]
         if maths not in hw.dense_tflops:
             continue
-        g = _fastest(g, list(cols[1:-2]))
+        g = _fastest(g, list(MOE_COLS[1:-2]))
         h = g["hidden_size"].to_numpy(float)
         e = g["num_experts"].to_numpy(float)
-        x = {"tokens": g["num_tokens"].to_numpy(float), "hidden": h,
-             "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
-             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / g["moe_ep_size"].to_numpy(float),
+        ep = g["moe_ep_size"].to_numpy(float)
+        t = g["num_tokens"].to_numpy(float)
+        x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
+             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
              "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
-        hold = (h == 7168) & (e == 256) & (x["top_k"] == 8)
-        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, "DeepSeek's experts (hidden 7168, 256 experts, top-8)",
-                        _version(df))
+        if wide:
+            x["routed"] = t / ep
+            hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
+        else:
+            hold = (h == 7168) & (e == 256) & (x["top_k"] == 8)
+            label = "DeepSeek's experts (hidden 7168, 256 experts, top-8)"
+        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, _version(df))
     return out
+
+
+def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    """Fused MoE layers (``moe_perf``): every rank routes every token, computes its local experts."""
+    return _moe_rows(pd.read_parquet(path), path, hw, wide=False)
 
 
 def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     """SGLang's DeepEP MoE (``wideep_generation_moe_perf``: DeepGEMM grouped GEMMs on the copies a dispatch
-    delivers; ``num_tokens`` are the EP group's tokens, each rank routing its share), uniform routing rows."""
-    df = pd.read_parquet(path)
-    cols = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-            "moe_ep_size", "distribution", "latency")
-    _need(df, path, cols)
-    df = df[df["distribution"].isin(["uniform", "balanced"])]
-    out = {}
-    for dt_, g in df.groupby("moe_dtype"):
-        if dt_ not in MOE_FORMATS:
-            raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
-        fmt, wb, maths = MOE_FORMATS[dt_]
-        if maths not in hw.dense_tflops:
-            continue
-        g = _fastest(g, list(cols[1:-2]))
-        e = g["num_experts"].to_numpy(float)
-        ep = g["moe_ep_size"].to_numpy(float)
-        x = {"tokens": g["num_tokens"].to_numpy(float), "hidden": g["hidden_size"].to_numpy(float),
-             "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
-             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
-             "routed": g["num_tokens"].to_numpy(float) / ep,
-             "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
-        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, ep == 32, "EP32 (fitted on the other EP sizes)",
-                        _version(df))
-    return out
+    delivers)."""
+    return _moe_rows(pd.read_parquet(path), path, hw, wide=True)
 
 
 def read_attn_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
@@ -474,7 +466,8 @@ def family_table(reports: list[SystemReport]) -> pd.DataFrame:
                          "p90": float(np.quantile(a, 0.9)), "holdout_rows": len(h),
                          "holdout_median": float(np.median(h)) if len(h) else None,
                          "holdout_p90": float(np.quantile(h, 0.9)) if len(h) else None})
-    return pd.DataFrame(recs)
+    return pd.DataFrame(recs, columns=["system", "family", "rows", "median", "p90", "holdout_rows", "holdout_median",
+                                       "holdout_p90"])
 
 
 FAMILY_TITLES = {"gemm": "GEMM", "moe": "fused MoE", "attn_decode": "decode attention (GQA)", "mla_decode": "decode MLA",
@@ -509,7 +502,9 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
         h = np.concatenate([np.abs(r.errors[k][2] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
         lines.append(f"| {FAMILY_TITLES.get(f, f)} | {pct(float(np.median(a)))} | {pct(float(np.median(h)) if len(h) else None)} |")
     lines += [
-        "", "Which terms of a step come from kernel curves (hardware with kernel rows: H100, H200, B200, GB200, B300, GB300):", "",
+        "", "Which terms of a step come from kernel curves where a hardware's block says `compose: true` (hardware with "
+        "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false`, see "
+        "`docs/performance-model.md`):", "",
         "- kernel-fitted: every dense GEMM of a layer (the model's own shapes, per tensor-parallel rank) and the LM head; "
         "the fused MoE layer; decode attention or MLA; all-reduces over up to 8 GPUs of one node (the engine's own "
         "all-reduce where measured, else NCCL); DeepEP low-latency dispatch and combine inside one node; the GEMMs "
