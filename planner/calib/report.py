@@ -375,9 +375,10 @@ def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: boo
     kt = _kernel_table(catalog)
     if kt:
         parts += ["## Kernel curves (the terms of the step, fitted on measured kernels)", "",
-                  "Where a hardware has kernel curves its decode step and prefill GEMMs are composed from them "
-                  "(`docs/performance-model.md`); only the end-to-end factors that kernels cannot see are fitted on the "
-                  "rows above. Per family, the curves' error on measured kernel latencies (all rows, and shapes held "
+                  "Where a hardware's kernel block says `compose: true`, its decode step and prefill GEMMs are "
+                  "composed from these curves (`docs/performance-model.md`) and only the end-to-end factors that "
+                  "kernels cannot see are fitted on the rows above; elsewhere the curves are stored and reported. Per "
+                  "family, the curves' error on measured kernel latencies (all rows, and shapes held "
                   "out of a second fit); `docs/kernels.md` (`planner calibrate kernels --data "
                   "../shared/calibration/kernels --report docs/kernels.md`) has pooled medians, p90 and residual plots.",
                   "", *kt, ""]
