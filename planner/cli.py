@@ -886,6 +886,8 @@ def calibrate_kernels(
     bad = [f for f in (family or []) if f not in PARAMS]
     if bad:
         raise InputError(f"--family {bad[0]}: unknown (known: {', '.join(PARAMS)})")
+    if compose is not None and not write:
+        raise InputError("--compose/--no-compose sets the catalog's kernel blocks: give it with --write")
     plot = report.with_name(report.stem + "-residuals.png") if report else None
     if report:
         check_file(report, force=force, option="--report")

@@ -237,6 +237,8 @@ def test_cli_calibrate_kernels(tmp_path):
     assert bad.returncode == 1 and "--family gemv: unknown" in bad.stderr and "Traceback" not in bad.stderr
     missing = run("calibrate", "kernels", "--data", str(tmp_path / "nope"))
     assert missing.returncode == 1 and "not a folder" in missing.stderr
+    loose = run("calibrate", "kernels", "--data", str(DATA), "--compose")
+    assert loose.returncode == 1 and "with --write" in loose.stderr
 
 
 def test_kernel_curves_have_no_rows_inside(catalog):
