@@ -227,7 +227,7 @@ def _kv_name(kv: str) -> str:
     return "bf16" if kv in ("bfloat16", "float16") else str(kv)
 
 
-def _collective_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, dtype_col: str, system: str) -> dict[str, Rows]:
+def _collective_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, dtype_col: str) -> dict[str, Rows]:
     _need(df, path, ("op_name", "num_gpus", "message_size", dtype_col, "latency"))
     out = {}
     top = int(df["num_gpus"].max())
@@ -246,13 +246,13 @@ def _collective_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, dtype_col: 
 
 
 def read_nccl(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
-    return _collective_rows(pd.read_parquet(path), path, hw, "nccl_dtype", system)
+    return _collective_rows(pd.read_parquet(path), path, hw, "nccl_dtype")
 
 
 def read_custom_allreduce(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
     df = pd.read_parquet(path)
     df = df.assign(op_name="all_reduce")
-    return _collective_rows(df, path, hw, "allreduce_dtype", system)
+    return _collective_rows(df, path, hw, "allreduce_dtype")
 
 
 def read_deepep(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:

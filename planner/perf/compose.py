@@ -57,20 +57,9 @@ class Shapes:
     """Once per step (LM head)."""
 
 
-_SHAPES: dict[int, tuple[ModelSpec, Shapes]] = {}
-
-
+@P.per_entry
 def _shapes(m: ModelSpec) -> Shapes:
     """The model's GEMM shapes (memoised per entry object)."""
-    hit = _SHAPES.get(id(m))
-    if hit is not None and hit[0] is m:
-        return hit[1]
-    out = _make_shapes(m)
-    _SHAPES[id(m)] = (m, out)
-    return out
-
-
-def _make_shapes(m: ModelSpec) -> Shapes:
     a = m.architecture
     at = a.attention
     h = float(a.hidden_size)
@@ -110,7 +99,7 @@ def _make_shapes(m: ModelSpec) -> Shapes:
     return Shapes(tuple(attn), linear, ffn, moe_dense, head)
 
 
-def _per_rank(g: Gemm, tp, kv_heads: float, head_dim: float):
+def _per_rank(g: Gemm, tp, kv_heads: float):
     """(n, k) one tensor-parallel rank multiplies."""
     if g.split == "n":
         if g.kv:
@@ -166,7 +155,7 @@ def pick(kf: KernelFits, family: str, engine: str | None, fmts: tuple[str, ...])
 def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_dtype: str, tokens, tp, layers,
                     moe_layers, stage_has_head, fixed=1.0):
     """Seconds of the non-expert GEMMs one chip runs in one stage pass over ``tokens`` rows (tokens per attention
-    rank), and their weight bytes' memory-time floor: per softmax-attention, linear-attention, dense-FFN and
+    rank): per softmax-attention, linear-attention, dense-FFN and
     MoE layer of the stage (``layers`` in all, ``moe_layers`` of them MoE) and the LM head where the stage
     holds it (``stage_has_head``: 1 on one stage of ``pp``, as a fraction ``1 / pp`` on average)."""
     sh = _shapes(m)
@@ -187,7 +176,6 @@ def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_
     def run(tokens, tp, layers, moe_layers, stage_has_head, fixed):
         dense_layers = layers - moe_layers
         total = 0.0
-        floor = 0.0
         for gemms, count, prm, f, b in (
             (sh.attention, layers * share_att, p, F, wb),
             (sh.linear, layers * share_lin, p, F, wb),
@@ -196,14 +184,11 @@ def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_
             (sh.head, stage_has_head, pb, Fb, 2.0),
         ):
             for g in gemms:
-                n, k = _per_rank(g, tp, kvh, float(at.head_dim))
-                t = K.gemm_time(prm, tokens, n, k, f, W, b, fixed)
-                total = total + count * g.count * t
-                floor = floor + count * g.count * n * k * b / (W * prm["memory"])
-        return np.stack(np.broadcast_arrays(total, floor))
+                n, k = _per_rank(g, tp, kvh)
+                total = total + count * g.count * K.gemm_time(prm, tokens, n, k, f, W, b, fixed)
+        return total
 
-    both = on_unique(run, 2, tokens, tp, layers, moe_layers, stage_has_head, fixed)
-    return both[0], both[1]
+    return on_unique(run, 1, tokens, tp, layers, moe_layers, stage_has_head, fixed)[0]
 
 
 def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_dtype: str, tokens, ep, stage,
@@ -257,7 +242,7 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     # One kernel call per layer: fixed and per-sequence costs per call, the streaming over all of them.
     per_call = K.attn_decode_time(p, seqs, np.asarray(kv_bytes) / calls, np.asarray(flops) / calls, hw.flops("bf16"),
                                   hw.hbm_bw, units, fixed)
-    return calls * per_call, np.asarray(kv_bytes) / (hw.hbm_bw * p["memory"])
+    return calls * per_call
 
 
 def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count, fixed=1.0):

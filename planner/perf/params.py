@@ -63,17 +63,31 @@ class ModelStats:
         return self.total_params / self.active_params
 
 
-_STATS: dict[int, tuple[ModelSpec, ModelStats]] = {}
+def per_entry(fn):
+    """Memoise ``fn(entry)`` per catalog entry object (entries are frozen but not hashable: keyed by identity, the
+    entry kept alive beside its value so an id is never reused for another)."""
+    memo: dict[int, tuple] = {}
+
+    def get(entry):
+        hit = memo.get(id(entry))
+        if hit is not None and hit[0] is entry:
+            return hit[1]
+        out = fn(entry)
+        memo[id(entry)] = (entry, out)
+        return out
+
+    get.__doc__ = fn.__doc__
+    return get
 
 
 def model_stats(m: ModelSpec) -> ModelStats:
     """Derived sizes of ``m`` (memoised per entry object)."""
-    hit = _STATS.get(id(m))
-    if hit is not None and hit[0] is m:
-        return hit[1]
-    stats = _model_stats(m)
-    _STATS[id(m)] = (m, stats)
-    return stats
+    return _model_stats_memo(m)
+
+
+@per_entry
+def _model_stats_memo(m: ModelSpec) -> ModelStats:
+    return _model_stats(m)
 
 
 def _model_stats(m: ModelSpec) -> ModelStats:

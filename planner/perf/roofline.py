@@ -464,12 +464,12 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
         ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, moe_layers_stage,
                               imb, setup.expert_copies, fx, dp) if s.experts else 0.0)
         if ne is not None and ex is not None:
-            gemm_c = ne[0] + ex
+            gemm_c = ne + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
         at = C.attention_time(kf, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, att_flops, tp,
                               layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers), fx)
         if at is not None:
-            attn_c = at[0]
+            attn_c = at
             attn_m = np.minimum(attn_m, attn_c)
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
@@ -700,7 +700,7 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
         ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, float(s.moe_layers),
                               imb, setup.expert_copies, fx, dp_used) if s.experts else 0.0)
         if ne is not None and ex is not None:
-            comp = ne[0] + ex + att_flops / (setup.f_attn * e.prefill_compute)
+            comp = ne + ex + att_flops / (setup.f_attn * e.prefill_compute)
     if s.experts:
         touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
     else:
