@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import pyomo.core as pyo
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from planner.catalog.ids import CATALOG_ID, CatalogId, EngineId, FileName, NameId, PoolId
 from planner.catalog.scenario import ResolvedScenario
 from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
 from planner.model.data import PlanData, chip_power_kw
@@ -31,6 +32,10 @@ REL_TOL = 1e-6
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+ModelRef = Annotated[str, Field(pattern=CATALOG_ID + "|^$")]
+"""A pool's or workload's model id (empty in plans before schema 2.2)."""
 
 
 class Objective(_M):
@@ -53,7 +58,7 @@ class SolverInfo(_M):
 
 
 class UnitGroup(_M):
-    hardware: str
+    hardware: CatalogId
     kind: str
     count: int
     chips: int
@@ -114,7 +119,7 @@ class ExpertPlacementOut(_M):
     gpus: int
     """GPUs one expert-parallel stage spreads the experts over (tp x dp)."""
     slots_per_gpu: int
-    map_file: str | None = None
+    map_file: FileName | None = None
     placement_imbalance: float | None = None
     """Imbalance of the MILP placement in ``map_file`` (never above ``imbalance``)."""
     greedy_imbalance: float | None = None
@@ -123,13 +128,13 @@ class ExpertPlacementOut(_M):
 
 
 class Pool(_M):
-    id: str
+    id: PoolId
     role: Literal["aggregated", "prefill", "decode"]
-    workload: str
-    model: str = ""
+    workload: NameId
+    model: ModelRef = ""
     """Catalog id of the model the pool serves (its workload's model)."""
-    hardware: str
-    engine: str
+    hardware: CatalogId
+    engine: EngineId
     """Serving engine the pool runs (its launch flags follow from it)."""
     factors: str = "fitted"
     """``fitted``: efficiency factors fitted on this hardware and engine's measured rows; ``hardware
@@ -175,8 +180,8 @@ class Pool(_M):
 
 
 class WorkloadOut(_M):
-    name: str
-    model: str = ""
+    name: NameId
+    model: ModelRef = ""
     """Catalog id of the model serving the workload."""
     requests_per_s: float
     served_requests_per_s: float
@@ -203,7 +208,7 @@ class Binding(_M):
 
 
 class PlacedGroup(_M):
-    pool: str
+    pool: PoolId
     replica: int
     """Replica number of this group in the first unit of the run; in the k-th unit of a run of identical
     units it is ``replica + k * n``, ``n`` the groups of this pool and stage in one unit."""
@@ -212,7 +217,7 @@ class PlacedGroup(_M):
 
 
 class UnitPlacement(_M):
-    hardware: str
+    hardware: CatalogId
     unit: int
     """Number of the first unit of this run."""
     count: int = 1
@@ -256,7 +261,7 @@ class ResilienceOut(_M):
 
 
 class PeriodUnits(_M):
-    hardware: str
+    hardware: CatalogId
     chips_per_unit: int
     reserved: int
     on_demand: int = 0

@@ -215,12 +215,21 @@ def import_config(path: Path, *, model_id: str, hf_id: str | None = None, name: 
     cfg = load_json(path, limit=MAX_YAML_BYTES)
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: expected a JSON object")
+    import re
+
+    from planner.catalog.ids import HF_ID
+
+    hf = hf_id or hf_id_from_path(Path(path))
     try:
-        entry = config_to_entry(cfg, model_id=model_id, hf_id=hf_id or hf_id_from_path(Path(path)), name=name)
+        entry = config_to_entry(cfg, model_id=model_id, hf_id=hf, name=name)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
     except (TypeError, AttributeError, ValueError, ZeroDivisionError) as exc:
         raise InputError(f"{path}: a field of the config has an unexpected shape ({type(exc).__name__}: {exc})") from None
+    if not re.match(HF_ID, hf):
+        where = "--hf-id" if hf_id else f"{path}: the file name"
+        raise InputError(f"{where} gives {hf!r}, not a Hugging Face id (org/name: letters, digits, '.', '_', '-'); "
+                         "pass --hf-id org/name")
     try:
         return ModelSpec.model_validate(entry)
     except ValidationError as err:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, ValidationError, model_validator
 
+from planner.catalog.ids import CatalogId, NameId
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
 from planner.catalog.schemas import Dtype, EngineSpec, HardwareSpec, ModelSpec, Strict
 from planner.errors import InputError
@@ -44,7 +45,7 @@ MAX_PERIODS = 168
 
 
 class Workload(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+    name: NameId
     model: str | None = None
     """Model this workload is served by (a catalog id or alias; default: the scenario's ``model``). Workloads of
     different models form one fleet: their pools share purchase units chip by chip."""
@@ -127,7 +128,7 @@ class Margin(Strict):
 
 
 class Scenario(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: CatalogId
     description: str = ""
     model: str | None = None
     """Model of every workload that names none (required unless each workload names its own)."""

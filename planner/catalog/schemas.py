@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner import units
+from planner.catalog.ids import POOL_ID, CatalogId, EngineId, HfId, Label
 
 Pos = Annotated[float, Field(gt=0)]
 NonNeg = Annotated[float, Field(ge=0)]
@@ -21,7 +22,8 @@ NonNegInt = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 Vendor = Literal["nvidia", "amd", "google", "aws"]
-EngineId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9\-]*$")]
+Alias = Annotated[str, Field(pattern=POOL_ID)]
+"""Another name measured data uses for an entry (``h100_sxm``, ``dsr1``)."""
 ENGINES = ("trtllm", "sglang", "vllm", "atom")
 """Engine ids of the bundled catalog (``catalogs/engines/``); a catalog folder may define others."""
 
@@ -310,10 +312,10 @@ IDEAL = EngineEfficiency()
 
 
 class HardwareSpec(Strict):
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
-    name: str
+    id: CatalogId
+    name: Label
     vendor: Vendor
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Alias] = Field(default_factory=list)
     """Names measured data uses for this system (``h100_sxm``, ``gb200``)."""
     source: str = Field(min_length=3)
     as_of: dt.date
@@ -463,8 +465,8 @@ class EngineSpec(Strict):
     """A serving engine: where it runs, which formats and techniques it offers."""
 
     id: EngineId
-    name: str
-    aliases: list[str] = Field(default_factory=list)
+    name: Label
+    aliases: list[Alias] = Field(default_factory=list)
     """Other names measured data uses for it (``trt``, ``dynamo-trt``, ``tensorrt-llm``)."""
     source: str = Field(min_length=3)
     as_of: dt.date
@@ -645,11 +647,11 @@ class Published(Strict):
 
 
 class ModelSpec(Strict):
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
-    name: str
-    hf_ids: list[str]
+    id: CatalogId
+    name: Label
+    hf_ids: list[HfId]
     """Hugging Face ids this entry covers, quantised variants included (empty: no public checkpoint)."""
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Alias] = Field(default_factory=list)
     """Other names measured data uses for this model (InferenceX: ``dsr1``)."""
     source: str = Field(min_length=3)
     as_of: dt.date

@@ -16,7 +16,7 @@ from planner.catalog.loader import Catalog
 from planner.errors import InputError
 from planner.export import expert_maps, k8s, launch
 from planner.export.deploy import Deployment, deployments
-from planner.export.files import staged
+from planner.export.files import inside, staged
 from planner.export.runbook import runbook
 from planner.results import Plan
 
@@ -79,6 +79,7 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
     launch_of: dict[str, list[str]] = {}
 
     def add(path: str, text: str, pool: str | None, kind: str, engine: str | None = None) -> None:
+        inside(out, path)  # refused before anything is written
         texts[path] = text
         files.append({"path": path, "pool": pool, "kind": kind, "engine": engine})
 
@@ -125,9 +126,10 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
 
     with staged(out, force=force, unit=True, kind="export") as stage:
         for rel, text in texts.items():
-            atomic_write_text(stage / rel, text)
+            path = inside(stage, rel)
+            atomic_write_text(path, text)
             if rel.endswith(".sh"):
-                (stage / rel).chmod((stage / rel).stat().st_mode | 0o111)
+                path.chmod(path.stat().st_mode | 0o111)
     return doc
 
 

@@ -80,6 +80,19 @@ def check_folder(path: Path, *, option: str) -> Path:
     return path
 
 
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel``, refused unless it stays inside ``root``: no absolute path, no ``..``, no link on the
+    way out (names come from plan.json, which a user may have edited)."""
+    parts = Path(rel).parts
+    if not rel or Path(rel).is_absolute() or any(p in ("..", ".", "") for p in parts) or "\x00" in rel:
+        raise InputError(f"output file '{rel}' would be written outside the output folder; refused")
+    target = Path(os.path.abspath(root / rel))
+    base = Path(os.path.abspath(root))
+    if base not in target.parents:
+        raise InputError(f"output file '{rel}' would be written outside {root}; refused")
+    return target
+
+
 def owned_files(folder: Path, legacy: Callable[[Path], set[str]] | None = None) -> set[str]:
     """Names (relative paths) of the files the planner wrote in ``folder``: its manifest, or for a folder
     written before manifests existed, what ``legacy`` recognises."""

@@ -19,6 +19,7 @@ Engine specifics that are not flags:
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from planner.export.deploy import PORT, Deployment
@@ -108,7 +109,7 @@ def vllm(d: Deployment) -> list[str]:
         if d.multi_host:
             local = max(1, d.gpus_per_host // d.tp)
             args += ["--data-parallel-size-local", str(local), "--data-parallel-address", "${LEADER_ADDR}",
-                     "--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", f"$((NODE_RANK * {local}))"]
+                     "--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", "${DP_START_RANK}"]
     if d.ep > 1:
         args += ["--enable-expert-parallel"]
         if d.redundant_experts:
@@ -183,26 +184,41 @@ def command(d: Deployment, target: str, *, expert_location: str | None = None) -
     raise ValueError(target)
 
 
+_LIVE = re.compile(r"^\$\{[A-Z_]+\}[A-Za-z0-9._/:-]*$")
+"""The only words left to the shell to expand: ``${VAR}``, optionally followed by a plain path or port.
+Everything else is quoted by :func:`shlex.quote`."""
+
+
 def _quote(arg: str) -> str:
-    """Shell quoting that leaves ``${VAR}`` and ``$((...))`` expansions live."""
-    if arg.startswith("$((") or arg.startswith("${"):
+    """One shell word: a live expansion of this module's own making in double quotes, anything else quoted
+    by the standard library (no command substitution, no word splitting, whatever the value holds)."""
+    if _LIVE.match(arg):
         return f'"{arg}"'
-    if "${" in arg:
-        return '"' + arg.replace('"', '\\"') + '"'
     return shlex.quote(arg)
 
 
+def _comment(text: str) -> str:
+    """Text for a ``#`` comment line: control characters (a newline would end the comment) become spaces."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
 def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> str:
-    lines = ["#!/usr/bin/env bash", f"# {d.pool}: {d.replicas} replica(s) of {d.role} for workload '{d.workload}' on "
-             f"{d.hardware}, {d.gpus} GPU(s) each over {d.hosts} host(s) of {d.gpus_per_host}.",
+    lines = ["#!/usr/bin/env bash", _comment(f"# {d.pool}: {d.replicas} replica(s) of {d.role} for workload "
+                                             f"'{d.workload}' on {d.hardware}, {d.gpus} GPU(s) each over {d.hosts} "
+                                             f"host(s) of {d.gpus_per_host}."),
              "# Written by `planner export` from plan.json; run once per host of a replica"
              + (" (NODE_RANK 0 on the leader, LEADER_ADDR its address)." if d.multi_host else "."), "set -euo pipefail"]
-    lines += [f"# {n}" for n in notes]
-    lines += [f'MODEL_PATH="${{MODEL_PATH:-{d.model_path}}}"',
+    lines += [_comment(f"# {n}") for n in notes]
+    lines += ['MODEL_PATH="${MODEL_PATH:-}"', f'[ -n "$MODEL_PATH" ] || printf -v MODEL_PATH %s {shlex.quote(d.model_path)}',
               'PLANNER_DIR="${PLANNER_DIR:-$(cd "$(dirname "$0")" && pwd)}"  # this script\'s folder: maps and configs']
     if d.multi_host:
         lines += ['NODE_RANK="${NODE_RANK:?set NODE_RANK (0 on the leader host)}"',
                   'LEADER_ADDR="${LEADER_ADDR:?set LEADER_ADDR to the leader host address}"']
+    if "${DP_START_RANK}" in args:
+        # first data-parallel rank on this host: NODE_RANK x the ranks each host runs (an integer variable)
+        local = max(1, d.gpus_per_host // d.tp)
+        lines += ['test -n "$NODE_RANK" -a -z "${NODE_RANK//[0-9]/}" || { echo "NODE_RANK must be a whole number" >&2; exit 1; }',
+                  f'declare -i DP_START_RANK="NODE_RANK * {local}"']
     groups: list[str] = []
     i = 0
     while i < len(args):
