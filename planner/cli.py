@@ -7,6 +7,7 @@ With ``--json`` stdout carries one JSON document and nothing else.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -30,13 +31,13 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(models_app, name="models")
 app.add_typer(calibrate_app, name="calibrate")
 
-_state: dict[str, Path | None] = {"catalog": None}
+_state: dict = {"catalog": None, "alone": False}
 
 
 def _catalog():
     from planner.catalog import load_catalog
 
-    return load_catalog(_state["catalog"])
+    return load_catalog(_state["catalog"], alone=_state["alone"])
 
 
 def _echo_json(obj) -> None:
@@ -96,10 +97,18 @@ def _refuse_overwrite(path: Path, force: bool, flag: str = "--force") -> None:
 @app.callback()
 def _root(
     catalog: Annotated[
-        Path | None, typer.Option("--catalog", help="Catalog folder (default: $PLANNER_CATALOG_DIR or ./catalogs).")
+        Path | None, typer.Option("--catalog", help="A folder of your own catalog files (hardware/, models/, engines/), "
+                                  "layered over the bundled catalog: a file with a bundled id replaces that entry "
+                                  "(default: $PLANNER_CATALOG_DIR, else the bundled catalog alone).")
     ] = None,
+    catalog_alone: Annotated[
+        bool, typer.Option("--catalog-alone", help="Use the --catalog folder's entries only, not the bundled ones.")
+    ] = False,
 ) -> None:
+    if catalog_alone and catalog is None and not os.environ.get("PLANNER_CATALOG_DIR"):
+        raise InputError("--catalog-alone: give the folder with --catalog (or $PLANNER_CATALOG_DIR)")
     _state["catalog"] = catalog
+    _state["alone"] = catalog_alone
 
 
 # --------------------------------------------------------------------------------------------------
@@ -709,7 +718,8 @@ def catalog_validate() -> None:
     notes = validate_catalog(cat)
     for n in notes:
         typer.echo(f"note: {n}", err=True)
-    typer.echo(f"ok: {len(cat.hardware)} hardware and {len(cat.models)} model entries in {cat.root}")
+    where = f"{cat.root} over the bundled catalog" if cat.layered else str(cat.root)
+    typer.echo(f"ok: {len(cat.hardware)} hardware and {len(cat.models)} model entries in {where}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -747,9 +757,17 @@ def models_import(
 
 
 def _catalog_root() -> Path:
-    from planner.catalog.loader import default_catalog_dir
+    """Where ``models import`` writes without ``--out``: the user's catalog folder, or a checkout's catalogs/
+    (never into an installed package)."""
+    from planner.catalog.loader import bundled_catalog_dir, default_catalog_dir
 
-    return _state["catalog"] or default_catalog_dir()
+    root = _state["catalog"] or default_catalog_dir()
+    if root is not None:
+        return Path(root)
+    bundled = bundled_catalog_dir()
+    if bundled.name == "_catalogs":
+        raise InputError("no catalog folder of your own to write into: pass --out FILE or --catalog DIR")
+    return bundled
 
 
 # --------------------------------------------------------------------------------------------------

@@ -343,7 +343,8 @@ def _run_chunk(args) -> list[tuple[int, dict]]:
         if not isinstance(catalog, Catalog):
             from planner.catalog import load_catalog
 
-            catalog = load_catalog(catalog)
+            root, alone = catalog if catalog is not None else (None, False)
+            catalog = load_catalog(root, alone=alone)
         return [(idx, _solve_one(inputs, doc, catalog, path, opts)) for idx, inputs, doc in points]
 
 
@@ -404,7 +405,7 @@ def iter_sweep(base: dict, path: Path, varies: list[Vary], catalog: Catalog, *, 
         runner = DaskRunner(scheduler, jobs, catalog)
         opts = dataclasses.replace(opts, solver_threads=1)
     else:
-        runner = _LocalRunner(jobs, catalog_root)
+        runner = _LocalRunner(jobs, None if catalog_root is None else (catalog_root, not catalog.layered))
     try:
         pending: dict = {}
         while True:
@@ -438,7 +439,7 @@ class _LocalRunner:
     """Worker processes on this machine. A worker that dies breaks its pool (every chunk in flight fails):
     the pool is replaced, and each retried chunk runs in a one-worker pool of its own."""
 
-    def __init__(self, jobs: int, catalog_root: Path | None):
+    def __init__(self, jobs: int, catalog_root: tuple[Path, bool] | None):
         self.slots = jobs
         self._root = catalog_root
         self._ex = self._pool(jobs)

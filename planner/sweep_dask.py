@@ -18,7 +18,7 @@ class DaskRunner:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
-            raise InputError("--backend dask needs Dask's distributed package: pip install 'planner[dask]'") from None
+            raise InputError("--backend dask needs Dask's distributed package: pip install 'llm-serving-planner[dask]'") from None
         self._cluster = None
         if scheduler:
             try:

@@ -21,15 +21,20 @@ from planner.errors import InputError
 T = TypeVar("T", bound=BaseModel)
 
 
-def default_catalog_dir() -> Path:
-    """``$PLANNER_CATALOG_DIR``, else the ``catalogs/`` beside the package, else ``./catalogs``."""
+def bundled_catalog_dir() -> Path:
+    """The catalog that ships with the package: ``planner/_catalogs`` in an installed wheel, the repository's
+    ``catalogs/`` in a checkout."""
+    pkg = Path(__file__).resolve().parents[1]
+    wheel = pkg / "_catalogs"
+    if wheel.is_dir():
+        return wheel
+    return pkg.parent / "catalogs"
+
+
+def default_catalog_dir() -> Path | None:
+    """``$PLANNER_CATALOG_DIR`` (layered over the bundled catalog), else None: the bundled catalog alone."""
     env = os.environ.get("PLANNER_CATALOG_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parents[2] / "catalogs"
-    if here.is_dir():
-        return here
-    return Path.cwd() / "catalogs"
+    return Path(env) if env else None
 
 
 def format_validation_error(path: Path | str, err: ValidationError) -> str:
@@ -83,6 +88,8 @@ class Catalog:
     models: dict[str, ModelSpec]
     files: dict[str, Path] = field(default_factory=dict)
     engines: dict[str, EngineSpec] = field(default_factory=dict)
+    layered: bool = False
+    """``root``'s entries over the bundled catalog (False: the bundled catalog alone, or ``root`` alone)."""
 
     def get_hardware(self, ident: str) -> HardwareSpec:
         key = self.hardware_id(ident)
@@ -137,16 +144,17 @@ class Catalog:
         return None
 
 
-def _load_dir(root: Path, sub: str, cls: type[T], *, fallback: Path | None = None) -> tuple[dict[str, T], dict[str, Path]]:
+def _load_dir(root: Path, sub: str, cls: type[T]) -> tuple[dict[str, T], dict[str, Path]]:
+    """Every ``*.yaml`` entry of ``root/sub`` by id (an absent folder has none)."""
     out: dict[str, T] = {}
     files: dict[str, Path] = {}
     d = root / sub
-    if not d.is_dir() and fallback is not None and (fallback / sub).is_dir():
-        d = fallback / sub
-    if not d.is_dir():
-        raise InputError(f"{d}: catalog folder not found (set PLANNER_CATALOG_DIR or pass --catalog)")
-    for path in sorted(d.glob("*.yaml")):
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d}: expected a folder of {sub} YAML files")
+    for path in sorted(d.glob("*.yaml")) if d.is_dir() else []:
         obj = parse_entry(path, cls)
+        if obj.id in out:  # type: ignore[attr-defined]
+            raise InputError(f"{path}: field 'id': '{obj.id}' is also defined by {files[obj.id]}")  # type: ignore[attr-defined]
         out[obj.id] = obj  # type: ignore[attr-defined]
         files[obj.id] = path  # type: ignore[attr-defined]
     return out, files
@@ -191,25 +199,39 @@ def cross_check(
             seen[k] = m.id
 
 
-def load_catalog(root: Path | str | None = None) -> Catalog:
-    """Load every hardware and model file under ``root`` (default: :func:`default_catalog_dir`)."""
-    return _load_cached(str(Path(root) if root is not None else default_catalog_dir()))
+def load_catalog(root: Path | str | None = None, *, alone: bool = False) -> Catalog:
+    """The catalog: the bundled one with the entries of ``root`` (default: ``$PLANNER_CATALOG_DIR``) layered
+    over it. A file of ``root`` whose id is a bundled entry's replaces that entry; other files add entries.
+    ``alone``: ``root``'s files only (engines fall back to the bundled ones where ``root`` has none)."""
+    if root is None:
+        root = default_catalog_dir()
+    if root is not None and not Path(root).is_dir():
+        raise InputError(f"{root}: catalog folder not found (give a folder with hardware/, models/ or engines/)")
+    return _load_cached(None if root is None else str(Path(root)), alone and root is not None)
 
 
 @lru_cache(maxsize=8)
-def _load_cached(root_s: str) -> Catalog:
-    root = Path(root_s)
-    hardware, hfiles = _load_dir(root, "hardware", HardwareSpec)
-    models, mfiles = _load_dir(root, "models", ModelSpec)
-    # A catalog folder without engines/ uses the bundled engine entries.
-    engines, efiles = _load_dir(root, "engines", EngineSpec, fallback=_bundled_dir())
+def _load_cached(root_s: str | None, alone: bool) -> Catalog:
+    bundled = bundled_catalog_dir()
+    layers = [Path(root_s)] if alone else [bundled] + ([Path(root_s)] if root_s is not None else [])
+    if not any((d / "hardware").is_dir() for d in layers):
+        raise InputError(f"{layers[-1]}: no hardware/ folder in the catalog (pass --catalog with one, or drop --catalog-alone)")
+    parts: dict[str, tuple[dict, dict]] = {}
+    for sub, cls in (("hardware", HardwareSpec), ("models", ModelSpec), ("engines", EngineSpec)):
+        entries: dict = {}
+        files: dict = {}
+        for d in layers:
+            e, f = _load_dir(d, sub, cls)
+            entries.update(e)
+            files.update(f)
+        if sub == "engines" and not entries:  # a folder of its own without engines/ runs the bundled engines
+            entries, files = _load_dir(bundled, sub, cls)
+        parts[sub] = (entries, files)
+    (hardware, hfiles), (models, mfiles), (engines, efiles) = parts["hardware"], parts["models"], parts["engines"]
     files = {**hfiles, **mfiles, **efiles}
     cross_check(hardware, models, files, engines)
-    return Catalog(root=root, hardware=hardware, models=models, files=files, engines=engines)
-
-
-def _bundled_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "catalogs"
+    return Catalog(root=Path(root_s) if root_s is not None else bundled, hardware=hardware, models=models,
+                   files=files, engines=engines, layered=not alone and root_s is not None)
 
 
 def clear_cache() -> None:
