@@ -171,8 +171,11 @@ def plan(
 
         export_plan(target, targets, target / "export", _catalog(), force=True)
     p = res.plan
+    head = (f"${p.day.usd_per_day:,.2f}/day, ${p.day.usd_per_mtok:,.4f}/M tokens over the day (peak period "
+            f"${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens)" if p.day is not None else
+            f"${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens")
     typer.echo(
-        f"{p.status}: ${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens; "
+        f"{p.status}: {head}; "
         f"wrote {md} and {js} (candidates {res.timings['candidates_s']:.2f} s, solve {res.timings['solve_s']:.2f} s, "
         f"analysis {res.timings['analysis_s']:.2f} s)",
         err=True,
@@ -373,6 +376,12 @@ def price_curve_cmd(
     output_tokens: Annotated[int, typer.Option("--output-tokens", help="Output tokens per request.")] = 500,
     ttft_ms: Annotated[float, typer.Option("--ttft-ms", min=1.0, help="TTFT every point must meet.")] = 5000.0,
     engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
+    weights: Annotated[
+        list[str] | None, typer.Option("--weights", help="Weight format a point may serve (repeatable: bf16, fp16, fp8, int8, fp4, int4); default the model's native format.")
+    ] = None,
+    kv: Annotated[
+        list[str] | None, typer.Option("--kv", help="KV-cache format a point may use (repeatable); default fp8 and bf16.")
+    ] = None,
     margin_quantile: Annotated[
         float | None, typer.Option("--margin-quantile", help="Price capacity at the model's measured error at this quantile (0-1), as a scenario's margin.quantile.")
     ] = None,
@@ -388,13 +397,15 @@ def price_curve_cmd(
     for h in hardware or []:
         _flag("--hardware", cat.get_hardware, h)
     pc = price_curve(cat, model, hardware, input_tokens=input_tokens, output_tokens=output_tokens,
-                     ttft_ms=ttft_ms, engine=engine, margin_quantile=margin_quantile)
+                     ttft_ms=ttft_ms, engine=engine, weights=weights, kv=kv, margin_quantile=margin_quantile)
     if as_json:
         _echo_json(pc.to_json())
         return
-    typer.echo(f"{model}: {input_tokens} in / {output_tokens} out tokens, TTFT <= {ttft_ms:g} ms; "
-               f"{len(pc.points)} frontier points from {pc.rows_evaluated:,} evaluated")
-    typer.echo(f"{'tok/s/user':>10}  {'$/M out':>9}  hardware        engine  layout                          batch")
+    native = cat.get_model(model).weights_dtype
+    typer.echo(f"{model}: {input_tokens} in / {output_tokens} out tokens, TTFT <= {ttft_ms:g} ms; weights "
+               f"{', '.join(weights) if weights else native + ' (native; --weights for others)'}, KV "
+               f"{', '.join(kv) if kv else 'fp8, bf16'}; {len(pc.points)} frontier points from {pc.rows_evaluated:,} evaluated")
+    typer.echo(f"{'tok/s/user':>10}  {'$/M out':>9}  hardware        engine  weights/kv  layout                          batch")
     step = max(1, len(pc.points) // 15)
     for i, r in enumerate(pc.points.itertuples(index=False)):
         if i % step and i != len(pc.points) - 1:
@@ -402,7 +413,7 @@ def price_curve_cmd(
         lay = describe_layout(r.tp, r.ep, r.pp, r.attn_dp, r.redundant) + (f" MTP{r.spec}" if r.spec else "") + (
             " TBO" if r.tbo else "")
         typer.echo(f"{r.tokens_per_s_per_user:10.1f}  {r.usd_per_mtok_output:9.4f}  {r.hardware:<15} {r.engine:<7} "
-                   f"{lay:<31} {r.batch:>6}")
+                   f"{r.weights_dtype + '/' + r.kv_dtype:<11} {lay:<31} {r.batch:>6}")
     typer.echo("speed tiers (x the cost-optimal interactivity -> x its price):")
     for t in pc.tiers:
         pm = t["price_multiple"]
@@ -611,9 +622,13 @@ def roofline(
     spec_accept: Annotated[
         float | None, typer.Option("--spec-accept", help="Probability each draft is accepted (0-1); default the model's catalog acceptance.")
     ] = None,
+    allow_misfit: Annotated[
+        bool, typer.Option("--allow-misfit", help="Show the roofline of a layout that does not fit in memory (no price; exit 0).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Roofline of one decode step or one prefill pass: compute, memory and communication time, cost and memory fit."""
+    """Roofline of one decode step or one prefill pass: compute, memory and communication time, cost and memory fit.
+    A layout that does not fit is an error (exit 1) unless --allow-misfit, and is never priced."""
     import math
 
     from planner.catalog.schemas import IDEAL
@@ -662,16 +677,39 @@ def roofline(
 
     if phase == "prefill":
         pres = prefill_roofline(setup, layout, batch, context, prefix=prefix, mode=mode, engine=eng.id if eng else None)
+        _misfit(pres, layout, allow_misfit, hw.hbm_bytes)
         if as_json:
-            _echo_json(pres.to_dict())
+            _echo_json(_unpriced(pres.to_dict(), pres.fits))
         else:
             typer.echo(prefill_text(pres))
         return
     res = run(setup, layout, batch, context, mode=mode, engine=eng.id if eng else None)
+    _misfit(res, layout, allow_misfit, hw.hbm_bytes)
     if as_json:
-        _echo_json(res.to_dict())
+        _echo_json(_unpriced(res.to_dict(), res.fits))
         return
     typer.echo(roofline_text(res))
+
+
+def _misfit(r, layout, allow: bool, hbm_bytes: float) -> None:
+    """A layout that does not fit in HBM is an error unless ``--allow-misfit`` (then it is shown unpriced)."""
+    if r.fits or allow:
+        return
+    kv = getattr(r, "kv_bytes_per_chip", None)
+    kv = r.kv_bytes_written_per_chip if kv is None else kv
+    raise InputError(f"{r.model} {layout.describe()} on {r.hardware} does not fit: weights "
+                     f"{r.weight_bytes_per_chip / 1e9:,.1f} GB and KV {kv / 1e9:,.1f} GB per chip (with the runtime "
+                     f"reserve) exceed {hbm_bytes / 1e9:,.1f} GB of HBM; spread it over more chips (--tp, --pp, --ep), "
+                     "lower --batch or --context, or pass --allow-misfit to see its roofline unpriced")
+
+
+def _unpriced(doc: dict, fits: bool) -> dict:
+    """A layout that does not fit has no price: its cost fields are null."""
+    if not fits:
+        for k in list(doc):
+            if k.startswith("usd_"):
+                doc[k] = None
+    return doc
 
 
 # --------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from planner.perf.layout import describe_layout
 from planner.results import (
     SCHEMA_VERSION,
     Binding,
+    DayCost,
     PeriodOut,
     PeriodUnits,
     Plan,
@@ -52,6 +53,7 @@ from planner.results import (
     solution_values,
 )
 from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
+from planner.units import HOUR_S, MTOK
 
 RELAX = 0.10
 """Relative relaxation used to price a binding constraint."""
@@ -197,10 +199,8 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
     if res.status == "infeasible":
         raise InfeasibleError(diagnose_limits(data, opts))
     if not res.has_solution:
-        raise SolverLimitError(
-            f"no feasible plan found within --time-limit {opts.time_limit_s:g} s ({res.termination}); "
-            "raise --time-limit or loosen --mip-gap"
-        )
+        _no_plan(res, f"no feasible plan found within --time-limit {opts.time_limit_s:g} s ({res.termination}); "
+                 "raise --time-limit or loosen --mip-gap")
     deadline = t2 + opts.time_limit_s  # --time-limit bounds every solve of the command together
     x, u = solution_values(model)
     base = snapshot(model)
@@ -305,7 +305,7 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
         raise InfeasibleError("the traffic profile cannot be served in some period within the limits "
                               "(the peak plan can: check limits.max_units against the tiers)")
     if not res.has_solution:
-        raise SolverLimitError(f"no plan for the traffic profile within --time-limit ({res.termination})")
+        _no_plan(res, f"no plan for the traffic profile within --time-limit ({res.termination})")
     out = []
     for t, (x, u, usd) in enumerate(period_values(m)):
         req = {w: demand[w][t] for w in demand}
@@ -326,6 +326,7 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
                            "rows": len(data.rows), "periods": T}
     plan.usd_per_day = sum(p.usd_per_hour for p in out) * 24.0 / T
     plan.flat_peak_usd_per_day = plan.objective.usd_per_hour * 24.0
+    plan.day = day_cost(plan, rs, T)
     if not all(p.recheck_ok for p in out):
         bad = [p.period for p in out if not p.recheck_ok]
         raise PlanCheckError(f"the fleet of period(s) {bad[:5]} fails its re-check by the performance model; no plan written")
@@ -359,6 +360,35 @@ def _flat_peak_start(m, x: dict[int, int], u: dict[str, int], demand: dict[str, 
             if not m.s_dis[w, t].fixed:
                 start[m.s_dis[w, t]] = dis * f
     return start
+
+
+def day_cost(plan: Plan, rs: ResolvedScenario, periods: int) -> DayCost:
+    """The day of a profile plan: its cost over the tokens each period's demand carries."""
+    period_s = 24 * HOUR_S / periods
+    wl = {w.name: w for w in rs.scenario.workloads}
+    tokens = out_tokens = 0.0
+    for p in plan.periods or []:
+        for w, req in p.requests_per_s.items():
+            tokens += req * (wl[w].input_tokens + wl[w].output_tokens) * period_s
+            out_tokens += req * wl[w].output_tokens * period_s
+    usd = plan.usd_per_day or 0.0
+    return DayCost(usd_per_day=usd, tokens_per_day=tokens, output_tokens_per_day=out_tokens,
+                   usd_per_mtok=usd / tokens * MTOK if tokens else 0.0,
+                   usd_per_mtok_output=usd / out_tokens * MTOK if out_tokens else 0.0,
+                   peak_usd_per_hour=plan.objective.usd_per_hour, peak_usd_per_mtok=plan.objective.usd_per_mtok)
+
+
+LIMITS = ("maxTimeLimit", "iterationLimit", "objectiveLimit", "interrupted")
+"""Solver terminations that are a limit reached (exit 3); any other stop without a plan is an error (exit 1)."""
+
+
+def _no_plan(res, limit_message: str) -> None:
+    """Raise for a solve that returned no plan: exit 3 only where a limit was really reached."""
+    if res.termination in LIMITS:
+        raise SolverLimitError(limit_message)
+    raise PlannerError(f"the solver stopped without a plan and without reaching a limit ({res.termination}); the "
+                       "scenario or catalog may hold numbers too large or too small to solve: check them, or write "
+                       "the model with --lp and report it")
 
 
 def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, float], res) -> bool:

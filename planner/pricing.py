@@ -84,8 +84,10 @@ def speed_tiers(front: pd.DataFrame, multiples=SPEED_MULTIPLES) -> list[dict]:
 
 def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None, *, input_tokens: int = 2000,
                 output_tokens: int = 500, ttft_ms: float = 5000.0, engine: str | None = None,
-                weights: list[str] | None = None, margin_quantile: float | None = None) -> PriceCurve:
-    """``margin_quantile``: price each point at the capacity that holds when the performance model errs as it
+                weights: list[str] | None = None, kv: list[str] | None = None,
+                margin_quantile: float | None = None) -> PriceCurve:
+    """``weights``: weight formats a point may serve (default: the model's native format); ``kv``: KV-cache
+    formats (default fp8 and bf16). ``margin_quantile``: price each point at the capacity that holds when the performance model errs as it
     did at that quantile of its class's measured rows (a scenario's ``margin.quantile``)."""
     if input_tokens < 1 or output_tokens < 1:
         raise InputError("--input-tokens and --output-tokens must be at least 1")
@@ -94,7 +96,7 @@ def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None,
     doc = {
         "name": "price-curve",
         "model": model,
-        "kv_cache": ["fp8", "bf16"],
+        "kv_cache": list(kv) if kv else ["fp8", "bf16"],
         "serving": ["aggregated"],
         "workloads": [{"name": "api", "requests_per_s": 1.0, "input_tokens": input_tokens,
                        "output_tokens": output_tokens, "slo": {"ttft_ms": ttft_ms, "tpot_ms": 1e9}}],
@@ -105,7 +107,19 @@ def price_curve(catalog: Catalog, model: str, hardware: list[str] | None = None,
         doc["weights"] = list(weights)
     if margin_quantile is not None:
         doc["margin"] = {"quantile": margin_quantile}
-    rs = resolve_scenario(Scenario.model_validate(doc), catalog, None)
+    from pydantic import ValidationError
+
+    from planner.catalog.loader import format_validation_error
+
+    try:
+        sc = Scenario.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        flag = {"weights": "--weights", "kv_cache": "--kv"}.get(str(first["loc"][0]))
+        if flag is None:
+            raise InputError(format_validation_error("price-curve", err)) from None
+        raise InputError(f"{flag} {first.get('input')!r}: {first['msg']}") from None
+    rs = resolve_scenario(sc, catalog, None)
     pool = evaluate_candidates(rs, engine)
     if pool.rows.empty:
         raise InfeasibleError(f"--model {model}: no layout fits in memory on the chosen hardware")

@@ -24,9 +24,9 @@ from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
 from planner.units import HOUR_S, MTOK
 
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 """2.1: ``software`` (planner, solver and Pyomo versions); 2.2: a ``model`` per pool and workload; 2.3:
-``binding_constraints[].saving_proven``. A change of the contract changes this."""
+``binding_constraints[].saving_proven``; 2.5: ``day`` (a traffic profile's cost over the day). A change of the contract changes this."""
 REL_TOL = 1e-6
 
 
@@ -278,6 +278,21 @@ class PeriodOut(_M):
     """The period's fleet re-checked by the performance model alone (SLOs, memory, demand, placement)."""
 
 
+class DayCost(_M):
+    """What a traffic profile's fleet costs over the day, against the tokens the day serves."""
+
+    usd_per_day: float
+    tokens_per_day: float
+    """Input and output tokens the day's requests carry (each period's demand for its share of the day)."""
+    output_tokens_per_day: float
+    usd_per_mtok: float
+    """Dollars per million tokens over the day: the headline of a profile plan."""
+    usd_per_mtok_output: float
+    peak_usd_per_hour: float
+    peak_usd_per_mtok: float
+    """The peak period's fleet and price per token (the pools shown), beside the day's."""
+
+
 class Plan(_M):
     schema_version: str = SCHEMA_VERSION
     scenario: dict
@@ -301,6 +316,8 @@ class Plan(_M):
     """Status, gap and wall time of the multi-period solve."""
     flat_peak_usd_per_day: float | None = None
     """What provisioning the peak all day at the reserved price costs (this plan's pools, 24 hours)."""
+    day: DayCost | None = None
+    """A traffic profile's day: $/day and $/M tokens over the day's tokens, with the peak period's beside them."""
     software: dict[str, str] = {}
     """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
 
@@ -814,7 +831,8 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     for w in sc.workloads:
         agg, pre, dec = (capacity[(w.name, r)] for r in ("aggregated", "prefill", "decode"))
         served = agg + min(pre, dec)
-        add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL),
+        # a period without demand for this workload is planned at 1e-9 req/s (schemas need a positive rate)
+        add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL) - 1e-9,
             f"{served:.2f} req/s capacity for {w.requests_per_s:g} req/s")
         ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
         for p in plan.pools:

@@ -111,4 +111,4 @@ def test_exported_pools_launch_their_own_model(catalog, tmp_path):
         text = (tmp_path / "out" / p.id / "launch-vllm.sh").read_text()
         assert f"--served-model-name {p.model}" in text
         assert catalog.get_model(p.model).hf_ids[0] in text
-    assert json.loads(plan.model_dump_json())["schema_version"] == "2.4"
+    assert json.loads(plan.model_dump_json())["schema_version"] == "2.5"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,12 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads ``1e-6`` and ``2e9`` -- an exponent without a decimal point -- as strings; YAML 1.2
+# and every person read them as numbers. The schemas take no string for a number, so the loader reads them as
+# floats (the dotted forms are already floats).
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
 _OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 _NODE = (yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.ScalarEvent, yaml.AliasEvent)
@@ -110,10 +117,26 @@ def _check_shape(text: str) -> None:
             depth -= 1
 
 
+MAX_DIGITS = 100
+"""Longest run of digits a number in an input file may have (no physical quantity needs more)."""
+_LONG_NUMBER = re.compile(r"\d{" + str(MAX_DIGITS + 1) + ",}")
+
+
+def _check_numbers(path: Path | str, text: str) -> None:
+    """Refuse an over-long number before a parser turns it into an int (Python refuses above 4,300 digits with
+    an error that names no file): the file, the line and the bound."""
+    m = _LONG_NUMBER.search(text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        raise InputError(f"{path}: line {line}: a number of {len(m.group()):,} digits; numbers have at most "
+                         f"{MAX_DIGITS} digits (use an exponent, e.g. 1e12)")
+
+
 def load_yaml(path: Path | str, *, limit: int = MAX_YAML_BYTES) -> Any:
     """Parse a YAML file under :class:`_StrictLoader`'s rules (safe types, no repeated keys, bounded depth and
     size); one-line :class:`InputError` on any problem."""
     text = read_text(path, limit=limit)
+    _check_numbers(path, text)
     try:
         _check_shape(text)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader (C or Python) subclass
@@ -149,6 +172,7 @@ def _depth(obj, limit: int) -> bool:
 def load_json(path: Path | str, *, limit: int = MAX_DATA_BYTES) -> Any:
     """Parse a JSON file: UTF-8, no repeated keys, at most :data:`MAX_DEPTH` levels, no NaN or Infinity."""
     text = read_text(path, limit=limit)
+    _check_numbers(path, text)
 
     def no_constant(name):
         raise ValueError(f"'{name}' is not a JSON number")

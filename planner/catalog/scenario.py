@@ -23,6 +23,11 @@ PosF = Annotated[float, Field(gt=0)]
 MAX_DEMAND_RPS = 1e7
 """Largest demand a workload may state: ten million requests/s (the planner's MILP is scaled for demands up to
 here; an input beyond it is refused rather than solved to a wrong answer)."""
+MIN_DEMAND_SHARE = 1e-6
+"""Smallest positive demand of a scenario, as a share of its largest (any period, any workload): the MILP counts
+requests/s in units of a thousandth of the largest demand, and a demand a million times smaller is still a
+thousandth of a unit, well inside the solver's tolerance. Any positive demand plans on its own; zero is a
+period without traffic for that workload."""
 MAX_TOKENS = 10_000_000
 MAX_WORKING_SET_GB = 1e9
 MAX_SLO_MS = 1e9
@@ -172,6 +177,12 @@ class Scenario(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
+        top = max(w.requests_per_s for w in self.workloads)
+        for i, w in enumerate(self.workloads):
+            low = min(v for v in (w.profile or [w.requests_per_s]) if v > 0)
+            if low < top * MIN_DEMAND_SHARE:
+                raise ValueError(f"workloads.{i}.requests_per_s: {low:g} req/s is below {MIN_DEMAND_SHARE:g} of the "
+                                 f"scenario's largest demand ({top:g} req/s); plan it in a scenario of its own")
         lengths = {len(w.profile) for w in self.workloads if w.profile is not None}
         if len(lengths) > 1:
             raise ValueError(f"every workload's profile needs the same number of periods (got {sorted(lengths)})")

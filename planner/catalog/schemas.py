@@ -15,11 +15,28 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner import units
 from planner.catalog.ids import POOL_ID, CatalogId, EngineId, HfId, Label
 
-Pos = Annotated[float, Field(gt=0)]
-NonNeg = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+BIG = 1e15
+"""Bound of any catalog number without a tighter physical one (no figure of a chip or a model comes near it;
+1e300 would overflow the arithmetic it enters)."""
+Pos = Annotated[float, Field(gt=0, le=BIG)]
+NonNeg = Annotated[float, Field(ge=0, le=BIG)]
+PosInt = Annotated[int, Field(gt=0, le=10**15)]
+NonNegInt = Annotated[int, Field(ge=0, le=10**15)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+def upto(bound: float, *, zero: bool = False):
+    """A positive (or, with ``zero``, non-negative) number at most ``bound``: where physics bounds a catalog
+    figure, a value beyond it (a typo's 1e300) is refused naming the field and the bound, before it reaches
+    arithmetic that would overflow or a solver that would read it as infinite."""
+    return Annotated[float, Field(ge=0, le=bound) if zero else Field(gt=0, le=bound)]
+
+
+AsOf = Annotated[dt.date, Field(strict=False)]
+"""A date: a YAML date or an ISO string (the only field of a catalog where a string converts)."""
+
+USD_PER_CHIP_HOUR = upto(1e4)
+"""$10,000 per chip-hour: a thousand times today's dearest accelerator."""
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 Vendor = Literal["nvidia", "amd", "google", "aws"]
 Alias = Annotated[str, Field(pattern=POOL_ID)]
@@ -29,7 +46,7 @@ ENGINES = ("trtllm", "sglang", "vllm", "atom")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -38,18 +55,18 @@ class Strict(BaseModel):
 
 
 class Tier(Strict):
-    usd_per_chip_hour: Pos
+    usd_per_chip_hour: USD_PER_CHIP_HOUR
     preemption_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
     """Share of the capacity bought at this tier that preemption takes away at any time (spot)."""
-    as_of: dt.date
+    as_of: AsOf
     source: str = Field(min_length=3)
 
 
 class Price(Strict):
-    usd_per_chip_hour: Pos
+    usd_per_chip_hour: USD_PER_CHIP_HOUR
     """Price of one chip for one hour, all-in (host, network and facility share included): the reserved
     price (capacity held all day)."""
-    as_of: dt.date
+    as_of: AsOf
     source: str = Field(min_length=3)
     alternatives: str = ""
     """Other quotes and why this one was picked."""
@@ -60,8 +77,8 @@ class Price(Strict):
 
 class PurchaseUnit(Strict):
     kind: Literal["node", "rack", "slice", "instance", "chip"]
-    chips_per_unit: PosInt
-    chips_per_host: PosInt | None = None
+    chips_per_unit: Annotated[int, Field(gt=0, le=100_000)]
+    chips_per_host: Annotated[int, Field(gt=0, le=100_000)] | None = None
     """Chips one host (one Kubernetes node: a server, or a compute tray of a rack) holds; required for racks,
     else the whole unit is one host."""
 
@@ -219,7 +236,7 @@ class KernelFits(Strict):
     the end-to-end fit then leaves alone."""
 
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
     system: str
     """The system's name in the kernel data (``h200_sxm``, ``gb200``)."""
     curves: dict[str, KernelCurve] = Field(default_factory=dict)
@@ -265,7 +282,7 @@ class Efficiency(Strict):
     """What fraction of the datasheet is achievable, with its own provenance (the calibration)."""
 
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
     default: EngineEfficiency
     """Factors used when no engine is named (and for engines without their own fit)."""
     by_engine: dict[EngineId, EngineEfficiency] = Field(default_factory=dict)
@@ -318,32 +335,32 @@ class HardwareSpec(Strict):
     aliases: list[Alias] = Field(default_factory=list)
     """Names measured data uses for this system (``h100_sxm``, ``gb200``)."""
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
     notes: str = ""
 
-    dense_tflops: dict[Dtype, Pos]
+    dense_tflops: dict[Dtype, upto(1e5)]  # 100 PFLOP/s per chip
     """Dense (no 2:4 sparsity) peak TFLOP/s per supported compute format."""
-    hbm_capacity_gb: Pos
+    hbm_capacity_gb: upto(1e4)  # 10 TB per chip
     """Usable HBM per chip in GB (1e9 bytes)."""
-    hbm_bandwidth_tb_s: Pos
-    scale_up_domain_chips: PosInt
+    hbm_bandwidth_tb_s: upto(1e3)
+    scale_up_domain_chips: Annotated[int, Field(gt=0, le=100_000)]
     """Chips that share the scale-up fabric (NVLink domain, TPU slice, UltraServer)."""
-    scale_up_bandwidth_gb_s: Pos
+    scale_up_bandwidth_gb_s: upto(1e5)
     """Per-chip scale-up bandwidth, one direction."""
     scale_up_technology: str
-    scale_out_bandwidth_gb_s: Pos
+    scale_out_bandwidth_gb_s: upto(1e5)
     """Per-chip scale-out (NIC / DCN) bandwidth, one direction."""
-    host_dram_gb: NonNeg
+    host_dram_gb: upto(1e5, zero=True)
     """Host DRAM per chip."""
-    host_link_bandwidth_gb_s: NonNeg
+    host_link_bandwidth_gb_s: upto(1e5, zero=True)
     """Host-to-chip link bandwidth per chip, one direction (PCIe, NVLink-C2C)."""
-    nvme_capacity_tb: NonNeg
+    nvme_capacity_tb: upto(1e4, zero=True)
     """Local NVMe capacity per chip (0: no local flash tier)."""
-    nvme_bandwidth_gb_s: NonNeg
+    nvme_bandwidth_gb_s: upto(1e5, zero=True)
     """Local NVMe read bandwidth per chip."""
-    power_w: Pos | None
+    power_w: upto(1e5) | None
     """Chip TDP in W (null where the vendor does not publish one)."""
-    power_all_in_kw: Pos | None
+    power_all_in_kw: upto(1e3) | None
     """Provisioned power per chip including host, network and facility share, in kW."""
     purchase_unit: PurchaseUnit
     price: Price | None
@@ -469,7 +486,7 @@ class EngineSpec(Strict):
     aliases: list[Alias] = Field(default_factory=list)
     """Other names measured data uses for it (``trt``, ``dynamo-trt``, ``tensorrt-llm``)."""
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
     notes: str = ""
     vendors: list[Vendor] = Field(min_length=1)
     """Hardware vendors the engine runs on."""
@@ -637,7 +654,7 @@ class Speculative(Strict):
     draft_layers: PosInt = 1
     """Layers one draft pass runs (MTP modules or the EAGLE head); each ends in the LM head."""
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
 
 
 class Published(Strict):
@@ -654,7 +671,7 @@ class ModelSpec(Strict):
     aliases: list[Alias] = Field(default_factory=list)
     """Other names measured data uses for this model (InferenceX: ``dsr1``)."""
     source: str = Field(min_length=3)
-    as_of: dt.date
+    as_of: AsOf
     notes: str = ""
     architecture: Architecture
     weights_dtype: Dtype

@@ -59,9 +59,19 @@ def summary(plan: Plan) -> str:
     )
     unval = sorted({p.hardware for p in plan.pools if p.unvalidated})
     caveat = f" Unvalidated hardware (factors transferred, no measured rows): {', '.join(unval)}." if unval else ""
+    if plan.day is not None:  # a traffic profile: the day is the headline, the peak period's fleet beside it
+        d = plan.day
+        cost = (f"{_usd(d.usd_per_day)}/day, {_usd_tok(d.usd_per_mtok)} per million tokens over the day's "
+                f"{d.tokens_per_day / 1e6:,.1f}M tokens ({_usd_tok(d.usd_per_mtok_output)} per million output tokens); "
+                f"at the peak period on {fleet} {_usd(o.usd_per_hour)}/h, {_usd_tok(o.usd_per_mtok)} per million tokens; ")
+        where = ""
+        wl = wl.replace(" req/s", " req/s at peak")
+    else:
+        cost = (f"{_usd(o.usd_per_hour)}/h, {_usd_tok(o.usd_per_mtok)} per million tokens ({_usd_tok(o.usd_per_mtok_input)} "
+                f"input, {_usd_tok(o.usd_per_mtok_output)} output); ")
+        where = f" on {fleet}"
     return (
-        f"Serve {', '.join(sc['models']) if several else sc['model']} for {wl} on {fleet} at {_usd(o.usd_per_hour)}/h, "
-        f"{_usd_tok(o.usd_per_mtok)} per million tokens ({_usd_tok(o.usd_per_mtok_input)} input, {_usd_tok(o.usd_per_mtok_output)} output); "
+        f"Serve {', '.join(sc['models']) if several else sc['model']} for {wl}{where} at {cost}"
         f"{proof} (HiGHS, gap {gap if gap is not None else float('nan'):.1e}, {plan.solver.wall_s:.2f} s). "
         f"{claim}; {plan.solver.candidates.get('kept', 0):,} candidate rows considered "
         f"out of {plan.solver.candidates.get('evaluated', 0):,} evaluated.{caveat}"
@@ -180,8 +190,14 @@ def plan_markdown(plan: Plan) -> str:
             L.append(f"| {p.period} | {req} | {cap} | {units} | {_usd(p.usd_per_hour)} | {'ok' if p.recheck_ok else 'FAILED'} |")
     o = plan.objective
     L += ["", "## Cost per token", ""]
+    if plan.day is not None:
+        d = plan.day
+        L.append(f"- Over the day: {_usd(d.usd_per_day)} for {d.tokens_per_day / 1e6:,.1f}M tokens "
+                 f"({d.output_tokens_per_day / 1e6:,.1f}M output): {_usd_tok(d.usd_per_mtok)} per million tokens, "
+                 f"{_usd_tok(d.usd_per_mtok_output)} per million output tokens.")
     L.append(
-        f"- {_usd_tok(o.usd_per_mtok)} per million tokens overall; {_usd_tok(o.usd_per_mtok_input)} per million input tokens, "
+        ("- At the peak period (the pools above): " if plan.day is not None else "- ")
+        + f"{_usd_tok(o.usd_per_mtok)} per million tokens overall; {_usd_tok(o.usd_per_mtok_input)} per million input tokens, "
         f"{_usd_tok(o.usd_per_mtok_output)} per million output tokens."
     )
     L += ["", "## What binds, and what relaxing it is worth", ""]

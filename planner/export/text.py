@@ -21,7 +21,7 @@ def _t(x: float) -> str:
 
 
 def _balance(b: float | None) -> str:
-    return f"{b:.1f}" if b else "none (memory-bound at any batch)"
+    return f"{b:,.0f} sequences" if b else "none"
 
 
 def roofline_text(r: RooflineResult) -> str:
@@ -46,11 +46,15 @@ def roofline_text(r: RooflineResult) -> str:
         ]
     lines += [
         f"  latency floor      {_t(r.latency_floor_s):>12}   (resident weights / HBM bandwidth, per step)",
-        f"  balance batch      {_balance(r.balance_batch):>12}",
+        f"  balance batch      {_balance(r.balance_batch):>12}   "
+        + ("(sequences in flight per replica where compute time equals memory time at this context)"
+           if r.balance_batch else "(memory-bound at any batch at this context)"),
         "",
         f"  tokens/s (replica) {r.tokens_per_s:12.1f}   per user {r.tokens_per_s_per_user:.1f}",
     ]
-    if r.usd_per_hour is not None:
+    if not r.fits:
+        lines.append("  cost               none: the layout does not fit (a layout that cannot run has no price)")
+    elif r.usd_per_hour is not None:
         lines.append(f"  cost               {r.usd_per_hour:12.2f} $/h   {r.usd_per_mtok:.4f} $/M output tokens")
     else:
         lines.append("  cost               n/a (no price in the catalog)")
@@ -80,7 +84,9 @@ def prefill_text(r) -> str:
         "",
         f"  prompt tokens/s    {r.tokens_per_s:12.0f}   per GPU {r.tokens_per_s_per_gpu:.0f}",
     ]
-    if r.usd_per_hour is not None:
+    if not r.fits:
+        lines.append("  cost               none: the layout does not fit (a layout that cannot run has no price)")
+    elif r.usd_per_hour is not None:
         lines.append(f"  cost               {r.usd_per_hour:12.2f} $/h   {r.usd_per_mtok_input:.4f} $/M input tokens")
     else:
         lines.append("  cost               n/a (no price in the catalog)")

@@ -51,10 +51,12 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
 
 def rate_unit(data: PlanData) -> float:
     """Requests/s per unit of the demand and capacity terms: a power of ten that brings the largest demand to
-    at most 1000 units, so no coefficient of the MILP nears the solver's infinity (HiGHS reads values of 1e20
-    and above as infinite) or its feasibility tolerance, whatever the scenario's scale."""
+    between 100 and 1000 units, so no coefficient of the MILP nears the solver's infinity (HiGHS reads values
+    of 1e20 and above as infinite) or its feasibility tolerance, whatever the scenario's scale: a demand of
+    1e-6 req/s is as well posed as one of 1e6 (the scenario bounds the spread between workloads,
+    ``MIN_DEMAND_SHARE``)."""
     top = max((w.requests_per_s for w in data.workloads.values()), default=1.0)
-    return float(10.0 ** max(0, int(np.floor(np.log10(max(top, 1.0)))) - 3))
+    return float(10.0 ** (int(np.floor(np.log10(max(top, 1e-300)))) - 3))
 
 
 def define_sets(m, data: PlanData) -> None:
