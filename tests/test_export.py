@@ -16,18 +16,13 @@ from planner.cli import main
 from planner.export import launch
 from planner.export.bundle import export_plan, read_plan
 from planner.export.deploy import deployments
-from tests.conftest import ROOT, SHARED
-
-FLAGS = SHARED / "reference" / "engine-flags.json"
-CRDS = SHARED / "reference" / "k8s"
+from tests.conftest import ROOT, crd_schema, engine_flags
 PLANS = ["deepseek-skewed", "llama-70b-chat", "multi-workload", "deepseek-chat", "long-context"]
 
 
 @pytest.fixture(scope="module")
 def flags():
-    if not FLAGS.exists():
-        pytest.skip("shared/reference/engine-flags.json not present")
-    return json.loads(FLAGS.read_text())
+    return engine_flags()
 
 
 @pytest.fixture(scope="module")
@@ -158,18 +153,12 @@ def test_scripts_are_valid_bash(exported):
         assert s.stat().st_mode & 0o100
 
 
-def _crd_schema(filename: str) -> dict:
-    doc = yaml.safe_load((CRDS / filename).read_text())
-    return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-
-
 def test_kubernetes_objects_validate(exported):
-    jsonschema = pytest.importorskip("jsonschema")
-    kv = pytest.importorskip("kubernetes_validate")
-    if not CRDS.exists():
-        pytest.skip("shared/reference/k8s not present")
-    schemas = {"LeaderWorkerSet": _crd_schema("leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
-               "DisaggregatedSet": _crd_schema("disaggregatedset.x-k8s.io_disaggregatedsets.yaml")}
+    import jsonschema
+    import kubernetes_validate as kv
+
+    schemas = {"LeaderWorkerSet": crd_schema("leaderworkerset"), "DisaggregatedSet": crd_schema("disaggregatedset"),
+               "PrometheusRule": crd_schema("prometheusrule"), "PodMonitor": crd_schema("podmonitor")}
     kinds = set()
     for dest in exported.values():
         for f in sorted((dest / "k8s").glob("*.yaml")):
@@ -178,16 +167,61 @@ def test_kubernetes_objects_validate(exported):
                     continue
                 kinds.add(obj["kind"])
                 if obj["kind"] in schemas:
-                    jsonschema.validate(obj, schemas[obj["kind"]])
-                elif obj["kind"] == "PrometheusRule":
+                    # the CRD's own schema is not checked against the metaschema: Prometheus Operator's holds a
+                    # Go regex ('^(?i)...') Python's re refuses; our objects carry no field with a pattern
+                    jsonschema.Draft7Validator(schemas[obj["kind"]]).validate(obj)
+                if obj["kind"] == "PrometheusRule":
                     assert obj["apiVersion"] == "monitoring.coreos.com/v1"
                     for g in obj["spec"]["groups"]:
                         for r in g["rules"]:
                             assert {"alert", "expr", "for"} <= set(r) and "histogram_quantile(0.9" in r["expr"]
-                else:
+                elif obj["kind"] not in schemas:
                     kv.validate(obj, "1.33", strict=True)
     assert {"Deployment", "LeaderWorkerSet", "DisaggregatedSet", "Service", "ConfigMap",
-            "HorizontalPodAutoscaler", "PrometheusRule"} <= kinds
+            "HorizontalPodAutoscaler", "PrometheusRule", "PodMonitor", "PodDisruptionBudget"} <= kinds
+
+
+def _pods(obj: dict) -> list[dict]:
+    """Pod templates of a serving object (Deployment, LeaderWorkerSet, DisaggregatedSet)."""
+    spec = obj["spec"]
+    if obj["kind"] == "Deployment":
+        return [spec["template"]]
+    lws = [spec] if obj["kind"] == "LeaderWorkerSet" else [r["spec"] for r in spec["roles"]]
+    return [t for x in lws for t in (x["leaderWorkerTemplate"]["leaderTemplate"], x["leaderWorkerTemplate"]["workerTemplate"])]
+
+
+def test_manifests_carry_production_defaults(exported):
+    """Every serving container requests CPU and memory beside its GPUs (no BestEffort pods), mounts a sized
+    /dev/shm and a model cache, may read a Hugging Face token; a serving (leader) container has readiness,
+    startup and liveness probes; updates never take capacity down first; every pool has a disruption budget
+    and every engine with metrics a PodMonitor on its own metrics path; no empty YAML file is written."""
+    for name, dest in exported.items():
+        serving = [o for o in yaml.safe_load_all((dest / "k8s" / "serving.yaml").read_text()) if o]
+        for obj in serving:
+            if obj["kind"] == "Deployment":
+                assert obj["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+            elif obj["kind"] == "LeaderWorkerSet":
+                assert obj["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["maxUnavailable"] == 0
+            for pod in _pods(obj):
+                c = pod["spec"]["containers"][0]
+                req = c["resources"]["requests"]
+                assert {"cpu", "memory"} <= set(req), (name, obj["metadata"]["name"])
+                vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+                assert vols["shm"]["emptyDir"]["sizeLimit"].endswith("Gi") and "model-cache" in vols
+                env = {e["name"]: e for e in c["env"]}
+                assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+                if "ports" in c:
+                    assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(c)
+        pdbs = [o for o in yaml.safe_load_all((dest / "k8s" / "disruption.yaml").read_text()) if o]
+        pools = {pod["metadata"]["labels"]["planner.io/pool"] for obj in serving for pod in _pods(obj)}
+        assert {b["spec"]["selector"]["matchLabels"]["planner.io/pool"] for b in pdbs} == pools
+        monitors = [o for o in yaml.safe_load_all((dest / "k8s" / "monitoring.yaml").read_text()) if o]
+        paths = {m["spec"]["selector"]["matchLabels"]["planner.io/engine"]: m["spec"]["podMetricsEndpoints"][0]["path"]
+                 for m in monitors}
+        assert paths.get("trtllm", "/prometheus/metrics") == "/prometheus/metrics"
+        assert all(p == "/metrics" for e, p in paths.items() if e != "trtllm")
+        for f in (dest / "k8s").glob("*.yaml"):
+            assert any(o for o in yaml.safe_load_all(f.read_text())), f"{f.name} is empty"
 
 
 def test_alerts_use_the_plan_targets_and_engine_metrics(exported, catalog):
@@ -259,3 +293,19 @@ def test_deployment_sizes(catalog):
         if d.hardware == "gb200-nvl72":
             assert d.gpus_per_host == 4
     assert isinstance(Path, type)
+
+
+def test_vllm_micro_batching_names_a_backend_that_allows_it(exported):
+    """vLLM refuses --enable-dbo on its default all-to-all backend (engine-rules.md 2.1): every script that
+    asks for it names one of the backends micro-batching runs on."""
+    allowed = {"deepep_low_latency", "deepep_high_throughput", "nixl_ep", "allgather_reducescatter"}
+    seen = 0
+    for dest in exported.values():
+        for f in dest.glob("*/launch-vllm.sh"):
+            text = f.read_text()
+            if "--enable-dbo" not in text:
+                continue
+            seen += 1
+            backend = text.split("--all2all-backend", 1)[1].split()[0] if "--all2all-backend" in text else None
+            assert backend in allowed, f
+    assert seen, "no bundled plan exports a vLLM pool with two-batch overlap"

@@ -13,9 +13,8 @@ import pytest
 
 from planner.calib.data import load_measured
 from planner.calib.predict import predict_measured
-from tests.conftest import ROOT, SHARED, need
+from tests.conftest import CALIB, IX, ROOT, need
 
-IX = SHARED / "calibration" / "inferencex" / "dsr1_runs.json"
 
 RUN = {
     "hardware": "gb200", "framework": "dynamo-sglang", "model": "dsr1", "precision": "fp4", "spec_method": "none",
@@ -97,7 +96,7 @@ def test_a_file_of_neither_format_exits_1(tmp_path):
 def test_the_shared_runs_are_predicted(catalog):
     m = load_measured(need(IX), catalog)
     out = predict_measured(m, catalog)
-    assert len(out) == 712
+    assert len(out) == len(json.loads(IX.read_text()))  # 712 in ../shared, 106 in the tests/data extract
     assert out["predicted_tpot_ms"].notna().mean() >= 0.95
     ok = out["predicted_tpot_ms"].notna()
     ape = (out.loc[ok, "predicted_tpot_ms"] / (m.norm.loc[ok, "m_tpot"]) - 1).abs()
@@ -108,7 +107,7 @@ def test_fit_takes_both_formats(catalog):
     """A fit may use both files at once: the prepared frame holds rows of each."""
     from planner.calib.fit import prepare
 
-    sets = [load_measured(need(SHARED / "calibration" / "silicon_calibration.csv"), catalog, measured=True),
+    sets = [load_measured(need(CALIB), catalog, measured=True),
             load_measured(need(IX), catalog, measured=True)]
     norm, dropped = prepare(sets, catalog)
     assert set(norm["src"]) == {"silicon_calibration.csv", "dsr1_runs.json"}
@@ -178,7 +177,7 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     configuration under the same fields, the MTP ones measured faster."""
     from planner.calib.report import shared_runs
 
-    sil = load_measured(need(SHARED / "calibration" / "silicon_calibration.csv"), catalog, measured=True)
+    sil = load_measured(need(CALIB), catalog, measured=True)
     ix = load_measured(need(IX), catalog, measured=True)
     shared = shared_runs(sil, ix)
     assert set(shared["spec_method"]) == {"mtp", "none"}
@@ -187,5 +186,7 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     key = ["system", "backend", "precision", "isl", "osl", "tp_size", "batch_size"]
     both = rows.assign(spec=shared["spec_method"]).groupby(key)["spec"].nunique()
     assert (both == 2).any()
-    tp = rows.assign(spec=shared["spec_method"]).groupby("spec")["silicon_tpot_ms"].median()
-    assert tp["mtp"] < tp["none"]
+    # within a configuration measured both ways, the MTP runs are the faster ones
+    tp = rows.assign(spec=shared["spec_method"]).groupby(key + ["spec"])["silicon_tpot_ms"].median().unstack("spec")
+    tp = tp.dropna()
+    assert len(tp) and (tp["mtp"] / tp["none"]).median() < 1.0

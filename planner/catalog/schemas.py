@@ -475,6 +475,8 @@ class EngineMetrics(Strict):
     tpot_histogram: str
     running_requests: str | None = None
     """Gauge of requests being decoded (what a replica's batch holds), if the engine exports one."""
+    path: str = Field(default="/metrics", pattern=r"^/[a-z0-9/_-]*$")
+    """HTTP path of the Prometheus endpoint on the serving port."""
     source: str = Field(min_length=3)
 
 

@@ -197,7 +197,12 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     add("k8s/configmaps.yaml", _dump_all(cms), None, "k8s")
     add("k8s/serving.yaml", _dump_all(serving), None, "k8s")
     add("k8s/services.yaml", _dump_all(services), None, "k8s")
-    add("k8s/autoscaling.yaml", _dump_all(hpas), None, "k8s")
+    add("k8s/disruption.yaml", _dump_all([k8s.disruption_budget(d, namespace) for d in runnable]), None, "k8s")
+    if hpas:  # an empty YAML stream is refused by `kubectl apply`
+        add("k8s/autoscaling.yaml", _dump_all(hpas), None, "k8s")
+    monitors = k8s.pod_monitors(runnable, catalog, plan_name, namespace)
+    if monitors:
+        add("k8s/monitoring.yaml", _dump_all(monitors), None, "k8s")
     add("k8s/alerts.yaml", _dump(k8s.alerts(runnable, catalog, plan_name, namespace)), None, "k8s")
 
 

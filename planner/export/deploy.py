@@ -72,6 +72,10 @@ class Deployment:
     scale_up_domain_chips: int
     unit_kind: str
     unit_chips: int
+    host_dram_bytes_per_chip: float = 0.0
+    """Host memory per chip (the catalog's ``host_dram_gb``): what a pod may ask of its node."""
+    lose_units: int = 0
+    """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
 
     @property
     def hosts(self) -> int:
@@ -155,5 +159,6 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         demand_requests_per_s=w.requests_per_s, slo_ttft_s=w.slo_ttft_s, slo_tpot_s=w.slo_tpot_s,
         predicted_ttft_s=p.predicted.ttft_s, predicted_tpot_s=p.predicted.tpot_s,
         scale_up_domain_chips=hw.scale_up_domain_chips, unit_kind=hw.purchase_unit.kind,
-        unit_chips=hw.purchase_unit.chips_per_unit,
+        unit_chips=hw.purchase_unit.chips_per_unit, host_dram_bytes_per_chip=hw.host_dram_bytes,
+        lose_units=plan.resilience.lose_units if plan.resilience is not None else 0,
     )

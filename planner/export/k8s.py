@@ -29,6 +29,18 @@ IMAGES = {
 }
 """Default images (pin a version before production; the runbook says so)."""
 
+CPU_PER_GPU = 4
+"""CPU cores a serving pod requests per GPU (tokenisation, the scheduler, the HTTP server): a stated default,
+not a measurement; raise it for engines that run their detokeniser or router in the pod."""
+HOST_MEMORY_SHARE = 0.5
+"""Share of the node's host memory per GPU (``host_dram_gb``) a pod requests: the engine's CPU-side buffers and
+the model loader; the rest stays for the host KV tier and the system."""
+SHM_GIB = 32
+"""``/dev/shm`` of a serving pod (NCCL and the engines' worker processes share tensors through it)."""
+MODEL_CACHE = "/model-cache"
+"""Where a pod keeps downloaded weights (``HF_HOME``): an ``emptyDir`` unless ``--model-cache-pvc`` names a claim."""
+HF_TOKEN_SECRET = "hf-token"
+"""Optional Secret (key ``token``) with a Hugging Face token for gated checkpoints (Llama): absent, pods start without it."""
 RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "google": "google.com/tpu", "aws": "aws.amazon.com/neuron"}
 HARDWARE_LABEL = "planner.io/hardware"
 RACK_TOPOLOGY = "nvidia.com/gpu.clique"
@@ -37,7 +49,8 @@ RACK_TOPOLOGY = "nvidia.com/gpu.clique"
 
 def _labels(d: Deployment, plan_name: str) -> dict:
     return {"app.kubernetes.io/name": d.name, "app.kubernetes.io/part-of": plan_name,
-            "planner.io/pool": d.name, "planner.io/workload": _dns(d.workload), "planner.io/role": d.role}
+            "planner.io/pool": d.name, "planner.io/workload": _dns(d.workload), "planner.io/role": d.role,
+            "planner.io/engine": d.engine}
 
 
 def _dns(s: str) -> str:
@@ -49,24 +62,36 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
     # LeaderWorkerSet gives every pod of a group LWS_LEADER_ADDRESS and LWS_WORKER_INDEX (0 on the leader)
     cmd = ("export LEADER_ADDR=\"$LWS_LEADER_ADDRESS\" NODE_RANK=\"$LWS_WORKER_INDEX\"; " if multi else "") + \
         "exec bash /planner/launch.sh"
-    env = [{"name": "MODEL_PATH", "value": d.model_path}]
+    env = [{"name": "MODEL_PATH", "value": d.model_path},
+           {"name": "HF_HOME", "value": MODEL_CACHE},
+           {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}]
+    gpus = d.gpus_per_pod
+    memory_gib = max(16, int(HOST_MEMORY_SHARE * d.host_dram_bytes_per_chip * gpus / 2**30))
     container = {
         "name": "engine",
         "image": IMAGES[(target, d.vendor)],
         "command": ["/bin/bash", "-c", cmd],
         "env": env,
-        "resources": {"limits": {RESOURCE[d.vendor]: d.gpus_per_pod}, "requests": {RESOURCE[d.vendor]: d.gpus_per_pod}},
-        "volumeMounts": [{"name": "launch", "mountPath": "/planner"}, {"name": "shm", "mountPath": "/dev/shm"}],
+        "resources": {"limits": {RESOURCE[d.vendor]: gpus},
+                      "requests": {RESOURCE[d.vendor]: gpus, "cpu": str(CPU_PER_GPU * gpus), "memory": f"{memory_gib}Gi"}},
+        "volumeMounts": [{"name": "launch", "mountPath": "/planner"}, {"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "model-cache", "mountPath": MODEL_CACHE}],
     }
     if leader:
         container["ports"] = [{"name": "http", "containerPort": PORT}]
         container["readinessProbe"] = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10,
                                        "failureThreshold": 3, "initialDelaySeconds": 60}
+        # loading hundreds of GB of weights takes minutes: the liveness probe waits for the first ready start
+        container["startupProbe"] = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10,
+                                     "failureThreshold": 180}
+        container["livenessProbe"] = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 15,
+                                      "failureThreshold": 4, "timeoutSeconds": 5}
     spec = {
         "nodeSelector": {HARDWARE_LABEL: d.hardware},
         "containers": [container],
         "volumes": [{"name": "launch", "configMap": {"name": f"{d.name}-launch"}},
-                    {"name": "shm", "emptyDir": {"medium": "Memory"}}],
+                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
+                    {"name": "model-cache", "emptyDir": {}}],
     }
     return {"metadata": {"labels": _labels(d, plan_name)}, "spec": spec}
 
@@ -77,8 +102,10 @@ def _lws_template(d: Deployment, target: str, plan_name: str) -> dict:
         "leaderTemplate": _pod(d, target, leader=True, multi=True, plan_name=plan_name),
         "workerTemplate": _pod(d, target, leader=False, multi=True, plan_name=plan_name),
     }
+    # a rolling update never takes a group down before its replacement is ready: capacity stays as planned
     return {"replicas": d.replicas, "leaderWorkerTemplate": tmpl, "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": {"type": "RollingUpdate"}}
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1}}}
 
 
 def _rack_bound(d: Deployment) -> bool:
@@ -107,6 +134,8 @@ def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_nam
         else:
             out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                         "spec": {"replicas": d.replicas, "selector": {"matchLabels": {"planner.io/pool": d.name}},
+                                 "strategy": {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
                                  "template": _pod(d, t, leader=True, multi=False, plan_name=plan_name)}})
     if disagg:
         w = _dns(disagg[0].workload)
@@ -121,6 +150,32 @@ def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_nam
                     "metadata": {"name": f"{w}-pd", "namespace": namespace,
                                  "labels": {"app.kubernetes.io/part-of": plan_name, "planner.io/workload": w}},
                     "spec": spec})
+    return out
+
+
+def disruption_budget(d: Deployment, namespace: str) -> dict:
+    """Voluntary disruptions (node drains) may take down at most the replicas the plan can lose: ``lose_units``
+    units' worth (a replica per unit at most, the worst case the plan's re-check uses), none without resilience
+    (drain such a pool's nodes only after adding capacity; the runbook says so)."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": d.name, "namespace": namespace},
+            "spec": {"maxUnavailable": min(d.lose_units, d.replicas) if not d.multi_host else 0,
+                     "selector": {"matchLabels": {"planner.io/pool": d.name}}}}
+
+
+def pod_monitors(deps: list[Deployment], catalog: Catalog, plan_name: str, namespace: str) -> list[dict]:
+    """One PodMonitor per engine (each serves its metrics on its own path): what makes the alerts fire."""
+    out = []
+    for engine in sorted({d.engine for d in deps}):
+        eng = catalog.get_engine(engine)
+        if eng.metrics is None:
+            continue
+        out.append({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+                    "metadata": {"name": _dns(f"{plan_name}-{engine}"), "namespace": namespace,
+                                 "labels": {"app.kubernetes.io/part-of": plan_name}},
+                    "spec": {"selector": {"matchLabels": {"app.kubernetes.io/part-of": plan_name,
+                                                          "planner.io/engine": engine}},
+                             "podMetricsEndpoints": [{"port": "http", "path": eng.metrics.path, "interval": "15s"}]}})
     return out
 
 

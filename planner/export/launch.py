@@ -115,7 +115,12 @@ def vllm(d: Deployment) -> list[str]:
         if d.redundant_experts:
             args += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": d.redundant_experts})]
     if d.two_batch_overlap:
-        args += ["--enable-dbo"]
+        # vLLM micro-batches (DBO) only over these all-to-all backends (config/vllm.py, "Microbatching currently
+        # only supports ..."; shared/reference/engine-rules.md 2.1): DeepEP on NVIDIA (low latency for decode,
+        # high throughput where prompts are batched), allgather/reduce-scatter on ROCm
+        a2a = ("allgather_reducescatter" if d.vendor == "amd" else
+               "deepep_high_throughput" if d.role == "prefill" else "deepep_low_latency")
+        args += ["--enable-dbo", "--all2all-backend", a2a]
     q = _quant(d, _VLLM_QUANT)
     if q:
         args += ["--quantization", q]

@@ -24,6 +24,14 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "hosts or serves prefill/decode separately, the Prometheus operator for the alerts, and a metrics adapter "
           "that exposes each engine's running-requests gauge to the autoscaler (the HPA names it with `_` for `:`).",
           "- Pin the engine images in `k8s/*.yaml` to the versions you validated (the defaults say `latest`).",
+          "- Gated checkpoints (Llama): `kubectl create secret generic hf-token --from-literal=token=<HF token>`; pods "
+          "read it as `HF_TOKEN` when present. Weights download to an `emptyDir` at `/model-cache` per pod: for "
+          "restarts without a download, replace the `model-cache` volume with a ReadWriteMany claim holding them.",
+          "- Pods request GPUs, 4 CPU cores per GPU and half the node's host memory per GPU (`resources.requests`), "
+          "and a 32 GiB `/dev/shm`; adjust to your nodes.",
+          "- Rolling updates start a new replica before stopping an old one (`maxUnavailable: 0`); "
+          "`k8s/disruption.yaml` lets a node drain take at most the replicas the plan can lose "
+          "(`resilience.lose_units`; none without it: add capacity before draining).",
           f"- Namespace: `{namespace}`.", ""]
     L += ["## Bring-up order", "",
           "1. `kubectl apply -f k8s/configmaps.yaml` (launch scripts, engine configs, expert maps).",
@@ -32,7 +40,8 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
           "4. Routers last: the engine's prefill/decode router for disaggregated workloads, labelled "
           "`planner.io/router=<workload>`, then `k8s/services.yaml`.",
-          "5. `k8s/autoscaling.yaml` and `k8s/alerts.yaml`.", ""]
+          "5. `k8s/disruption.yaml`, `k8s/autoscaling.yaml` (where written), `k8s/monitoring.yaml` (PodMonitors: "
+          "what the Prometheus operator scrapes) and `k8s/alerts.yaml`.", ""]
     L += ["## Pools", "", "| pool | role | hardware | replicas | hosts x GPUs per replica | engine | capacity req/s | "
           "demand share | launch |", "|---|---|---|---:|---|---|---:|---:|---|"]
     for d in deps:

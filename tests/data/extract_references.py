@@ -1,0 +1,122 @@
+"""Regenerate the reference extracts under tests/data/ from ../shared (run from the repository root):
+
+    python tests/data/extract_references.py [--shared ../shared]
+
+- ``reference/engine-flags.json.gz``: ``shared/reference/engine-flags.json`` whole, gzipped.
+- ``reference/k8s/KIND.schema.json.gz``: ``spec.versions[0].schema.openAPIV3Schema`` of each CRD the export
+  validates against (LeaderWorkerSet, DisaggregatedSet, PrometheusRule, ServiceMonitor, PodMonitor), as compact
+  JSON (keys sorted), gzipped.
+- ``hf-configs/*.json``: the Hugging Face ``config.json`` snapshots, byte for byte.
+- ``calibration/silicon_calibration.csv`` and ``calibration/inferencex/dsr1_runs.json``: a few hundred measured
+  rows and runs (unchanged, in their files' order): the rows the tests take by position (the first 60, the first
+  20 disaggregated, the first 60 of Llama 3.1 70B and of DeepSeek), a sample of every system x engine x mode
+  (8%, at least two, seed 0), and the silicon rows that are also InferenceX runs of six configurations measured
+  both with and without MTP, with those runs; plus the first six runs and 80 sampled (seed 0).
+
+The tests read these files only, so they run the same with or without ../shared; ``tests/test_references.py``
+checks the extracts against ../shared where it is present. Gzip output is deterministic (mtime 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+HERE = Path(__file__).resolve().parent
+CRDS = {
+    "leaderworkerset": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "disaggregatedset": "disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+    "prometheusrule": "monitoring.coreos.com_prometheusrules.yaml",
+    "servicemonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "podmonitor": "monitoring.coreos.com_podmonitors.yaml",
+}
+LICENCES = ("LICENSE-lws", "LICENSE-prometheus-operator")
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def crd_schema(path: Path) -> bytes:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True).encode()
+
+
+def calibration_extracts(shared: Path, out: Path) -> tuple[int, int]:
+    """Write the measured-data extracts; return (silicon rows, InferenceX runs)."""
+    import pandas as pd
+
+    from planner.calib.data import load_measured
+    from planner.calib.report import shared_runs
+    from planner.catalog import load_catalog
+
+    cal = shared / "calibration"
+    cat = load_catalog(HERE.parents[1] / "catalogs")
+    df = pd.read_csv(cal / "silicon_calibration.csv", dtype=str, keep_default_na=False)
+    keep = set(range(60)) | set(df.index[df["mode"] == "disagg"][:20])
+    sil = load_measured(cal / "silicon_calibration.csv", cat, measured=True)
+    for model in ("llama-3.1-70b", "deepseek-v3"):
+        keep |= set(sil.norm.index[sil.norm["n_model"] == model][:60])
+    groups = df.groupby(["system", "backend", "mode"], sort=True)
+    for _, g in groups:
+        keep |= set(g.sample(n=max(2, round(0.08 * len(g))), random_state=0).index)
+    runs = json.loads((cal / "inferencex" / "dsr1_runs.json").read_text(encoding="utf-8"))
+    ix = load_measured(cal / "inferencex" / "dsr1_runs.json", cat, measured=True)
+    sh = shared_runs(sil, ix)
+    key = ["system", "backend", "precision", "isl", "osl", "tp_size", "batch_size"]
+    rows = df.loc[sh.index, key].assign(spec=sh["spec_method"].to_numpy())
+    both = rows.groupby(key)["spec"].nunique()
+    picked = set(both[both == 2].index[:6])
+    pairs = rows[[tuple(r) in picked for r in rows[key].itertuples(index=False)]].index
+    keep |= set(pairs)
+    # the InferenceX runs those rows match (same keys as shared_runs)
+    matched = _matching_runs(sil, ix, list(pairs))
+    take = set(range(6)) | matched | set(pd.Series(range(len(runs))).sample(n=80, random_state=0))
+    (out / "inferencex").mkdir(parents=True, exist_ok=True)
+    df.loc[sorted(keep)].to_csv(out / "silicon_calibration.csv", index=False)
+    (out / "inferencex" / "dsr1_runs.json").write_text(
+        json.dumps([runs[i] for i in sorted(take)], indent=1) + "\n", encoding="utf-8")
+    return len(keep), len(take)
+
+
+def _matching_runs(sil, ix, rows: list) -> set[int]:
+    """Positions of the InferenceX runs ``shared_runs`` pairs with the silicon ``rows``."""
+    import dataclasses
+
+    from planner.calib.report import shared_runs
+
+    sub = dataclasses.replace(sil, raw=sil.raw.loc[rows], norm=sil.norm.loc[rows])
+    return {i for i in range(len(ix.raw))
+            if len(shared_runs(sub, dataclasses.replace(ix, raw=ix.raw.iloc[[i]], norm=ix.norm.iloc[[i]])))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", type=Path, default=HERE.parents[1].parent / "shared")
+    shared = ap.parse_args().shared
+    ref = HERE / "reference"
+    (ref / "k8s").mkdir(parents=True, exist_ok=True)
+    (ref / "engine-flags.json.gz").write_bytes(gz((shared / "reference" / "engine-flags.json").read_bytes()))
+    for kind, name in CRDS.items():
+        (ref / "k8s" / f"{kind}.schema.json.gz").write_bytes(gz(crd_schema(shared / "reference" / "k8s" / name)))
+    for lic in LICENCES:
+        shutil.copyfile(shared / "reference" / "k8s" / lic, ref / "k8s" / lic)
+    out = HERE / "hf-configs"
+    out.mkdir(exist_ok=True)
+    for f in sorted((shared / "calibration" / "hf-configs").glob("*.json")):
+        shutil.copyfile(f, out / f.name)
+    n_sil, n_ix = calibration_extracts(shared, HERE / "calibration")
+    print(f"calibration extracts: {n_sil} silicon rows, {n_ix} InferenceX runs")
+
+
+if __name__ == "__main__":
+    main()
