@@ -17,6 +17,7 @@ from planner.export import launch
 from planner.export.bundle import export_plan, read_plan
 from planner.export.deploy import deployments
 from tests.conftest import ROOT, crd_schema, engine_flags
+
 PLANS = ["deepseek-skewed", "llama-70b-chat", "multi-workload", "deepseek-chat", "long-context"]
 
 

@@ -15,7 +15,6 @@ from planner.calib.data import load_measured
 from planner.calib.predict import predict_measured
 from tests.conftest import CALIB, IX, ROOT, need
 
-
 RUN = {
     "hardware": "gb200", "framework": "dynamo-sglang", "model": "dsr1", "precision": "fp4", "spec_method": "none",
     "disagg": True, "is_multinode": True, "prefill_tp": 4, "prefill_ep": 4, "prefill_dp_attention": True,
