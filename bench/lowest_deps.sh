@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v uv >/dev/null || python -m pip install -q uv
 VENV="${LOWEST_VENV:-$(mktemp -d)/venv}"
-uv venv -q -p 3.11 "$VENV"
+uv venv -q --seed -p 3.11 "$VENV"  # --seed: pip and setuptools, as python -m venv gives (tests/test_install.py builds a wheel with pip)
 VIRTUAL_ENV="$VENV" uv pip install -q --compile-bytecode --resolution lowest-direct -e '.[test]'  # compiled as pip does: a worker's first import is not a compile
 echo "lowest direct dependencies:"
 VIRTUAL_ENV="$VENV" uv pip list 2>/dev/null | grep -iE '^(pydantic|pyyaml|numpy|pandas|scipy|pyomo|highspy|typer|rich|matplotlib|pyarrow) '

@@ -153,7 +153,7 @@ def test_ctrl_c_stops_a_solve_and_is_raised():
 
     from planner.solve import Solver
 
-    mdl = _market_split()
+    mdl = _market_split(5)  # 40 binaries: never solved before the signal (HiGHS 1.11 proved m = 4 in < 1 s at times)
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     t0 = time.perf_counter()
     timer.start()

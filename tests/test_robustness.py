@@ -226,7 +226,7 @@ def test_models_import_is_strict(tmp_path, capsys):
 def test_usage_errors_exit_1_on_one_line(capsys, args, needle):
     code, _, err = cli(capsys, *args)
     assert code == 1
-    one_line_error(err, needle)
+    one_line_error(err.lower(), needle)  # typer writes a missing argument's name upper case in some versions
 
 
 def test_missing_file_exits_1(tmp_path, capsys):

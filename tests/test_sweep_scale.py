@@ -172,8 +172,9 @@ from pyomo.common import dependencies
 import multiprocessing  # Pyomo upgrades its output-capture lock to a process-shared one on this import
 from planner.cli import main
 
-# as a worker the pool terminated in the middle of a solve would leave it
-assert dependencies.capture_output_lock.acquire(timeout=1)
+# as a worker the pool terminated in the middle of a solve would leave it (Pyomo before 6.10.1 has no such lock)
+lock = getattr(dependencies, "capture_output_lock", None)
+assert lock is None or lock.acquire(timeout=1)
 main(sys.argv[1:])
 """
 
