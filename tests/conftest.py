@@ -41,12 +41,6 @@ def catalog():
     return load_catalog(ROOT / "catalogs")
 
 
-def need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} not present (shared/ is beside the repository in CI)")
-    return path
-
-
 @pytest.fixture(autouse=True)
 def _analysis_in_process(monkeypatch):
     """Plans made by the suite answer their analysis in this process unless a test asks for ``jobs``: the default

@@ -8,12 +8,12 @@ import pytest
 from planner.calib.data import normalise, read_rows
 from planner.calib.metrics import validation_summary
 from planner.calib.predict import predict_frame
-from tests.conftest import CALIB, need
+from tests.conftest import CALIB
 
 
 @pytest.fixture(scope="module")
 def summary(catalog):
-    df = read_rows(need(CALIB))
+    df = read_rows(CALIB)
     return validation_summary(predict_frame(df, catalog))
 
 
@@ -35,7 +35,7 @@ def test_errors_do_not_regress(summary):
 
 
 def test_layout_conventions(catalog):
-    df = read_rows(need(CALIB))
+    df = read_rows(CALIB)
     n = normalise(df, catalog)
     agg = n[n["n_mode"] == "agg"]
     # batch per replica equals the benchmark concurrency on (nearly) every agg row that states both
@@ -48,7 +48,7 @@ def test_uninformed_factor_stays_at_prior(catalog):
     """A factor that fewer than MIN_ROWS rows respond to (expert overheads on dense-model rows) is not fitted."""
     from planner.calib.fit import START, TTFT_PARAMS, _informed, prepare
 
-    df = read_rows(need(CALIB))
+    df = read_rows(CALIB)
     norm, _ = prepare(df, catalog)
     dense = norm[norm["n_model"] == "llama-3.1-70b"].head(60)
     moe = norm[norm["n_model"] == "deepseek-v3"].head(60)

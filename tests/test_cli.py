@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.conftest import CALIB, HF_CONFIGS, ROOT, need
+from tests.conftest import CALIB, HF_CONFIGS, ROOT
 
 ROOFLINE_KEYS = {
     "chips", "step_time_s", "compute_time_s", "memory_time_s", "comm_time_s", "bound", "tokens_per_s",
@@ -90,7 +90,7 @@ def test_catalog_show_and_validate():
 
 
 def test_models_import(tmp_path):
-    cfg = need(HF_CONFIGS / "Qwen--Qwen3-30B-A3B.json")
+    cfg = HF_CONFIGS / "Qwen--Qwen3-30B-A3B.json"
     out = tmp_path / "q.yaml"
     run("models", "import", str(cfg), "--id", "qwen3-30b-test", "--out", str(out))
     assert "expert_intermediate: 768" in out.read_text()
@@ -101,7 +101,7 @@ def test_models_import(tmp_path):
 
 
 def test_predict_and_validate_small(tmp_path):
-    src = need(CALIB)
+    src = CALIB
     df = pd.read_csv(src)
     sample = pd.concat([df.head(40), df[df["mode"] == "disagg"].head(20)])
     sample.loc[sample.index[0], "model_path"] = "some-org/unknown-model"
@@ -140,7 +140,7 @@ def test_fit_refuses_data_without_usable_rows(tmp_path):
 
 @pytest.mark.parametrize("cmd", [["validate"], ["calibrate", "fit"], ["calibrate", "report", "--no-cv"]])
 def test_measured_columns_required(tmp_path, cmd):
-    df = pd.read_csv(need(CALIB)).head(30).drop(columns=["silicon_ttft_ms"])
+    df = pd.read_csv(CALIB).head(30).drop(columns=["silicon_ttft_ms"])
     data = tmp_path / "rows.csv"
     df.to_csv(data, index=False)
     extra = ["--out", str(tmp_path / "v.md")] if "report" in cmd else []

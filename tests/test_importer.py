@@ -5,7 +5,7 @@ import pytest
 from planner.catalog.hf_import import hf_id_from_path, import_config
 from planner.errors import InputError
 from planner.perf.params import model_stats
-from tests.conftest import HF_CONFIGS, need
+from tests.conftest import HF_CONFIGS
 
 CATALOG_OF = {
     "meta-llama--Meta-Llama-3.1-8B.json": "llama-3.1-8b",
@@ -29,13 +29,13 @@ CATALOG_OF = {
 
 
 def test_every_shared_config_is_covered():
-    d = need(HF_CONFIGS)
+    d = HF_CONFIGS
     assert sorted(p.name for p in d.glob("*.json")) == sorted(CATALOG_OF)
 
 
 @pytest.mark.parametrize("fname", sorted(CATALOG_OF))
 def test_import_matches_catalog(catalog, fname):
-    path = need(HF_CONFIGS / fname)
+    path = HF_CONFIGS / fname
     spec = import_config(path, model_id="x")
     entry = catalog.models[CATALOG_OF[fname]]
     assert spec.architecture == entry.architecture
@@ -44,15 +44,15 @@ def test_import_matches_catalog(catalog, fname):
 
 
 def test_import_features():
-    ds = import_config(need(HF_CONFIGS / "deepseek-ai--DeepSeek-V3.json"), model_id="x")
+    ds = import_config(HF_CONFIGS / "deepseek-ai--DeepSeek-V3.json", model_id="x")
     assert ds.architecture.attention.type == "mla" and ds.architecture.dense_layers == 3
     assert ds.architecture.moe.shared_experts == 1 and ds.weights_dtype == "fp8"
-    oss = import_config(need(HF_CONFIGS / "openai--gpt-oss-120b.json"), model_id="x")
+    oss = import_config(HF_CONFIGS / "openai--gpt-oss-120b.json", model_id="x")
     assert oss.architecture.attention.sliding_layers == 18 and oss.architecture.attention.sliding_window_tokens == 128
     assert oss.expert_weights_dtype == "fp4" and oss.weights_dtype == "bf16"
-    q35 = import_config(need(HF_CONFIGS / "Qwen--Qwen3.5-397B-A17B.json"), model_id="x")
+    q35 = import_config(HF_CONFIGS / "Qwen--Qwen3.5-397B-A17B.json", model_id="x")
     assert q35.architecture.attention.linear_layers == 45 and q35.architecture.attention.output_gate
-    glm = import_config(need(HF_CONFIGS / "zai-org--GLM-5.json"), model_id="x")
+    glm = import_config(HF_CONFIGS / "zai-org--GLM-5.json", model_id="x")
     assert glm.architecture.attention.sparse_topk_tokens == 2048
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from planner.calib.data import load_measured
 from planner.calib.predict import predict_measured
-from tests.conftest import CALIB, IX, ROOT, need
+from tests.conftest import CALIB, IX, ROOT
 
 RUN = {
     "hardware": "gb200", "framework": "dynamo-sglang", "model": "dsr1", "precision": "fp4", "spec_method": "none",
@@ -93,7 +93,7 @@ def test_a_file_of_neither_format_exits_1(tmp_path):
 
 
 def test_the_shared_runs_are_predicted(catalog):
-    m = load_measured(need(IX), catalog)
+    m = load_measured(IX, catalog)
     out = predict_measured(m, catalog)
     assert len(out) == len(json.loads(IX.read_text()))  # 712 in ../shared, 106 in the tests/data extract
     assert out["predicted_tpot_ms"].notna().mean() >= 0.95
@@ -106,8 +106,8 @@ def test_fit_takes_both_formats(catalog):
     """A fit may use both files at once: the prepared frame holds rows of each."""
     from planner.calib.fit import prepare
 
-    sets = [load_measured(need(CALIB), catalog, measured=True),
-            load_measured(need(IX), catalog, measured=True)]
+    sets = [load_measured(CALIB, catalog, measured=True),
+            load_measured(IX, catalog, measured=True)]
     norm, dropped = prepare(sets, catalog)
     assert set(norm["src"]) == {"silicon_calibration.csv", "dsr1_runs.json"}
     assert (norm["m_tpot"] > 0).all() and isinstance(dropped, int)
@@ -176,8 +176,8 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     configuration under the same fields, the MTP ones measured faster."""
     from planner.calib.report import shared_runs
 
-    sil = load_measured(need(CALIB), catalog, measured=True)
-    ix = load_measured(need(IX), catalog, measured=True)
+    sil = load_measured(CALIB, catalog, measured=True)
+    ix = load_measured(IX, catalog, measured=True)
     shared = shared_runs(sil, ix)
     assert set(shared["spec_method"]) == {"mtp", "none"}
     rows = sil.raw.loc[shared.index]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from planner.cli import main
-from tests.conftest import CALIB, ROOT, need
+from tests.conftest import CALIB, ROOT
 
 SMALL = {
     "name": "small",
@@ -150,7 +150,7 @@ def test_infinite_catalog_numbers_are_refused(tmp_path, capsys):
 def _calib_rows(tmp_path: Path, **cells) -> Path:
     import csv
 
-    src = need(CALIB)
+    src = CALIB
     with src.open(newline="") as fh:
         rows = list(csv.reader(fh))
     head, row = rows[0], list(rows[1])
@@ -178,7 +178,7 @@ def test_infinite_parallel_degree_in_measured_rows(tmp_path, capsys):
 
 
 def test_validate_header_only_csv(tmp_path, capsys):
-    src = need(CALIB)
+    src = CALIB
     p = tmp_path / "h.csv"
     p.write_text(src.read_text().splitlines()[0] + "\n")
     code, out, err = cli(capsys, "validate", "--data", p)
