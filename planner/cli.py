@@ -461,10 +461,11 @@ def export_cmd(
     target: Annotated[list[str], typer.Option("--target", help="sglang, vllm, trtllm, k8s or all (repeatable, or comma-separated).")],
     out: Annotated[Path | None, typer.Option("--out", help="Folder to write (default PLAN_DIR/export).")] = None,
     namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace of the manifests.")] = "default",
+    gateway: Annotated[str, typer.Option("--gateway", help="Gateway (Gateway API) the workloads' HTTPRoutes attach to.")] = "inference-gateway",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing export.")] = False,
 ) -> None:
-    """Hand a plan to ops: engine launch scripts, expert maps per engine, Kubernetes manifests, autoscaling,
-    SLO alerts and a runbook."""
+    """Hand a plan to ops: engine launch scripts, expert maps per engine, Kubernetes manifests, routes weighted as
+    the plan routes traffic, autoscaling, SLO alerts and a runbook."""
     import re
 
     from planner.export.bundle import export_plan, parse_targets
@@ -473,11 +474,13 @@ def export_cmd(
     targets = parse_targets(target)
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace) or len(namespace) > 63:
         raise InputError(f"--namespace '{namespace}': a Kubernetes namespace is lowercase letters, digits and '-'")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", gateway) or len(gateway) > 253:
+        raise InputError(f"--gateway '{gateway}': a Kubernetes object name is lowercase letters, digits, '-' and '.'")
     dest = out or plan_dir / "export"
     check_folder(dest, option="--out")
     if not force and owned_files(dest):
         raise InputError(f"{dest} holds an export; pass --force to replace it, or choose another --out")
-    doc = export_plan(plan_dir, targets, dest, _catalog(), force=force, namespace=namespace)
+    doc = export_plan(plan_dir, targets, dest, _catalog(), force=force, namespace=namespace, gateway=gateway)
     typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
                + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
 

@@ -159,7 +159,8 @@ def test_kubernetes_objects_validate(exported):
     import kubernetes_validate as kv
 
     schemas = {"LeaderWorkerSet": crd_schema("leaderworkerset"), "DisaggregatedSet": crd_schema("disaggregatedset"),
-               "PrometheusRule": crd_schema("prometheusrule"), "PodMonitor": crd_schema("podmonitor")}
+               "PrometheusRule": crd_schema("prometheusrule"), "PodMonitor": crd_schema("podmonitor"),
+               "HTTPRoute": crd_schema("httproute")}
     kinds = set()
     for dest in exported.values():
         for f in sorted((dest / "k8s").glob("*.yaml")):
@@ -179,7 +180,7 @@ def test_kubernetes_objects_validate(exported):
                 elif obj["kind"] not in schemas:
                     kv.validate(obj, "1.33", strict=True)
     assert {"Deployment", "LeaderWorkerSet", "DisaggregatedSet", "Service", "ConfigMap",
-            "HorizontalPodAutoscaler", "PrometheusRule", "PodMonitor", "PodDisruptionBudget"} <= kinds
+            "HorizontalPodAutoscaler", "PrometheusRule", "PodMonitor", "PodDisruptionBudget", "HTTPRoute"} <= kinds
 
 
 def _pods(obj: dict) -> list[dict]:
@@ -310,3 +311,29 @@ def test_vllm_micro_batching_names_a_backend_that_allows_it(exported):
             backend = text.split("--all2all-backend", 1)[1].split()[0] if "--all2all-backend" in text else None
             assert backend in allowed, f
     assert seen, "no bundled plan exports a vLLM pool with two-batch overlap"
+
+
+def test_routes_split_traffic_as_the_plan_routes_it(exported):
+    """Each workload's HTTPRoute sends each aggregated pool its plan.json router share (a pool with 0.8% of the
+    requests gets 0.8% of the weight, not an equal share of pods), through a Service per pool; a disaggregated
+    workload's part goes to its router's Service; the runbook's shares are plan.json's."""
+    for name, dest in exported.items():
+        plan = read_plan(ROOT / "plans" / name)
+        routes = [o for o in yaml.safe_load_all((dest / "k8s" / "routes.yaml").read_text()) if o]
+        services = {o["metadata"]["name"] for o in yaml.safe_load_all((dest / "k8s" / "services.yaml").read_text()) if o}
+        by_name = {r["metadata"]["name"]: r for r in routes}
+        for w in plan.workloads:
+            pools = [p for p in plan.pools if p.workload == w.name]
+            refs = by_name[w.name.lower()]["spec"]["rules"][0]["backendRefs"]
+            assert {r["name"] for r in refs} <= services
+            total = sum(r["weight"] for r in refs)
+            agg = [p for p in pools if p.role == "aggregated"]
+            if agg and not any(p.role != "aggregated" for p in pools):
+                for p in agg:
+                    ref = next(r for r in refs if r["name"] == p.id.lower())
+                    assert ref["weight"] / total == pytest.approx(p.router_share, abs=2e-4), (name, p.id)
+            if any(p.role == "decode" for p in pools):
+                assert any(r["name"].endswith("-router") for r in refs)
+        runbook = (dest / "runbook.md").read_text()
+        for p in plan.pools:
+            assert f"| {p.router_share:.1%} |" in runbook

@@ -67,7 +67,7 @@ def _dump_all(objs: list[dict]) -> str:
 
 
 def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog, *, force: bool = False,
-                namespace: str = "default") -> dict:
+                namespace: str = "default", gateway: str = "inference-gateway") -> dict:
     """Write the export of ``plan_dir`` into ``out`` (swapped in whole); return the export.json document."""
     plan_dir = Path(plan_dir)
     plan = read_plan(plan_dir)
@@ -114,7 +114,7 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
                 args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
             add(f"{d.pool}/launch-{t}.sh", launch.script(d, t, args, notes=notes), d.pool, "launch", t)
     if "k8s" in targets:
-        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped)
+        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped, gateway)
     add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped),
         None, "runbook")
     add("README.md", _readme(plan, deps, launch_of), None, "readme")
@@ -161,7 +161,7 @@ def _notes(d: Deployment, target: str) -> list[str]:
 
 
 def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_name: str, namespace: str, add,
-         skipped: list[dict]) -> None:
+         skipped: list[dict], gateway: str = "inference-gateway") -> None:
     runnable = []
     target_of = {}
     for d in deps:
@@ -189,7 +189,13 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     for w in workloads:
         ds = [d for d in runnable if d.workload == w]
         serving += k8s.workload_objects(ds, target_of, plan_name, namespace)
-    services = [k8s.service(w, [d for d in runnable if d.workload == w], plan_name, namespace) for w in workloads]
+    # Services and routes cover every pool, those without a launch template too (run by hand with the pool's
+    # labels, they get the traffic the plan gives them; the route never shifts it onto the others)
+    every = sorted({d.workload for d in deps})
+    services = [k8s.pool_service(d, plan_name, namespace) for d in deps]
+    services += [s for w in every if (s := k8s.service(w, [d for d in deps if d.workload == w], plan_name,
+                                                           namespace)) is not None]
+    routes = [k8s.route(w, [d for d in deps if d.workload == w], plan_name, namespace, gateway) for w in every]
     for d in runnable:
         h = k8s.autoscaler(d, catalog, namespace)
         if h is not None:
@@ -197,6 +203,7 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     add("k8s/configmaps.yaml", _dump_all(cms), None, "k8s")
     add("k8s/serving.yaml", _dump_all(serving), None, "k8s")
     add("k8s/services.yaml", _dump_all(services), None, "k8s")
+    add("k8s/routes.yaml", _dump_all(routes), None, "k8s")
     add("k8s/disruption.yaml", _dump_all([k8s.disruption_budget(d, namespace) for d in runnable]), None, "k8s")
     if hpas:  # an empty YAML stream is refused by `kubectl apply`
         add("k8s/autoscaling.yaml", _dump_all(hpas), None, "k8s")

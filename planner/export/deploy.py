@@ -76,6 +76,8 @@ class Deployment:
     """Host memory per chip (the catalog's ``host_dram_gb``): what a pod may ask of its node."""
     lose_units: int = 0
     """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
+    router_share: float = 1.0
+    """Share of its workload's requests of its role the plan routes to this pool (plan.json ``router_share``)."""
 
     @property
     def hosts(self) -> int:
@@ -160,5 +162,5 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         predicted_ttft_s=p.predicted.ttft_s, predicted_tpot_s=p.predicted.tpot_s,
         scale_up_domain_chips=hw.scale_up_domain_chips, unit_kind=hw.purchase_unit.kind,
         unit_chips=hw.purchase_unit.chips_per_unit, host_dram_bytes_per_chip=hw.host_dram_bytes,
-        lose_units=plan.resilience.lose_units if plan.resilience is not None else 0,
+        lose_units=plan.resilience.lose_units if plan.resilience is not None else 0, router_share=p.router_share,
     )

@@ -179,15 +179,60 @@ def pod_monitors(deps: list[Deployment], catalog: Catalog, plan_name: str, names
     return out
 
 
-def service(workload: str, deps: list[Deployment], plan_name: str, namespace: str) -> dict:
-    """The workload's entry point: aggregated pools' serving pods; for prefill/decode pools the engine's
-    router (label ``planner.io/router: <workload>``, see the runbook)."""
+def service(workload: str, deps: list[Deployment], plan_name: str, namespace: str) -> dict | None:
+    """A disaggregated workload's entry point: the engine's prefill/decode router (label
+    ``planner.io/router: <workload>``, see the runbook). Aggregated traffic goes through the workload's
+    HTTPRoute to each pool's own Service instead (:func:`route`), weighted as the plan routes it."""
+    if not any(d.role in ("prefill", "decode") for d in deps):
+        return None
     w = _dns(workload)
-    disagg = any(d.role in ("prefill", "decode") for d in deps)
-    selector = {"planner.io/router": w} if disagg else {"planner.io/workload": w, "planner.io/role": "aggregated"}
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": w, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": plan_name}},
+            "metadata": {"name": f"{w}-router", "namespace": namespace, "labels": {"app.kubernetes.io/part-of": plan_name}},
+            "spec": {"selector": {"planner.io/router": w}, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]}}
+
+
+def pool_service(d: Deployment, plan_name: str, namespace: str) -> dict:
+    """One pool's serving pods (the leaders of multi-host replicas): what a route or a router sends to."""
+    selector = {"planner.io/pool": d.name}
+    if d.multi_host:
+        selector["leaderworkerset.sigs.k8s.io/worker-index"] = "0"
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": d.name, "namespace": namespace, "labels": _labels(d, plan_name)},
             "spec": {"selector": selector, "ports": [{"name": "http", "port": 80, "targetPort": PORT}]}}
+
+
+ROUTE_WEIGHT = 10_000
+"""Sum of a route's backend weights (Gateway API weights are integers, proportions of their sum)."""
+
+
+def route_weights(deps: list[Deployment]) -> dict[str, int]:
+    """Backend -> weight of one workload's route: each aggregated pool its share of the workload's requests (its
+    ``router_share`` of the aggregated part), the prefill/decode router the disaggregated part; the parts in
+    proportion to the capacity the plan gives each (aggregated pools, and the smaller of prefill and decode)."""
+    def cap(role: str) -> float:
+        return sum(d.requests_per_s_per_replica * d.replicas for d in deps if d.role == role)
+
+    agg, dis = cap("aggregated"), min(cap("prefill"), cap("decode"))
+    total = agg + dis
+    out: dict[str, int] = {}
+    if total <= 0:
+        return out
+    for d in deps:
+        if d.role == "aggregated":
+            out[d.name] = round(ROUTE_WEIGHT * agg / total * d.router_share)
+    if dis > 0:
+        out[f"{_dns(deps[0].workload)}-router"] = round(ROUTE_WEIGHT * dis / total)
+    return out
+
+
+def route(workload: str, deps: list[Deployment], plan_name: str, namespace: str, gateway: str) -> dict:
+    """The workload's HTTPRoute (Gateway API v1): requests split over its pools as the plan routes them."""
+    weights = route_weights(deps)
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": _dns(workload), "namespace": namespace, "labels": {"app.kubernetes.io/part-of": plan_name}},
+            "spec": {"parentRefs": [{"name": gateway}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                                "backendRefs": [{"name": name, "port": 80, "weight": w} for name, w in weights.items()]}]}}
 
 
 def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:

@@ -20,6 +20,7 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           f"- Label the nodes of each hardware kind `planner.io/hardware=<id>` "
           f"({', '.join(sorted({d.hardware for d in deps}))}); on NVL72 racks the GPU operator's "
           "`nvidia.com/gpu.clique` label keeps a replica inside one NVLink domain.",
+          "- A Gateway API implementation and a Gateway for the HTTPRoutes (default name `inference-gateway`).",
           "- Install the LeaderWorkerSet and DisaggregatedSet controllers (kubernetes-sigs/lws) where a pool spans "
           "hosts or serves prefill/decode separately, the Prometheus operator for the alerts, and a metrics adapter "
           "that exposes each engine's running-requests gauge to the autoscaler (the HPA names it with `_` for `:`).",
@@ -39,16 +40,18 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "leaders are Ready; decode workers need them to pull KV from.",
           "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
           "4. Routers last: the engine's prefill/decode router for disaggregated workloads, labelled "
-          "`planner.io/router=<workload>`, then `k8s/services.yaml`.",
+          "`planner.io/router=<workload>`, then `k8s/services.yaml` (one Service per pool, one per router) and "
+          "`k8s/routes.yaml`: each workload's HTTPRoute splits its requests over its pools with the plan's router "
+          "shares as weights (the table below); it attaches to the Gateway named at export (`--gateway`).",
           "5. `k8s/disruption.yaml`, `k8s/autoscaling.yaml` (where written), `k8s/monitoring.yaml` (PodMonitors: "
           "what the Prometheus operator scrapes) and `k8s/alerts.yaml`.", ""]
     L += ["## Pools", "", "| pool | role | hardware | replicas | hosts x GPUs per replica | engine | capacity req/s | "
-          "demand share | launch |", "|---|---|---|---:|---|---|---:|---:|---|"]
+          "router share | utilisation | launch |", "|---|---|---|---:|---|---|---:|---:|---:|---|"]
     for d in deps:
         p = next(x for x in plan.pools if x.id == d.pool)
         launch = ", ".join(f"`{f}`" for f in files.get(d.pool, [])) or "(none)"
         L.append(f"| {d.pool} | {d.role} | {d.hardware} | {d.replicas} | {d.hosts} x {d.gpus_per_pod} | {d.engine} | "
-                 f"{p.predicted.requests_per_s:,.2f} | {p.predicted.utilisation:.0%} | {launch} |")
+                 f"{p.predicted.requests_per_s:,.2f} | {p.router_share:.1%} | {p.predicted.utilisation:.0%} | {launch} |")
     L.append("")
     for d in deps:
         L.append(f"- **{d.pool}**: layout {next(x for x in plan.pools if x.id == d.pool).layout.notation}, batch {d.batch} "

@@ -3,8 +3,8 @@
     python tests/data/extract_references.py [--shared ../shared]
 
 - ``reference/engine-flags.json.gz``: ``shared/reference/engine-flags.json`` whole, gzipped.
-- ``reference/k8s/KIND.schema.json.gz``: ``spec.versions[0].schema.openAPIV3Schema`` of each CRD the export
-  validates against (LeaderWorkerSet, DisaggregatedSet, PrometheusRule, ServiceMonitor, PodMonitor), as compact
+- ``reference/k8s/KIND.schema.json.gz``: ``openAPIV3Schema`` of the ``v1`` version of each CRD the export
+  validates against (LeaderWorkerSet, DisaggregatedSet, PrometheusRule, ServiceMonitor, PodMonitor, HTTPRoute v1), as compact
   JSON (keys sorted), gzipped.
 - ``hf-configs/*.json``: the Hugging Face ``config.json`` snapshots, byte for byte.
 - ``calibration/silicon_calibration.csv`` and ``calibration/inferencex/dsr1_runs.json``: a few hundred measured
@@ -37,8 +37,9 @@ CRDS = {
     "prometheusrule": "monitoring.coreos.com_prometheusrules.yaml",
     "servicemonitor": "monitoring.coreos.com_servicemonitors.yaml",
     "podmonitor": "monitoring.coreos.com_podmonitors.yaml",
+    "httproute": "gateway.networking.k8s.io_httproutes.yaml",
 }
-LICENCES = ("LICENSE-lws", "LICENSE-prometheus-operator")
+LICENCES = ("LICENSE-lws", "LICENSE-prometheus-operator", "LICENSE-gateway-api")
 
 
 def gz(data: bytes) -> bytes:
@@ -46,8 +47,11 @@ def gz(data: bytes) -> bytes:
 
 
 def crd_schema(path: Path) -> bytes:
+    """The ``openAPIV3Schema`` of the CRD's ``v1`` version (its first where it has no ``v1``)."""
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    versions = doc["spec"]["versions"]
+    version = next((v for v in versions if v["name"] == "v1"), versions[0])
+    schema = version["schema"]["openAPIV3Schema"]
     return json.dumps(schema, separators=(",", ":"), sort_keys=True).encode()
 
 
