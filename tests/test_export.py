@@ -337,3 +337,31 @@ def test_routes_split_traffic_as_the_plan_routes_it(exported):
         runbook = (dest / "runbook.md").read_text()
         for p in plan.pools:
             assert f"| {p.router_share:.1%} |" in runbook
+
+
+def test_context_stays_within_the_checkpoint_or_says_how_it_is_extended(catalog, tmp_path):
+    """Qwen3's config allows 40,960 tokens; the catalog's 131,072 needs YaRN. A workload within 40,960 starts the
+    engines at 40,960 (no rope override); a longer one gets the rope scaling and max_position_embeddings
+    overrides both engines need (engine-rules.md 1.5, 2.3); TensorRT-LLM stays at the checkpoint's length and
+    says so. Models without an extension keep their maximum."""
+    import dataclasses
+
+    plan = read_plan(ROOT / "plans" / "multi-workload")
+    deps = deployments(plan, catalog, ROOT / "plans" / "multi-workload")
+    d = next(x for x in deps if x.role in ("aggregated", "decode"))
+    assert d.native_context_tokens == 40960 and d.max_context_tokens == 131072
+    short = dataclasses.replace(d, context_tokens=4000)
+    long = dataclasses.replace(d, context_tokens=101000)
+    for t, flag, override in (("sglang", "--context-length", "--json-model-override-args"),
+                              ("vllm", "--max-model-len", "--hf-overrides")):
+        a = launch.command(short, t)
+        assert a[a.index(flag) + 1] == "40960" and override not in a
+        b = launch.command(long, t)
+        assert b[b.index(flag) + 1] == "131072"
+        ov = json.loads(b[b.index(override) + 1])
+        assert ov["max_position_embeddings"] == 131072 and ov["rope_scaling"]["factor"] == 4.0
+    tr = launch.command(long, "trtllm")
+    assert tr[tr.index("--max_seq_len") + 1] == "40960" and "capped" in launch.context_note(long, "trtllm")
+    llama = next(x for x in deployments(read_plan(ROOT / "plans" / "llama-70b-chat"), catalog) if x.engine == "sglang")
+    a = launch.command(llama, "sglang")
+    assert a[a.index("--context-length") + 1] == "131072" and launch.context_note(llama, "sglang") is None

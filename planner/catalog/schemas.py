@@ -659,6 +659,14 @@ class Speculative(Strict):
     as_of: AsOf
 
 
+class ContextExtension(Strict):
+    native_tokens: PosInt
+    """``max_position_embeddings`` of the published config (what engines accept without an override)."""
+    rope_scaling: dict[str, float | str]
+    """The ``rope_scaling`` block the model's card documents for ``max_context_tokens`` (e.g. YaRN, factor 4)."""
+    source: str = Field(min_length=3)
+
+
 class Published(Strict):
     total_params_b: Pos | None = None
     active_params_b: Pos | None = None
@@ -681,9 +689,20 @@ class ModelSpec(Strict):
     expert_weights_dtype: Dtype | None = None
     """Native format of routed-expert weights, where it differs (gpt-oss: MXFP4 experts)."""
     max_context_tokens: PosInt
+    context_extension: ContextExtension | None = None
+    """Where ``max_context_tokens`` is beyond the checkpoint's own ``max_position_embeddings``: that length and the
+    rope scaling that reaches ``max_context_tokens`` (engines need both overridden to serve beyond it)."""
     speculative: Speculative | None = None
     """Speculative decoding a plan may choose for this model (None: not offered)."""
     published: Published | None = None
+
+    @model_validator(mode="after")
+    def _extension(self) -> ModelSpec:
+        ext = self.context_extension
+        if ext is not None and ext.native_tokens >= self.max_context_tokens:
+            raise ValueError("context_extension.native_tokens must be below max_context_tokens (else no extension "
+                             "is needed: remove context_extension)")
+        return self
 
     @property
     def is_moe(self) -> bool:

@@ -152,9 +152,9 @@ def _notes(d: Deployment, target: str) -> list[str]:
     notes = []
     if target != d.engine:
         notes.append(f"The plan priced this pool with {d.engine}; this is the {target} equivalent (its speed may differ).")
-    cn = launch.checkpoint_note(d)
-    if cn:
-        notes.append(cn)
+    for note in (launch.checkpoint_note(d), launch.context_note(d, target)):
+        if note:
+            notes.append(note)
     if d.role in ("prefill", "decode"):
         notes.append(f"Disaggregated {d.role} worker: start prefill workers first; a router pairs them with decode.")
     return notes

@@ -78,6 +78,24 @@ class Deployment:
     """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
     router_share: float = 1.0
     """Share of its workload's requests of its role the plan routes to this pool (plan.json ``router_share``)."""
+    native_context_tokens: int | None = None
+    """The checkpoint's own ``max_position_embeddings`` where ``max_context_tokens`` needs a rope extension."""
+    rope_scaling: dict | None = None
+    """The rope scaling that extends the checkpoint to ``max_context_tokens`` (with ``native_context_tokens``)."""
+
+    @property
+    def engine_context(self) -> int:
+        """Longest request the engine is started for: the model's maximum, or, where that needs a rope extension
+        the workload's requests do not (prompt plus output within the checkpoint's own length), the checkpoint's
+        own length (the Qwen3 card advises against static YaRN below 32K tokens)."""
+        if self.native_context_tokens is None or self.context_tokens > self.native_context_tokens:
+            return self.max_context_tokens
+        return self.native_context_tokens
+
+    @property
+    def extends_context(self) -> bool:
+        """Whether the engine must be told the rope extension (and the longer ``max_position_embeddings``)."""
+        return self.native_context_tokens is not None and self.engine_context > self.native_context_tokens
 
     @property
     def hosts(self) -> int:
@@ -163,4 +181,6 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         scale_up_domain_chips=hw.scale_up_domain_chips, unit_kind=hw.purchase_unit.kind,
         unit_chips=hw.purchase_unit.chips_per_unit, host_dram_bytes_per_chip=hw.host_dram_bytes,
         lose_units=plan.resilience.lose_units if plan.resilience is not None else 0, router_share=p.router_share,
+        native_context_tokens=model.context_extension.native_tokens if model.context_extension else None,
+        rope_scaling=dict(model.context_extension.rope_scaling) if model.context_extension else None,
     )

@@ -36,6 +36,29 @@ _VLLM_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp8", "google"
                ("int8", "nvidia"): "fp8"}
 
 
+def _extension(d: Deployment) -> dict:
+    """The config override that serves beyond the checkpoint's own length: the rope scaling the model card
+    documents and ``max_position_embeddings`` raised to match (SGLang and vLLM 0.33 derive the limit from
+    ``max_position_embeddings`` alone for YaRN with ``original_max_position_embeddings``: engine-rules.md 1.5,
+    2.3)."""
+    return {"rope_scaling": d.rope_scaling, "max_position_embeddings": d.engine_context}
+
+
+def context_note(d: Deployment, target: str) -> str | None:
+    """What the launch command does about a context beyond the checkpoint's own length."""
+    if d.native_context_tokens is None:
+        return None
+    if not d.extends_context:
+        return (f"context capped at the checkpoint's own {d.native_context_tokens:,} tokens (requests of this workload "
+                f"need {d.context_tokens:,}; {d.max_context_tokens:,} would need rope scaling)")
+    if target == "trtllm":
+        return (f"context capped at the checkpoint's own {d.native_context_tokens:,} tokens: the workload needs "
+                f"{d.context_tokens:,}; give TensorRT-LLM a checkpoint whose config carries the rope scaling "
+                f"{json.dumps(d.rope_scaling)} to serve {d.max_context_tokens:,}")
+    return (f"context {d.engine_context:,} tokens through rope scaling {json.dumps(d.rope_scaling)} over the "
+            f"checkpoint's own {d.native_context_tokens:,}")
+
+
 def _quant(d: Deployment, table: dict) -> str | None:
     """The quantisation method when the plan serves weights in another format than the checkpoint's."""
     if d.weights_dtype == d.native_dtype:
@@ -59,8 +82,10 @@ def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:
             "--served-model-name", d.model_id, "--host", "0.0.0.0", "--port", str(PORT),
             "--tp-size", str(d.tp * d.attn_dp), "--max-running-requests", str(d.batch),
             "--mem-fraction-static", f"{d.static_fraction:.2f}",
-            "--kv-cache-dtype", _SGL_KV[d.kv_dtype], "--context-length", str(d.max_context_tokens),
+            "--kv-cache-dtype", _SGL_KV[d.kv_dtype], "--context-length", str(d.engine_context),
             "--trust-remote-code", "--enable-metrics"]
+    if d.extends_context:
+        args += ["--json-model-override-args", json.dumps(_extension(d))]
     if d.pp > 1:
         args += ["--pp-size", str(d.pp)]
     if d.attn_dp > 1:
@@ -100,8 +125,10 @@ def vllm(d: Deployment) -> list[str]:
             "--port", str(PORT), "--tensor-parallel-size", str(d.tp),
             "--max-num-seqs", str(max(1, d.batch // d.attn_dp)),
             "--gpu-memory-utilization", f"{d.total_fraction:.2f}",
-            "--kv-cache-dtype", _VLLM_KV[d.kv_dtype], "--max-model-len", str(d.max_context_tokens),
+            "--kv-cache-dtype", _VLLM_KV[d.kv_dtype], "--max-model-len", str(d.engine_context),
             "--trust-remote-code"]
+    if d.extends_context:
+        args += ["--hf-overrides", json.dumps(_extension(d))]
     if d.pp > 1:
         args += ["--pipeline-parallel-size", str(d.pp)]
     if d.attn_dp > 1:
@@ -145,7 +172,7 @@ def trtllm(d: Deployment) -> list[str]:
     args = ["trtllm-serve", "${MODEL_PATH}", "--host", "0.0.0.0", "--port", str(PORT), "--backend", "pytorch",
             "--tensor_parallel_size", str(d.tp * d.attn_dp), "--pipeline_parallel_size", str(d.pp),
             "--max_batch_size", str(max(1, d.batch // d.attn_dp)),
-            "--max_seq_len", str(d.max_context_tokens), "--trust_remote_code",
+            "--max_seq_len", str(d.native_context_tokens or d.max_context_tokens), "--trust_remote_code",
             "--config", "config.yaml"]
     if d.ep > 1:
         args += ["--moe_expert_parallel_size", str(d.ep)]
