@@ -636,7 +636,7 @@ def roofline(
 
     from planner.catalog.schemas import IDEAL
     from planner.perf.layout import Layout, check_layout
-    from planner.perf.report import prefill_roofline
+    from planner.perf.report import prefill_roofline, require_fit
     from planner.perf.report import roofline as run
     from planner.perf.roofline import MAX_SPEC_TOKENS, Setup
     from planner.units import DTYPES
@@ -680,39 +680,20 @@ def roofline(
 
     if phase == "prefill":
         pres = prefill_roofline(setup, layout, batch, context, prefix=prefix, mode=mode, engine=eng.id if eng else None)
-        _misfit(pres, layout, allow_misfit, hw.hbm_bytes)
+        if not allow_misfit:
+            require_fit(pres, layout, hw.hbm_bytes)
         if as_json:
-            _echo_json(_unpriced(pres.to_dict(), pres.fits))
+            _echo_json(pres.to_dict())
         else:
             typer.echo(prefill_text(pres))
         return
     res = run(setup, layout, batch, context, mode=mode, engine=eng.id if eng else None)
-    _misfit(res, layout, allow_misfit, hw.hbm_bytes)
+    if not allow_misfit:
+        require_fit(res, layout, hw.hbm_bytes)
     if as_json:
-        _echo_json(_unpriced(res.to_dict(), res.fits))
+        _echo_json(res.to_dict())
         return
     typer.echo(roofline_text(res))
-
-
-def _misfit(r, layout, allow: bool, hbm_bytes: float) -> None:
-    """A layout that does not fit in HBM is an error unless ``--allow-misfit`` (then it is shown unpriced)."""
-    if r.fits or allow:
-        return
-    kv = getattr(r, "kv_bytes_per_chip", None)
-    kv = r.kv_bytes_written_per_chip if kv is None else kv
-    raise InputError(f"{r.model} {layout.describe()} on {r.hardware} does not fit: weights "
-                     f"{r.weight_bytes_per_chip / 1e9:,.1f} GB and KV {kv / 1e9:,.1f} GB per chip (with the runtime "
-                     f"reserve) exceed {hbm_bytes / 1e9:,.1f} GB of HBM; spread it over more chips (--tp, --pp, --ep), "
-                     "lower --batch or --context, or pass --allow-misfit to see its roofline unpriced")
-
-
-def _unpriced(doc: dict, fits: bool) -> dict:
-    """A layout that does not fit has no price: its cost fields are null."""
-    if not fits:
-        for k in list(doc):
-            if k.startswith("usd_"):
-                doc[k] = None
-    return doc
 
 
 # --------------------------------------------------------------------------------------------------

@@ -398,7 +398,9 @@ def _recheck_period(rs: ResolvedScenario, data, table, x, u, req: dict[str, floa
     if not x:
         return all(v <= 0 for v in req.values())
     sc = rs.scenario
-    wls = [w.model_copy(update={"requests_per_s": max(req[w.name], 1e-9), "profile": None}) for w in sc.workloads]
+    # a period without traffic for a workload re-checks it at 0 req/s (model_copy skips the schema's "> 0": the
+    # period's fleet owes that workload nothing)
+    wls = [w.model_copy(update={"requests_per_s": max(req[w.name], 0.0), "profile": None}) for w in sc.workloads]
     rs_t = dc_replace(rs, scenario=sc.model_copy(update={"workloads": wls}))
     data_t = prepare(rs_t, table)
     total = {h: a + b + c for h, (a, b, c) in u.items()}

@@ -831,15 +831,14 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     for w in sc.workloads:
         agg, pre, dec = (capacity[(w.name, r)] for r in ("aggregated", "prefill", "decode"))
         served = agg + min(pre, dec)
-        # a period without demand for this workload is planned at 1e-9 req/s (schemas need a positive rate)
-        add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL) - 1e-9,
+        add(f"{w.name}: demand", served >= w.requests_per_s * (1 - REL_TOL),
             f"{served:.2f} req/s capacity for {w.requests_per_s:g} req/s")
         ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
         for p in plan.pools:
             if p.workload != w.name or p.prefix_tier == "none" or ws <= 0:
                 continue
             # Each pool's tier holds the prefixes of the traffic routed to it (routing by prefix family).
-            need = ws * p.predicted.requests_per_s_per_replica / w.requests_per_s
+            need = ws * p.predicted.requests_per_s_per_replica / w.requests_per_s if w.requests_per_s > 0 else 0.0
             add(f"{p.id}: prefix cache", p.prefix_cache_bytes_per_replica >= need * (1 - REL_TOL),
                 f"{p.prefix_cache_bytes_per_replica / 1e9:,.1f} GB per replica in {p.prefix_tier} for "
                 f"{need / 1e9:,.1f} GB of prefixes of its traffic")

@@ -84,6 +84,11 @@ class Deployment:
     """The rope scaling that extends the checkpoint to ``max_context_tokens`` (with ``native_context_tokens``)."""
 
     @property
+    def dp_ranks_per_host(self) -> int:
+        """Attention data-parallel ranks (of ``tp`` GPUs each) one host runs."""
+        return max(1, self.gpus_per_host // self.tp)
+
+    @property
     def engine_context(self) -> int:
         """Longest request the engine is started for: the model's maximum, or, where that needs a rope extension
         the workload's requests do not (prompt plus output within the checkpoint's own length), the checkpoint's

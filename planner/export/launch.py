@@ -134,8 +134,7 @@ def vllm(d: Deployment) -> list[str]:
     if d.attn_dp > 1:
         args += ["--data-parallel-size", str(d.attn_dp)]
         if d.multi_host:
-            local = max(1, d.gpus_per_host // d.tp)
-            args += ["--data-parallel-size-local", str(local), "--data-parallel-address", "${LEADER_ADDR}",
+            args += ["--data-parallel-size-local", str(d.dp_ranks_per_host), "--data-parallel-address", "${LEADER_ADDR}",
                      "--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", "${DP_START_RANK}"]
     if d.ep > 1:
         args += ["--enable-expert-parallel"]
@@ -248,9 +247,8 @@ def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> 
                   'LEADER_ADDR="${LEADER_ADDR:?set LEADER_ADDR to the leader host address}"']
     if "${DP_START_RANK}" in args:
         # first data-parallel rank on this host: NODE_RANK x the ranks each host runs (an integer variable)
-        local = max(1, d.gpus_per_host // d.tp)
         lines += ['test -n "$NODE_RANK" -a -z "${NODE_RANK//[0-9]/}" || { echo "NODE_RANK must be a whole number" >&2; exit 1; }',
-                  f'declare -i DP_START_RANK="NODE_RANK * {local}"']
+                  f'declare -i DP_START_RANK="NODE_RANK * {d.dp_ranks_per_host}"']
     groups: list[str] = []
     i = 0
     while i < len(args):

@@ -150,9 +150,10 @@ def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode
         kv_bytes_per_chip=kv,
         other_bytes_per_chip=other,
         hbm_bytes_per_chip=hw.hbm_bytes,
-        fits=bool(w + kv + other <= hw.hbm_bytes),
-        usd_per_hour=usd_h,
-        usd_per_mtok=float(usd_per_mtok(usd_h, tps)) if usd_h is not None else None,
+        fits=(fits := bool(w + kv + other <= hw.hbm_bytes)),
+        # a layout that cannot run has no price (the CLI refuses it unless --allow-misfit)
+        usd_per_hour=usd_h if fits else None,
+        usd_per_mtok=float(usd_per_mtok(usd_h, tps)) if usd_h is not None and fits else None,
         balance_batch=balance_batch(setup, layout, context),
         latency_floor_s=float(latency_floor(setup, *L)),
         weight_read_bytes_per_chip=float(st.weight_read_bytes),
@@ -241,6 +242,22 @@ def prefill_roofline(
         pass_time_s=t, compute_time_s=comp, memory_time_s=mem, comm_time_s=comm, overhead_time_s=over, bound=bound,
         tokens_per_s=tps, tokens_per_s_per_gpu=tps / chips, model_flops_utilisation=mfu,
         kv_bytes_written_per_chip=kv, weight_bytes_per_chip=w,
-        fits=bool(w + kv + runtime_reserve_bytes(hw) <= hw.hbm_bytes),
-        usd_per_hour=usd_h, usd_per_mtok_input=float(usd_per_mtok(usd_h, tps)) if usd_h is not None else None,
+        fits=(fits := bool(w + kv + runtime_reserve_bytes(hw) <= hw.hbm_bytes)),
+        usd_per_hour=usd_h if fits else None,
+        usd_per_mtok_input=float(usd_per_mtok(usd_h, tps)) if usd_h is not None and fits else None,
     )
+
+
+def require_fit(r, layout, hbm_bytes: float) -> None:
+    """Refuse a roofline (decode step or prefill pass) whose layout does not fit in HBM: one line with the sizes
+    and what to change (``planner roofline`` shows it anyway with ``--allow-misfit``, unpriced)."""
+    if r.fits:
+        return
+    from planner.errors import InputError
+
+    kv = getattr(r, "kv_bytes_per_chip", None)
+    kv = r.kv_bytes_written_per_chip if kv is None else kv
+    raise InputError(f"{r.model} {layout.describe()} on {r.hardware} does not fit: weights "
+                     f"{r.weight_bytes_per_chip / 1e9:,.1f} GB and KV {kv / 1e9:,.1f} GB per chip (with the runtime "
+                     f"reserve) exceed {hbm_bytes / 1e9:,.1f} GB of HBM; spread it over more chips (--tp, --pp, --ep), "
+                     "lower --batch or --context, or pass --allow-misfit to see its roofline unpriced")

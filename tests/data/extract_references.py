@@ -13,8 +13,10 @@
   (8%, at least two, seed 0), and the silicon rows that are also InferenceX runs of six configurations measured
   both with and without MTP, with those runs; plus the first six runs and 80 sampled (seed 0).
 
-The tests read these files only, so they run the same with or without ../shared; ``tests/test_references.py``
-checks the extracts against ../shared where it is present. Gzip output is deterministic (mtime 0).
+The tests read these files only, so they run the same with or without ../shared. ``MANIFEST.json`` records
+each copy's SHA-256 and its source's (``tests/test_references.py`` checks the copies against it);
+``--check`` re-derives every copy from ../shared and exits 1 where one is stale. Gzip output is deterministic
+(mtime 0).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -103,24 +104,46 @@ def _matching_runs(sil, ix, rows: list) -> set[int]:
             if len(shared_runs(sub, dataclasses.replace(ix, raw=ix.raw.iloc[[i]], norm=ix.norm.iloc[[i]])))}
 
 
-def main() -> None:
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", type=Path, default=HERE.parents[1].parent / "shared")
-    shared = ap.parse_args().shared
-    ref = HERE / "reference"
-    (ref / "k8s").mkdir(parents=True, exist_ok=True)
-    (ref / "engine-flags.json.gz").write_bytes(gz((shared / "reference" / "engine-flags.json").read_bytes()))
+    ap.add_argument("--check", action="store_true", help="compare the copies with ../shared; write nothing")
+    a = ap.parse_args(argv)
+    shared = a.shared
+    sources: dict[str, Path] = {"reference/engine-flags.json.gz": shared / "reference" / "engine-flags.json"}
+    made: dict[str, bytes] = {"reference/engine-flags.json.gz": gz(sources["reference/engine-flags.json.gz"].read_bytes())}
     for kind, name in CRDS.items():
-        (ref / "k8s" / f"{kind}.schema.json.gz").write_bytes(gz(crd_schema(shared / "reference" / "k8s" / name)))
+        rel = f"reference/k8s/{kind}.schema.json.gz"
+        sources[rel] = shared / "reference" / "k8s" / name
+        made[rel] = gz(crd_schema(sources[rel]))
     for lic in LICENCES:
-        shutil.copyfile(shared / "reference" / "k8s" / lic, ref / "k8s" / lic)
-    out = HERE / "hf-configs"
-    out.mkdir(exist_ok=True)
+        sources[f"reference/k8s/{lic}"] = shared / "reference" / "k8s" / lic
     for f in sorted((shared / "calibration" / "hf-configs").glob("*.json")):
-        shutil.copyfile(f, out / f.name)
+        sources[f"hf-configs/{f.name}"] = f
+    for rel, src in sources.items():
+        made.setdefault(rel, src.read_bytes())
+    if a.check:
+        stale = [rel for rel, data in made.items() if not (HERE / rel).is_file() or (HERE / rel).read_bytes() != data]
+        print("stale: " + ", ".join(stale) if stale else f"{len(made)} copies match {shared}")
+        return 1 if stale else 0
+    for rel, data in made.items():
+        (HERE / rel).parent.mkdir(parents=True, exist_ok=True)
+        (HERE / rel).write_bytes(data)
     n_sil, n_ix = calibration_extracts(shared, HERE / "calibration")
-    print(f"calibration extracts: {n_sil} silicon rows, {n_ix} InferenceX runs")
+    sources["calibration/silicon_calibration.csv"] = shared / "calibration" / "silicon_calibration.csv"
+    sources["calibration/inferencex/dsr1_runs.json"] = shared / "calibration" / "inferencex" / "dsr1_runs.json"
+    manifest = {rel: {"sha256": _sha((HERE / rel).read_bytes()), "source": str(src.relative_to(shared)),
+                      "source_sha256": _sha(src.read_bytes())} for rel, src in sorted(sources.items())}
+    (HERE / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(manifest)} copies; calibration extracts: {n_sil} silicon rows, {n_ix} InferenceX runs")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
