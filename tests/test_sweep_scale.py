@@ -187,7 +187,7 @@ def test_workers_do_not_wait_on_a_lock_a_dead_worker_held(tmp_path):
     import sys
 
     if multiprocessing.get_start_method() != "fork":
-        pytest.skip("the shared lock is inherited only by forked workers")
+        pytest.skip("Pyomo's output lock passes to forked workers only (this platform spawns them)")
     out = tmp_path / "sw"
     p = subprocess.run([sys.executable, "-c", HELD_LOCK, "sweep", str(scenario(tmp_path)), "--vary",
                         "workloads.chat.requests_per_s=10,20", "--out", str(out), "--no-tornado", "--jobs", "2"],
