@@ -23,10 +23,19 @@ from planner.catalog.scenario import ResolvedScenario, with_engine
 from planner.catalog.writer import atomic_write_with
 from planner.errors import InfeasibleError, PlanCheckError, PlannerError, SolverLimitError
 from planner.model import PlanData, build_model, prepare
-from planner.model.bounds import greedy_start, snapshot, solve_from
-from planner.model.build import EPSILON, fleet_kw, prefix_bounds_move
-from planner.model.data import drop_unpowered
-from planner.model.periods import Tiers
+from planner.model.bounds import greedy_start, held_start, route_streams, snapshot, solve_from
+from planner.model.build import EPSILON, period_values, solution_values
+from planner.model.data import Tier, drop_unpowered, over_periods
+from planner.model.families import (
+    BY_NAME,
+    FAMILIES,
+    RELAX,
+    Relaxation,
+    limit_relaxations,
+    prefix_bounds_move,
+    relaxed_parameter,
+    shortfalls,
+)
 from planner.perf.candidates import (
     CandidatePool,
     CandidateTable,
@@ -50,13 +59,10 @@ from planner.results import (
     extract,
     recheck,
     software_versions,
-    solution_values,
 )
 from planner.solve import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S, Solver, SolveResult
 from planner.units import HOUR_S, MTOK
 
-RELAX = 0.10
-"""Relative relaxation used to price a binding constraint."""
 SENSITIVITY_TIME_LIMIT_S = 5.0
 MAX_ANALYSIS_JOBS = 4
 """At most this many analysis processes by default (each holds a copy of the model and the candidate pool)."""
@@ -272,7 +278,7 @@ def _evaluate(workers, rs: ResolvedScenario, engine, levels, shares) -> Candidat
     return evaluate_beside(workers, rs, engine, levels, shares)
 
 
-def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
+def price_tiers(rs: ResolvedScenario) -> dict[str, Tier]:
     """Reserved (the plan's price), on-demand and spot per hardware: the scenario's ``price_tiers``, else the
     catalog's ``price.on_demand`` / ``price.spot``; a tier neither gives is not offered."""
     out = {}
@@ -281,25 +287,23 @@ def price_tiers(rs: ResolvedScenario) -> dict[str, Tiers]:
         sc_t = next((v for k, v in over.items() if k == hw.id or k in hw.aliases), None)
         od = sc_t.on_demand if sc_t and sc_t.on_demand else (hw.price.on_demand if hw.price else None)
         sp = sc_t.spot if sc_t and sc_t.spot else (hw.price.spot if hw.price else None)
-        out[hw.id] = Tiers(rs.prices[hw.id], od.usd_per_chip_hour if od else None, sp.usd_per_chip_hour if sp else None,
-                           sp.preemption_rate if sp else 0.0)
+        out[hw.id] = Tier(od.usd_per_chip_hour if od else None, sp.usd_per_chip_hour if sp else None,
+                          sp.preemption_rate if sp else 0.0)
     return out
 
 
 def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: float, mip_gap: float,
                  peak: tuple[dict[int, int], dict[str, int]] | None = None) -> None:
-    """Re-plan a traffic profile period by period with price tiers (:mod:`planner.model.periods`); every
-    period's fleet is extracted and re-checked like a plan of that period's demand. The peak plan held all
-    day (reserved units, the peak's replicas in every period) is handed to the solver as its first
+    """Plan a traffic profile over its periods with price tiers: the plan's own model (every constraint family,
+    N+k and pool-type limits included) over the profile's periods; every period's fleet is extracted and
+    re-checked like a plan of that period's demand, its worst units lost where the scenario asks for N+k. The
+    peak plan held all day (its units held, its replicas in every period) is handed to the solver as its first
     incumbent where it is feasible."""
-    from planner.model.periods import build_periods_model, period_values
-
     sc = rs.scenario
     T = max(len(w.profile) for w in sc.workloads if w.profile is not None)
     demand = {w.name: list(w.profile) if w.profile is not None else [w.requests_per_s] * T for w in sc.workloads}
-    tiers = price_tiers(rs)
-    m = build_periods_model(data, demand, tiers)
-    start = _flat_peak_start(m, *peak, demand) if peak is not None else None
+    m = build_model(over_periods(data, demand, price_tiers(rs)))
+    start = held_start(m, *peak) if peak is not None else None
     res = Solver(time_limit_s=time_limit_s, mip_gap=mip_gap).solve(m, start=start)
     if res.status == "infeasible":
         raise InfeasibleError("the traffic profile cannot be served in some period within the limits "
@@ -330,36 +334,6 @@ def plan_periods(rs: ResolvedScenario, data, table, plan: Plan, time_limit_s: fl
     if not all(p.recheck_ok for p in out):
         bad = [p.period for p in out if not p.recheck_ok]
         raise PlanCheckError(f"the fleet of period(s) {bad[:5]} fails its re-check by the performance model; no plan written")
-
-
-def _flat_peak_start(m, x: dict[int, int], u: dict[str, int], demand: dict[str, list[float]]) -> dict:
-    """The peak plan (replicas ``x``, units ``u``) in every period: its units reserved, its replicas everywhere,
-    each period's streams the peak's capacity scaled by the period's share of the peak demand. Taken from the
-    plan's own values, not the model's (the analysis re-solves leave other solutions loaded in it)."""
-    from pyomo.common.collections import ComponentMap
-
-    a = m._arr
-    start = ComponentMap()
-    for h in m.H:
-        start[m.ur[h]] = u.get(h, 0)
-    for i in m.R:
-        for t in m.T:
-            start[m.x[i, t]] = x.get(i, 0)
-    served: dict[tuple[str, str], float] = {}
-    for i, n in x.items():
-        key = (a["workload"][i], a["role"][i])
-        served[key] = served.get(key, 0.0) + a["rate"][i] * n / m._unit
-    for w in m.W:
-        agg = served.get((w, "aggregated"), 0.0)
-        dis = min(served.get((w, "prefill"), 0.0), served.get((w, "decode"), 0.0))
-        top = max(demand[w]) or 1.0
-        for t in m.T:
-            f = demand[w][t] / top
-            if not m.s_agg[w, t].fixed:
-                start[m.s_agg[w, t]] = agg * f
-            if not m.s_dis[w, t].fixed:
-                start[m.s_dis[w, t]] = dis * f
-    return start
 
 
 def day_cost(plan: Plan, rs: ResolvedScenario, periods: int) -> DayCost:
@@ -427,7 +401,7 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
         m.u[h].fix(u[h])
     m.cost.deactivate()
     slots = [float(v) for v in a["slots"]]  # Python floats: Pyomo builds from them far faster than from NumPy's
-    m.chips_used = pyo.Objective(expr=sum(slots[i] * m.x[i] for i in m.R), sense=pyo.minimize)
+    m.chips_used = pyo.Objective(expr=sum(slots[i] * m.x[i, t] for i in m.R for t in m.T), sense=pyo.minimize)
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         # Pool types are priced in the cost: fewer chips must not be bought with more pool types.
         m.types_cap = pyo.Constraint(expr=sum(m.row_used[i] for i in m.R) <= len(x))  # x: the rows in use
@@ -540,23 +514,7 @@ def diagnose_limits(data: PlanData, opts: PlanOptions) -> str:
     res = Solver(time_limit_s=opts.time_limit_s, mip_gap=1e-6).solve(m)
     if not res.has_solution:
         return "no plan meets the demand within the limits, and the elastic relaxation found none either"
-    parts = []
-    if data.power_kw is not None and pyo.value(m.extra_kw) > 1e-6:
-        need = pyo.value(fleet_kw(m))
-        parts.append(
-            f"limits.power_kw: serving the demand needs {need:,.1f} kW, the limit is {data.power_kw:,.1f} kW "
-            f"(short by {need - data.power_kw:,.1f} kW)"
-        )
-    if data.budget_usd_per_hour is not None and pyo.value(m.extra_usd) > 1e-6:
-        cost = sum(pyo.value(m.u[h]) * data.hardware[h].usd_per_unit_hour for h in m.H)
-        parts.append(
-            f"limits.budget_usd_per_hour: the cheapest fleet within the other limits costs ${cost:,.2f}/h, "
-            f"the budget is ${data.budget_usd_per_hour:,.2f}/h (short by ${cost - data.budget_usd_per_hour:,.2f}/h)"
-        )
-    for h, hd in data.hardware.items():
-        if hd.max_units is not None and pyo.value(m.extra_units[h]) > 1e-6:
-            need = int(round(pyo.value(m.u[h])))
-            parts.append(f"limits.max_units.{h}: needs {need} {hd.unit_kind}s, {hd.max_units} allowed (short by {need - hd.max_units})")
+    parts = shortfalls(m)
     if not parts:
         return "no plan meets the demand within the limits (the relaxation found no single limit to blame)"
     return "infeasible: " + "; ".join(parts)
@@ -702,7 +660,7 @@ class _Ctx:
             old, values, cost = known
             start = solution_on(old, values, m)
             if start is not None:
-                route_demand(m, start)
+                route_streams(m, start)
             if start is not None and solver.start_objective(start) is not None:
                 self.proven = True  # optimal for a relaxation of this model, and a plan of it
                 return cost
@@ -718,7 +676,8 @@ class _Ctx:
         """Rows of the plan's model that the plan uses."""
         if self.base is None:
             return []
-        return [i for i in self.model.R if self.base[self.model.x[i]] > 0.5]
+        m = self.model
+        return [i for i in m.R if any(self.base[m.x[i, t]] > 0.5 for t in m.T)]
 
     def _base_on(self, m) -> ComponentMap | None:
         """The plan's solution on the model ``m`` of another candidate table of the same pool (rows matched by
@@ -731,7 +690,7 @@ class _Ctx:
 def pool_rows_used(m, values: ComponentMap) -> set[int]:
     """The pool positions of the rows of model ``m`` that its solution ``values`` uses."""
     pos = m._data.rows["pool_row"].to_numpy()
-    return {int(pos[i]) for i in m.R if values[m.x[i]] > 0.5}
+    return {int(pos[i]) for i in m.R if any(values[m.x[i, t]] > 0.5 for t in m.T)}
 
 
 def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
@@ -740,38 +699,24 @@ def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
     where = {int(p): j for j, p in enumerate(m._data.rows["pool_row"].to_numpy())}
     pos = old._data.rows["pool_row"].to_numpy()
     start = ComponentMap()
-    for i in old.R:
-        n = values[old.x[i]]
+    for i, t in old.x:
+        n = values[old.x[i, t]]
         if n > 0.5:
             j = where.get(int(pos[i]))
             if j is None:
                 return None
-            start[m.x[j]] = n
-    for name in ("u", "s_agg", "s_dis", "uses", "hw_used"):
-        if hasattr(m, name) and hasattr(old, name):
-            mine, theirs = getattr(m, name), getattr(old, name)
-            for k in mine:
-                if k in theirs:
-                    start[mine[k]] = values[theirs[k]]
+            start[m.x[j, t]] = n
+    for mine in m.component_objects(pyo.Var, descend_into=False):  # units, streams and the families' indicators
+        theirs = old.component(mine.local_name)
+        if mine.local_name in ("x", "row_used") or theirs is None:
+            continue
+        for k in mine:
+            if k in theirs:
+                start[mine[k]] = values[theirs[k]]
     if hasattr(m, "row_used"):
         for i in m.R:
-            start[m.row_used[i]] = float(start.get(m.x[i], 0.0) > 0.5)
+            start[m.row_used[i]] = float(any(start.get(m.x[i, t], 0.0) > 0.5 for t in m.T))
     return start
-
-
-def route_demand(m, start: ComponentMap) -> None:
-    """Set ``start``'s streams from its replicas at ``m``'s rates: each workload's demand to its aggregated pools
-    as far as they carry it, the rest to its disaggregated ones (a solution mapped from another model carries that
-    model's streams, which ``m``'s rates may not carry)."""
-    rate = m._arr["rate"] / m._unit
-    for w in m.W:
-        carried = sum(rate[i] * start.get(m.x[i], 0.0) for i in m._rows_of.get(("role", w, "aggregated"), []))
-        need = pyo.value(m.demand[w]) / m._unit
-        agg = 0.0 if m.s_agg[w].fixed else min(carried, need)
-        if not m.s_agg[w].fixed:
-            start[m.s_agg[w]] = agg
-        if not m.s_dis[w].fixed:
-            start[m.s_dis[w]] = max(need - agg, 0.0)
 
 
 def _fleet_cost(m, data: PlanData) -> float:
@@ -799,7 +744,8 @@ class Question:
     handed it (:mod:`planner.analysis_workers`)."""
 
     kind: str
-    """``runner_up`` (``target``: the hardware left out), ``power``, ``max_units`` (``target``: the hardware),
+    """``runner_up`` (``target``: the hardware left out), ``limit`` (``which``: the constraint family, ``target``:
+    its index where it has one, ``value``: the raised limit; :func:`planner.model.families.limit_relaxations`),
     ``slo`` (``target``: the workload, ``which``: ``tpot`` or ``ttft``), ``demand`` or ``prefix`` (``target``:
     the workload), ``resilience`` (the N+k rows dropped); ``together`` (``members``: one workload's SLO and prefix
     questions, answered by one re-solve where it proves none of them saves anything, see :func:`together`)."""
@@ -812,10 +758,10 @@ class Question:
     @property
     def label(self) -> str:
         """What the progress line says while it is re-solved."""
+        if self.kind == "limit":
+            return f"{BY_NAME[self.which].path} relaxed to {self.value:g}" + (f" ({self.target})" if self.target else "")
         return {
             "runner_up": f"the cheapest plan without {self.target}",
-            "power": f"{RELAX:.0%} more power",
-            "max_units": f"more {self.target} units",
             "slo": f"{self.target}'s {(self.which or '').upper()} {RELAX:.0%} looser",
             "demand": f"{self.target}'s demand {RELAX:.0%} lower",
             "prefix": f"{self.target}'s prefix working set {RELAX:.0%} smaller",
@@ -898,15 +844,7 @@ def questions(ctx: _Ctx) -> list[Question]:
     out: list[Question] = []
     if plan.units:
         out.append(Question("runner_up", max(plan.units, key=lambda g: g.usd_per_hour).hardware))
-    if data.power_kw is not None:
-        kw = sum(g.kw or 0.0 for g in plan.units)
-        # With more than one unit's worth of slack, more power cannot change the plan.
-        unit_kw = max((hd.kw_per_chip or 0.0) * hd.chips_per_unit for hd in data.hardware.values())
-        if kw + unit_kw > data.power_kw:
-            out.append(Question("power", value=data.power_kw * (1 + RELAX)))
-    for h, hd in data.hardware.items():
-        if hd.max_units is not None and _units_of(plan, h) >= hd.max_units:
-            out.append(Question("max_units", h, value=max(hd.max_units + 1, int(np.ceil(hd.max_units * (1 + RELAX))))))
+    out += [Question("limit", r.target, r.family, value=r.value) for r in limit_relaxations(data, plan)]
     slos = scenario_slos(sc.workloads)
     spend = _spend(plan)
     for w in sorted(sc.workloads, key=lambda w: -spend.get(w.name, 0.0)):
@@ -931,14 +869,12 @@ def ask(ctx: _Ctx, q: Question, known: tuple | None = None) -> Answer:
         return Answer(None, True, runner_up(ctx, q.target))
     if q.kind == "together":
         return _ask_together(ctx, q)
-    if q.kind == "power":
-        cost = ctx.resolve_with(m.power_limit_kw, q.value)
-    elif q.kind == "max_units":
-        cost = ctx.resolve_with(m.max_units[q.target], q.value)
+    if q.kind == "limit":
+        cost = ctx.resolve_with(relaxed_parameter(m, Relaxation(q.which, q.target, q.value)), q.value)
     elif q.kind == "slo":
         cost = ctx.cost_relaxed(q.target, (q.which,), known=known)
     elif q.kind == "demand":
-        cost = ctx.resolve_with(m.demand[q.target], q.value, q.target)
+        cost = ctx.resolve_with(m.demand[q.target, 0], q.value, q.target)
     elif q.kind == "prefix":
         cost = ctx.resolve_with(m.working_set_gb[q.target], q.value, q.target,
                                 moves=lambda: prefix_bounds_move(m, q.target))
@@ -1048,40 +984,26 @@ def binding_constraints(ctx: _Ctx, qs: list[Question], answers: dict[Question, A
     base = ctx.cost
     slos = scenario_slos(sc.workloads)
     by_name = {w.name: w for w in sc.workloads}
-    kw = sum(g.kw or 0.0 for g in plan.units)
 
     def saves(proven: bool) -> str:
         return "saves" if proven else "saves at least"
 
-    def power(s: float | None, proven: bool) -> None:
-        if (s and s > 1e-6 * base) or kw > data.power_kw * 0.98:
-            out.append(Binding(
-                name="limits.power_kw",
-                detail=f"uses {kw:,.0f} of {data.power_kw:,.0f} kW; {RELAX:.0%} more power {saves(proven)} ${s or 0:,.2f}/h",
-                usd_per_hour_saved=s, saving_proven=proven,
-            ))
-
-    asked = next((q for q in qs if q.kind == "power"), None)
-    if data.power_kw is not None and asked is None:
-        power(0.0, True)  # more than a unit's worth of slack: more power cannot change the plan
-    elif asked in answers:
-        power(_saved(base, answers[asked].cost), answers[asked].proven)
-    if data.budget_usd_per_hour is not None and base > data.budget_usd_per_hour * 0.98:
-        out.append(Binding(name="limits.budget_usd_per_hour", detail=f"${base:,.2f} of ${data.budget_usd_per_hour:,.2f}/h", usd_per_hour_saved=0.0))
+    for f in FAMILIES:  # the limits, family by family: each relaxation priced, or the limit alone where none was
+        if f.binding is None:
+            continue
+        asked = [q for q in qs if q.kind == "limit" and q.which == f.name]
+        priced = [(Relaxation(f.name, q.target, q.value), answers[q]) for q in asked if q in answers]
+        rows = [(r, _saved(base, a.cost), a.proven) for r, a in priced] if asked else [(None, 0.0, True)]
+        for r, s, proven in rows:
+            row = f.binding(data, plan, r, f"{saves(proven)} ${s or 0:,.2f}/h", s)
+            if row is not None:
+                out.append(Binding(name=row[0], detail=row[1], usd_per_hour_saved=s, saving_proven=proven))
     for q in qs:
         a = answers.get(q)
-        if a is None or q.kind in ("runner_up", "resilience", "power"):
+        if a is None or q.kind in ("runner_up", "resilience", "limit"):
             continue
         s, proven = _saved(base, a.cost), a.proven
-        if q.kind == "max_units":
-            hd = data.hardware[q.target]
-            out.append(Binding(
-                name=f"limits.max_units.{q.target}",
-                detail=f"{_units_of(plan, q.target)} of {hd.max_units} {hd.unit_kind}s of {q.target}; allowing {q.value:g} "
-                f"{saves(proven)} ${s or 0:,.2f}/h",
-                usd_per_hour_saved=s, saving_proven=proven,
-            ))
-        elif q.kind == "demand":
+        if q.kind == "demand":
             w = by_name[q.target]
             worth = f"{saves(proven)} ${s:,.2f}/h" if s is not None else "was not re-solved within the time limit"
             out.append(Binding(

@@ -12,13 +12,14 @@ from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
-import pyomo.core as pyo
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.ids import CATALOG_ID, CatalogId, EngineId, FileName, NameId, PoolId
 from planner.catalog.scenario import ResolvedScenario
 from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
-from planner.model.data import PlanData, chip_power_kw
+from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
+from planner.model.data import PlanData
+from planner.model.families import FAMILIES
 from planner.perf.candidates import evaluate_point, packing_domain, planned_load
 from planner.perf.layout import Layout, check_layout, describe_layout
 from planner.solve import SolveResult
@@ -335,13 +336,6 @@ def software_versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[pkg] = "unknown"
     return out
-
-
-def solution_values(model) -> tuple[dict[int, int], dict[str, int]]:
-    """Integer replicas per row and units per hardware from a solved model."""
-    x = {int(i): int(round(pyo.value(model.x[i]))) for i in model.R if (pyo.value(model.x[i]) or 0) > 0.5}
-    u = {h: int(round(pyo.value(model.u[h]) or 0)) for h in model.H}
-    return x, u
 
 
 def _expert_out(rs: ResolvedScenario, r) -> ExpertPlacementOut | None:
@@ -883,9 +877,8 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
                 f"{w.requests_per_s:g} req/s")
     total = sum(g.usd_per_hour for g in plan.units)
     add("objective", math.isclose(total, plan.objective.usd_per_hour, rel_tol=1e-9), f"${total:,.2f}/h")
-    if sc.limits.power_kw is not None:
-        kw = sum(g.chips * (chip_power_kw(hw_by_id[g.hardware])[0] or 0.0) for g in plan.units)
-        add("power", kw <= sc.limits.power_kw * (1 + REL_TOL), f"{kw:,.0f} of {sc.limits.power_kw:,.0f} kW")
-    if sc.limits.budget_usd_per_hour is not None:
-        add("budget", total <= sc.limits.budget_usd_per_hour * (1 + REL_TOL), f"${total:,.2f} of ${sc.limits.budget_usd_per_hour:,.2f}/h")
+    for family in FAMILIES:  # the limits the registry's families re-check on the plan's own figures
+        if family.recheck is not None:
+            for name, ok, detail in family.recheck(plan, rs):
+                add(name, ok, detail)
     return Recheck(ok=all(c.ok for c in checks), checks=checks)

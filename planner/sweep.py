@@ -37,6 +37,7 @@ from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.model import build_model, prepare
 from planner.model.build import update_parameters
 from planner.model.data import drop_unpowered
+from planner.model.families import FAMILIES
 from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
 from planner.planning import PlanOptions, diagnose_candidates, diagnose_limits
 from planner.results import extract, solution_values
@@ -239,9 +240,10 @@ def _blank(doc: dict, slos: bool) -> dict:
             w.pop("slo", None)
     d["prices"] = sorted((d.get("prices") or {}).keys())
     lim = d.get("limits") or {}
-    lim["max_units"] = sorted((lim.get("max_units") or {}).keys())
-    for k in ("power_kw", "budget_usd_per_hour"):
-        lim[k] = lim.get(k) is not None
+    for f in FAMILIES:  # the limits a re-solve varies in place (mutable parameters): only whether they are set counts
+        if f.sweepable and f.path and f.path.startswith("limits."):
+            k = f.path.split(".")[1]
+            lim[k] = sorted((lim.get(k) or {}).keys()) if isinstance(lim.get(k), dict) else lim.get(k) is not None
     d["limits"] = lim
     return d
 

@@ -37,7 +37,7 @@ def _floors(m, cutoff=None) -> dict[str, tuple[float, float]]:
     if rows is None:
         return {}
     cols = solver._opt._pyomo_var_to_solver_var_map
-    workload_of = {cols[id(m.x[i])]: m._arr["workload"][i] for i in m.R}
+    workload_of = {cols[id(m.x[i, 0])]: m._arr["workload"][i] for i in m.R}
     out = {}
     for lower, upper, idx, cost in rows:
         (w,) = {workload_of[j] for j, c in zip(idx, cost, strict=True) if c and j in workload_of}
@@ -65,7 +65,7 @@ def _alone(data: PlanData, w: str) -> float | None:
     m = build_model(one)
     m.cost.deactivate()
     m.chips = pyo.Objective(expr=sum(m._arr["slots"][i] * one.hardware[m._arr["hardware"][i]].usd_per_chip_hour
-                                     * m.x[i] for i in m.R))
+                                     * m.x[i, 0] for i in m.R))
     r = Solver(mip_gap=0.0).solve(m)
     return pyo.value(m.chips) if r.has_solution else None
 
@@ -181,7 +181,7 @@ def test_a_start_improved_by_moving_blocks_to_their_optima_is_the_best_such_move
         return
     floors, blocks = found
     cols = solver._opt._pyomo_var_to_solver_var_map
-    col_of = [cols[id(m.x[i])] for i in m.R]
+    col_of = [cols[id(m.x[i, 0])] for i in m.R]
     vec = solver._column_values(start)
     ours = {i: vec[j] for i, j in enumerate(col_of)}
     moves = []

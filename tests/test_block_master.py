@@ -36,7 +36,7 @@ def _loaded(data: PlanData):
 def _workload_of(m, solver, idx) -> str:
     cols = solver._opt._pyomo_var_to_solver_var_map
     inside = set(idx.tolist())
-    (w,) = {m._arr["workload"][i] for i in m.R if cols.get(id(m.x[i])) in inside}
+    (w,) = {m._arr["workload"][i] for i in m.R if cols.get(id(m.x[i, 0])) in inside}
     return w
 
 
@@ -46,9 +46,9 @@ def _brute_vectors(m, w: str, budget: float) -> set[tuple[tuple[str, int], ...]]
     bounds rule out left out."""
     a = m._arr
     price = {h: m.usd_per_chip_hour[h].value for h in m.H}
-    rows = [i for i in m.R if a["workload"][i] == w and m.x[i].ub != 0]
+    rows = [i for i in m.R if a["workload"][i] == w and m.x[i, 0].ub != 0]
     most = [int(budget // (price[a["hardware"][i]] * a["slots"][i])) for i in rows]
-    demand = m.demand[w].value
+    demand = m.demand[w, 0].value
     found = set()
     for x in itertools.product(*[range(k + 1) for k in most]):
         cost = sum(price[a["hardware"][i]] * a["slots"][i] * n for i, n in zip(rows, x, strict=True))
@@ -76,7 +76,7 @@ def test_slot_vectors_are_those_of_brute_force_enumeration(seed):
         return
     m, solver, floors, covers = loaded
     cons = solver._opt._pyomo_con_to_solver_con_map
-    hw_of_row = {cons[m.unit_packing[h]]: h for h in m.H if m.unit_packing[h] in cons}
+    hw_of_row = {cons[m.unit_packing[h, 0]]: h for h in m.H if m.unit_packing[h, 0] in cons}
     checked = 0
     for (z, idx, cost), cover in zip(floors.floors, covers, strict=True):
         sh = bm.shape(floors.lp, idx, cost, cover)

@@ -61,7 +61,7 @@ def test_relaxation_solved_with_the_base_plan_as_start_and_bound(seed):
         pytest.skip("no plan at this seed")
     base = snapshot(m)
     w = next(iter(data.workloads))
-    m.demand[w] = data.workloads[w].requests_per_s * 0.6
+    m.demand[w, 0] = data.workloads[w].requests_per_s * 0.6
     if seed == 4:  # its plan caches prefixes: with less demand a replica's share (and prefix load) grows
         assert not is_feasible(m, base)
     r2 = solve_from(solver, m, base)
@@ -100,7 +100,7 @@ def test_the_solver_side_start_check_agrees_with_the_model_side_one(seed):
     if solver.solve(m).status == "optimal":
         starts.append(snapshot(m))
         w = next(iter(data.workloads))
-        m.demand[w] = data.workloads[w].requests_per_s * 1.7  # the optimum no longer serves it
+        m.demand[w, 0] = data.workloads[w].requests_per_s * 1.7  # the optimum no longer serves it
     solver.load(m)
     verdicts = []
     for s in starts:
@@ -136,7 +136,7 @@ def test_caps_last_one_solve_and_a_repaired_start_keeps_the_other_workloads(seed
     rep = greedy_start(m, base, {w}, check=False)
     for i in m.R:
         if m._arr["workload"][i] != w:
-            assert rep[m.x[i]] == round(base[m.x[i]])
+            assert rep[m.x[i, 0]] == round(base[m.x[i, 0]])
 
 
 def test_greedy_start_survives_the_loss_of_units_it_must_survive():
@@ -154,7 +154,7 @@ def test_greedy_start_survives_the_loss_of_units_it_must_survive():
     for k, nodes in ((1, 2), (2, 3)):
         m = build_model(replace(data, lose_units=k))
         start = greedy_start(m)
-        assert start is not None and start[m.x[0]] == 5 + 8 * k and start[m.u["a"]] == nodes
+        assert start is not None and start[m.x[0, 0]] == 5 + 8 * k and start[m.u["a"]] == nodes
         res = Solver(mip_gap=0.0).solve(m)
         assert res.status == "optimal" and objective_at(m, start) >= pyo.value(m.cost) - 1e-9
 
@@ -202,7 +202,7 @@ def test_a_fallback_start_is_searched_from_with_heuristics(seed, monkeypatch):
     starts = [base, lambda: greedy_start(m, check=False)]
     assert solve_from(solver, m, starts, heuristics=False).status == "optimal" and used == [False]
     w = next(iter(data.workloads))
-    m.demand[w] = data.workloads[w].requests_per_s * 1.7  # the plan no longer serves it: the greedy start is used
+    m.demand[w, 0] = data.workloads[w].requests_per_s * 1.7  # the plan no longer serves it: the greedy start is used
     used.clear()
     r = solve_from(solver, m, starts, heuristics=False)
     greedy = greedy_start(m, check=False)
@@ -281,8 +281,8 @@ def test_the_digest_of_a_model_is_the_problem_it_poses(seed):
     assert sb.digest() == first
     w, h = next(iter(data.workloads)), next(iter(data.hardware))
     seen = {first}
-    for change, undo in ((lambda: a.demand[w].set_value(data.workloads[w].requests_per_s * 0.9),
-                          lambda: a.demand[w].set_value(data.workloads[w].requests_per_s)),
+    for change, undo in ((lambda: a.demand[w, 0].set_value(data.workloads[w].requests_per_s * 0.9),
+                          lambda: a.demand[w, 0].set_value(data.workloads[w].requests_per_s)),
                          (lambda: a.u[h].fix(0), lambda: a.u[h].unfix()),
                          (lambda: a.usd_per_chip_hour[h].set_value(data.hardware[h].usd_per_chip_hour * 1.5),
                           lambda: a.usd_per_chip_hour[h].set_value(data.hardware[h].usd_per_chip_hour))):

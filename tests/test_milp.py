@@ -288,7 +288,7 @@ def test_a_working_set_change_that_moves_no_row_leaves_the_model_as_it_was():
     """The analysis prices a 10% smaller working set by re-solving only where some row's prefix-capacity verdict
     moves (it is the parameter's only use in the model): here 2 GB per req/s holds a 1.5 GB per req/s share at
     both working sets, 1.4 GB per req/s only at the smaller one."""
-    from planner.model.build import prefix_bounds_move
+    from planner.model.families import prefix_bounds_move
 
     hw = {"a": _hw("a", 8, 1.0)}
     for pcap_gb, moves in ((10.0, False), (7.0, True)):

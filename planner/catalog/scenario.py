@@ -107,6 +107,15 @@ class ExpertLoad(Strict):
         return self
 
 
+class Racks(Strict):
+    """Datacenter racks of one power envelope: purchase units sit in racks of their own hardware, as many to a
+    rack as its power allows; a unit that draws more than a rack holds cannot be placed."""
+    count: Annotated[int, Field(ge=1, le=1_000_000)]
+    """Racks available."""
+    kw_per_rack: Annotated[float, Field(gt=0, le=10_000)]
+    """All-in power each rack can feed and cool, kW."""
+
+
 class Limits(Strict):
     max_units: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] = Field(default_factory=dict)
     """Purchase units available per hardware id."""
@@ -118,6 +127,8 @@ class Limits(Strict):
     """At most this many pool types (hardware x engine x layout x batch x tiers) serving one workload."""
     pool_type_usd_per_hour: Annotated[float, Field(ge=0, le=1e6)] = 0.0
     """Fixed cost of operating each pool type the plan uses (its own images, alerts, on-call), $/h."""
+    racks: Racks | None = None
+    """Racks of a power envelope the fleet must fit in (``{count: 20, kw_per_rack: 40}``)."""
 
 
 class Resilience(Strict):
@@ -186,10 +197,6 @@ class Scenario(Strict):
         lengths = {len(w.profile) for w in self.workloads if w.profile is not None}
         if len(lengths) > 1:
             raise ValueError(f"every workload's profile needs the same number of periods (got {sorted(lengths)})")
-        if lengths and (self.resilience.lose_units or self.limits.max_pool_types_per_workload
-                        or self.limits.max_hardware_types or self.limits.pool_type_usd_per_hour):
-            raise ValueError("a traffic profile is planned without resilience and pool-type limits for now; "
-                             "plan the peak (a single requests_per_s) with them")
         k = self.resilience.lose_units
         mu = self.limits.max_units
         if k and self.hardware is not None and all(h in mu for h in self.hardware):

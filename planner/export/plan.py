@@ -178,7 +178,8 @@ def plan_markdown(plan: Plan) -> str:
               f"Traffic follows a profile of {T} periods ({24 / T:g} h each). The pools above are the peak period's "
               f"fleet; provisioned flat all day it costs ${plan.flat_peak_usd_per_day:,.2f}/day. Buying reserved units "
               f"for the whole day and on-demand or spot units per period costs **${plan.usd_per_day:,.2f}/day** "
-              f"({saving:.1%} less). Every period's fleet is re-checked by the performance model alone. "
+              f"({saving:.1%} less). Every period's fleet is re-checked by the performance model alone"
+              + (f", with its worst {plan.resilience.lose_units} unit(s) lost. " if plan.resilience else ". ")
               + _periods_status(plan), "",
               "![fleet per period](periods.png)", "",
               "| period | requests/s | capacity req/s | units (reserved + on-demand + spot) | $/h | re-check |",

@@ -27,7 +27,7 @@ import numpy as np
 import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
-from planner.model.build import prefix_rows_hold
+from planner.model.families import prefix_rows_hold, start_indicators
 
 FEASIBILITY_TOL = 1e-6
 
@@ -86,25 +86,41 @@ def _assigned(m, values: ComponentMap):
 
 
 def cost_caps(m, cost: float | None) -> ComponentMap:
-    """Upper bounds on ``u`` and ``x`` implied by a feasible plan of objective ``cost`` (see the module
-    docstring); empty where ``cost`` is unknown. Only bounds tighter than the variables' own, and never below
-    a variable's lower bound."""
+    """Upper bounds on the units and replicas implied by a feasible plan of objective ``cost`` (see the module
+    docstring); empty where ``cost`` is unknown. The objective is the horizon's mean $/h, so the held units cost
+    at most ``cost`` and a period's per-period units at most ``cost`` over the period's weight. Only bounds
+    tighter than the variables' own, and never below a variable's lower bound."""
     caps = ComponentMap()
     if cost is None or not math.isfinite(cost):
         return caps
     data, a = m._data, m._arr
-    units = {}
+    weights = m._periods.weights
+
+    def most(price: float | None, weight: float = 1.0) -> int | None:
+        return math.floor(cost / (price * weight) * (1 + 1e-9)) if price else None
+
+    units: dict[tuple[str, int], int | None] = {}
     for h in m.H:
-        price = pyo.value(m.usd_per_chip_hour[h]) * data.hardware[h].chips_per_unit
-        units[h] = math.floor(cost / price * (1 + 1e-9)) if price > 0 else None
-    for h, cap in units.items():
-        if cap is not None:
-            _tighten(m.u[h], cap, caps)
+        cpu = data.hardware[h].chips_per_unit
+        held = most(pyo.value(m.usd_per_chip_hour[h]) * cpu)
+        if held is not None:
+            _tighten(m.u[h], held, caps)
+        tier = data.tiers.get(h)
+        for t in m.T:
+            total = held
+            for name, price in (("uo", tier.on_demand if tier else None), ("us", tier.spot if tier else None)):
+                if price is None or not hasattr(m, name) or (h, t) not in getattr(m, name):
+                    continue
+                cap = most(price * cpu, weights[t])
+                _tighten(getattr(m, name)[h, t], cap, caps)
+                total = None if total is None else total + cap
+            units[h, t] = total
     slots = a["slots"]
     for i in m.R:
         h = a["hardware"][i]
-        if units[h] is not None:
-            _tighten(m.x[i], math.floor(units[h] * data.hardware[h].chips_per_unit / slots[i] * (1 + 1e-9)), caps)
+        for t in m.T:
+            if units[h, t] is not None:
+                _tighten(m.x[i, t], math.floor(units[h, t] * data.hardware[h].chips_per_unit / slots[i] * (1 + 1e-9)), caps)
     return caps
 
 
@@ -130,17 +146,19 @@ def _tighten(v, ub: int, caps: ComponentMap) -> None:
 
 
 def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool = True) -> ComponentMap | None:
-    """A plan to start from, or ``None``: each workload served whole by the option (an aggregated row, or a
-    prefill and a decode row) with the fewest chips of capacity per request/s, replicas rounded up, units
-    rounded up to hold them, every indicator set to match. With ``base`` (a plan of this model, usually one that
-    a change has made infeasible) only the workloads in ``redo`` are served that way; the others keep their
-    replicas and streams from ``base`` (a repair: close to ``base``, so close to the new optimum). With
-    ``check`` it is kept only if it meets every constraint of the model (limits, N+k, prefix capacity, pool-type
-    caps can rule it out); without, the caller checks (:func:`solve_from` does, on HiGHS's copy of the model)."""
+    """A plan to start from, or ``None``: in each period, each workload served whole by the option (an aggregated
+    row, or a prefill and a decode row) with the fewest chips of capacity per request/s, replicas rounded up, units
+    held over the horizon to hold the largest period's replicas (no per-period tier bought), every indicator set
+    to match. With ``base`` (a plan of this model, usually one that a change has made infeasible) only the
+    workloads in ``redo`` are served that way; the others keep their replicas and streams from ``base`` (a repair:
+    close to ``base``, so close to the new optimum). With ``check`` it is kept only if it meets every constraint
+    of the model (limits, N+k, prefix capacity, pool-type caps can rule it out); without, the caller checks
+    (:func:`solve_from` does, on HiGHS's copy of the model)."""
     a, unit, data = m._arr, m._unit, m._data
     rate = a["rate"] / unit
     price = {h: pyo.value(m.usd_per_chip_hour[h]) for h in m.H}
-    x = np.zeros(len(rate))
+    periods = list(m.T)
+    x = np.zeros((len(rate), len(periods)))
     vals = ComponentMap()
     lose = data.lose_units
     redo = set(m.W) if base is None or redo is None else set(redo)
@@ -148,51 +166,89 @@ def greedy_start(m, base: ComponentMap | None = None, redo=None, *, check: bool 
         wl = a["workload"]
         for i in m.R:
             if wl[i] not in redo:
-                x[i] = round(base.get(m.x[i], 0.0))
+                for t in periods:
+                    x[i, t] = round(base.get(m.x[i, t], 0.0))
     for w in m.W:
-        if w not in redo:
-            vals[m.s_agg[w]] = base.get(m.s_agg[w], 0.0)
-            vals[m.s_dis[w]] = base.get(m.s_dis[w], 0.0)
-            continue
-        demand = pyo.value(m.demand[w]) / unit
-        best = {role: _cheapest_row(m, w, role, rate, price) for role in ("aggregated", "prefill", "decode")}
-
-        def replicas(i, demand=demand, w=w):
-            # N+k: what is left after losing k units (each carrying at most ``_loss`` of the role) still serves
-            # the demand (:func:`planner.model.build.define_resilience`)
-            need = demand + lose * m._loss.get((w, a["role"][i], a["hardware"][i]), 0.0) if lose else demand
-            return math.ceil(need / max(rate[i], 1e-30))
-
-        opts = []
-        if best["aggregated"] is not None and not m.s_agg[w].fixed:
-            i = best["aggregated"]
-            opts.append((replicas(i) * a["slots"][i] * price[a["hardware"][i]], [i], "agg"))
-        if best["prefill"] is not None and best["decode"] is not None and not m.s_dis[w].fixed:
-            pair = [best["prefill"], best["decode"]]
-            opts.append((sum(replicas(i) * a["slots"][i] * price[a["hardware"][i]] for i in pair), pair, "dis"))
-        if not opts:
-            return None
-        _, rows, kind = min(opts, key=lambda o: o[0])
-        for i in rows:
-            x[i] = max(x[i], replicas(i))
-        vals[m.s_agg[w]] = demand if kind == "agg" else 0.0
-        vals[m.s_dis[w]] = demand if kind == "dis" else 0.0
+        for t in periods:
+            if w not in redo:
+                vals[m.s_agg[w, t]] = base.get(m.s_agg[w, t], 0.0)
+                vals[m.s_dis[w, t]] = base.get(m.s_dis[w, t], 0.0)
+                continue
+            if not _serve_greedily(m, w, t, rate, price, lose, x, vals):
+                return None
     slots = a["slots"]
     for i in m.R:
-        vals[m.x[i]] = float(x[i])
+        for t in periods:
+            vals[m.x[i, t]] = float(x[i, t])
     for h in m.H:
-        used = sum(slots[i] * x[i] for i in m._rows_of.get(("hw", h), []))
+        rows = m._rows_of.get(("hw", h), [])
+        used = max((sum(slots[i] * x[i, t] for i in rows) for t in periods), default=0.0)
         vals[m.u[h]] = float(math.ceil(used / data.hardware[h].chips_per_unit - 1e-9))
-    if hasattr(m, "uses"):
-        for (w, role, h) in m.RES:
-            vals[m.uses[w, role, h]] = float(any(x[i] > 0 and a["hardware"][i] == h for i in m._rows_of[("role", w, role)]))
-    if hasattr(m, "hw_used"):
-        for h in m.H:
-            vals[m.hw_used[h]] = float(vals[m.u[h]] > 0)
-    if hasattr(m, "row_used"):
-        for i in m.R:
-            vals[m.row_used[i]] = float(x[i] > 0)
+    start_indicators(m, lambda i, t: x[i, t], vals)
     return vals if not check or is_feasible(m, vals) else None
+
+
+def _serve_greedily(m, w, t, rate, price, lose, x, vals) -> bool:
+    """Serve ``w``'s demand in period ``t`` whole by its cheapest option (into ``x`` and ``vals``); ``False`` where
+    it has none."""
+    a = m._arr
+    demand = pyo.value(m.demand[w, t]) / m._unit
+    best = {role: _cheapest_row(m, w, role, rate, price, t) for role in ("aggregated", "prefill", "decode")}
+
+    def replicas(i):
+        # N+k: what is left after losing k units (each carrying at most ``_loss`` of the role) still serves the
+        # demand (:func:`planner.model.families.define_resilience`)
+        need = demand + lose * m._loss.get((w, a["role"][i], a["hardware"][i]), 0.0) if lose else demand
+        return math.ceil(need / max(rate[i], 1e-30))
+
+    opts = []
+    if best["aggregated"] is not None and not m.s_agg[w, t].fixed:
+        i = best["aggregated"]
+        opts.append((replicas(i) * a["slots"][i] * price[a["hardware"][i]], [i], "agg"))
+    if best["prefill"] is not None and best["decode"] is not None and not m.s_dis[w, t].fixed:
+        pair = [best["prefill"], best["decode"]]
+        opts.append((sum(replicas(i) * a["slots"][i] * price[a["hardware"][i]] for i in pair), pair, "dis"))
+    if not opts:
+        return False
+    _, rows, kind = min(opts, key=lambda o: o[0])
+    for i in rows:
+        x[i, t] = max(x[i, t], replicas(i))
+    vals[m.s_agg[w, t]] = demand if kind == "agg" else 0.0
+    vals[m.s_dis[w, t]] = demand if kind == "dis" else 0.0
+    return True
+
+
+def held_start(m, x: dict[int, int], u: dict[str, int]) -> ComponentMap:
+    """A plan of one period (replicas ``x``, units ``u``; the peak's, say) held in every period of ``m``: its units
+    held over the horizon, its replicas in every period, each period's streams routed over them
+    (:func:`route_streams`). Feasible wherever the plan is feasible at each period's demand: the peak plan at the
+    peak demand is, where less demand leaves each prefix-caching replica's share within what it holds."""
+    vals = ComponentMap()
+    for h in m.H:
+        vals[m.u[h]] = float(u.get(h, 0))
+    for i in m.R:
+        for t in m.T:
+            vals[m.x[i, t]] = float(x.get(i, 0))
+    route_streams(m, vals)
+    start_indicators(m, lambda i, t: x.get(i, 0), vals)
+    return vals
+
+
+def route_streams(m, start: ComponentMap) -> None:
+    """Set ``start``'s streams from its replicas at ``m``'s rates: in each period, each workload's demand to its
+    aggregated pools as far as they carry it, the rest to its disaggregated ones (a solution mapped from another
+    model carries that model's streams, which ``m``'s rates may not carry)."""
+    rate = m._arr["rate"] / m._unit
+    for w in m.W:
+        rows = m._rows_of.get(("role", w, "aggregated"), [])
+        for t in m.T:
+            carried = sum(rate[i] * start.get(m.x[i, t], 0.0) for i in rows)
+            need = pyo.value(m.demand[w, t]) / m._unit
+            agg = 0.0 if m.s_agg[w, t].fixed else min(carried, need)
+            if not m.s_agg[w, t].fixed:
+                start[m.s_agg[w, t]] = agg
+            if not m.s_dis[w, t].fixed:
+                start[m.s_dis[w, t]] = max(need - agg, 0.0)
 
 
 def solve_from(solver, m, starts, *, heuristics: bool = True, loaded: bool = False):
@@ -219,13 +275,13 @@ def solve_from(solver, m, starts, *, heuristics: bool = True, loaded: bool = Fal
     return solver.solve(m, loaded=True)
 
 
-def _cheapest_row(m, w, role, rate, price) -> int | None:
+def _cheapest_row(m, w, role, rate, price, t=0) -> int | None:
     """The row of ``(w, role)`` with the fewest dollars of chip capacity per request/s; a prefix-caching row
-    only where one replica can hold its share of the working set."""
+    only where one replica can hold its share of the working set in period ``t``."""
     a = m._arr
     shut = {h for h in m.H if m.u[h].fixed and not m.u[h].value}  # hardware left out (a runner-up's re-solve)
     rows = np.asarray(m._rows_of.get(("role", w, role), []), dtype=int)
-    rows = [i for i in rows[prefix_rows_hold(m, w, rows)].tolist() if a["hardware"][i] not in shut]
+    rows = [i for i in rows[prefix_rows_hold(m, w, rows, t)].tolist() if a["hardware"][i] not in shut]
     if not rows:
         return None
     return min(rows, key=lambda i: a["slots"][i] * price[a["hardware"][i]] / max(rate[i], 1e-30))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from planner.catalog.scenario import ResolvedScenario
+from planner.catalog.scenario import Racks, ResolvedScenario
 from planner.catalog.schemas import HardwareSpec
 from planner.errors import InputError
 from planner.perf.candidates import CandidateTable
@@ -42,6 +42,38 @@ class WorkloadData:
     """Prefix KV the pools that reuse prefixes must hold, for the whole traffic."""
 
 
+@dataclass(frozen=True)
+class Tier:
+    """Prices besides the plan's own (the reserved price, held over the whole horizon) at which units of one
+    hardware may be bought period by period."""
+    on_demand: float | None = None
+    """USD per chip-hour of a unit bought for one period."""
+    spot: float | None = None
+    """USD per chip-hour of a preemptible unit bought for one period."""
+    preemption: float = 0.0
+    """Share of the spot units' chips counted as lost (the units are bought, their capacity is discounted)."""
+
+
+@dataclass(frozen=True)
+class Periods:
+    """The operating periods one MILP plans over (snapshots): demand per workload and period and each period's
+    share of the horizon. A scenario without a traffic profile is one period at its ``requests_per_s``.
+
+    Units held over the whole horizon are bought once; units priced per period (``Tier``) per period. A second
+    index of investment periods (months, units bought or reserved per month) goes beside this one: each
+    operating period then belongs to one investment period, and the held units become ``u[h, month]``."""
+    demand: dict[str, tuple[float, ...]]
+    """Requests/s per workload, one value per period."""
+    weights: tuple[float, ...]
+    """Each period's share of the horizon (sums to 1): the objective is the horizon's mean $/h."""
+    horizon_h: float = 1.0
+    """Hours the periods cover together (24 for a day's profile)."""
+
+    @property
+    def count(self) -> int:
+        return len(self.weights)
+
+
 @dataclass
 class PlanData:
     rows: pd.DataFrame
@@ -58,6 +90,26 @@ class PlanData:
     max_hardware_types: int | None = None
     max_pool_types_per_workload: int | None = None
     pool_type_usd_per_hour: float = 0.0
+    racks: Racks | None = None
+    """``limits.racks``: racks of a power envelope the units must fit in."""
+    periods: Periods | None = None
+    """The operating periods; ``None``: one period at the workloads' ``requests_per_s`` (:func:`periods_of`)."""
+    tiers: dict[str, Tier] = field(default_factory=dict)
+    """Per-period price tiers per hardware (none: every unit is held over the horizon at the plan's price)."""
+
+
+def periods_of(data: PlanData) -> Periods:
+    """The periods ``data`` is planned over (one, at the workloads' demand, where it names none)."""
+    if data.periods is not None:
+        return data.periods
+    return Periods({w: (wd.requests_per_s,) for w, wd in data.workloads.items()}, (1.0,))
+
+
+def over_periods(data: PlanData, demand: dict[str, list[float]], tiers: dict[str, Tier], horizon_h: float = 24.0) -> PlanData:
+    """``data`` planned over equal periods of ``demand`` (requests/s per workload and period) with price ``tiers``."""
+    T = len(next(iter(demand.values())))
+    return replace(data, periods=Periods({w: tuple(float(v) for v in d) for w, d in demand.items()}, (1.0 / T,) * T,
+                                         horizon_h), tiers=dict(tiers))
 
 
 def chip_power_kw(hw: HardwareSpec) -> tuple[float | None, bool]:
@@ -74,13 +126,13 @@ def drop_unpowered(rs: ResolvedScenario) -> tuple[ResolvedScenario, list[str]]:
     the scenario it is an input error (raised by :func:`prepare`); picked by default (every priced
     entry) it is left out, with a note."""
     sc = rs.scenario
-    if sc.limits.power_kw is None or sc.hardware is not None:
+    if (sc.limits.power_kw is None and sc.limits.racks is None) or sc.hardware is not None:
         return rs, []
     keep = tuple(h for h in rs.hardware if chip_power_kw(h)[0] is not None)
     gone = [h.id for h in rs.hardware if h not in keep]
     if not gone or not keep:
         return rs, []
-    note = f"left out under the power limit (no power figure in the catalog): {', '.join(gone)}"
+    note = f"left out under the power or rack limit (no power figure in the catalog): {', '.join(gone)}"
     prices = {h.id: rs.prices[h.id] for h in keep}
     return replace(rs, hardware=keep, prices=prices), [note]
 
@@ -93,10 +145,11 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     max_units = {k: v for k, v in sc.limits.max_units.items()}
     for hw in rs.hardware:
         kw, assumed = chip_power_kw(hw)
-        if kw is None and sc.limits.power_kw is not None:
+        if kw is None and (sc.limits.power_kw is not None or sc.limits.racks is not None):
+            field_ = "limits.power_kw" if sc.limits.power_kw is not None else "limits.racks"
             raise InputError(
-                f"{where}: field 'limits.power_kw': {hw.id} has no power figure in its catalog entry; "
-                "drop it from 'hardware' or drop the power limit"
+                f"{where}: field '{field_}': {hw.id} has no power figure in its catalog entry; "
+                "drop it from 'hardware' or drop the limit"
             )
         if assumed and sc.limits.power_kw is not None:
             notes.append(f"{hw.id}: all-in power assumed {POWER_OVERHEAD_WHEN_ONLY_TDP}x its {hw.power_w:.0f} W TDP")
@@ -122,7 +175,7 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     lim = sc.limits
     return PlanData(rows, hardware, workloads, lim.power_kw, lim.budget_usd_per_hour, roles, notes,
                     sc.resilience.lose_units, lim.max_hardware_types, lim.max_pool_types_per_workload,
-                    lim.pool_type_usd_per_hour)
+                    lim.pool_type_usd_per_hour, lim.racks)
 
 
 def row_arrays(data: PlanData) -> dict[str, np.ndarray]:

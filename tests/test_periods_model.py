@@ -1,0 +1,201 @@
+"""The one period-indexed MILP against brute-force enumeration: profiles with per-period price tiers, N+k,
+pool-type limits and racks together; the registry of constraint families."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from planner.catalog.scenario import Limits, Racks
+from planner.model import PlanData, WorkloadData, build_model
+from planner.model.build import period_values
+from planner.model.data import Tier, over_periods
+from planner.model.families import FAMILIES, limit_relaxations, shortfalls
+from planner.solve import Solver
+from tests.test_milp import _hw, _rows
+
+DEMAND = {"w": [6.0, 2.5]}
+"""Two periods of equal length: a peak and a trough."""
+
+
+def _data(**kw) -> PlanData:
+    rows = _rows([
+        ("w", "aggregated", "a", 2, 1.0, 0),   # 4 chips a unit: 2 replicas, 2 req/s per unit
+        ("w", "aggregated", "a", 4, 2.5, 0),   # one replica a unit, 2.5 req/s per unit
+        ("w", "aggregated", "b", 1, 1.5, 0),   # 2 chips a unit: 3 req/s per unit
+    ])
+    hw = {"a": _hw("a", 4, 1.0, kw=2.0), "b": _hw("b", 2, 1.1, kw=1.0)}
+    data = PlanData(rows, hw, {"w": WorkloadData("w", max(DEMAND["w"]), 1000, 100, 0.0)}, **kw)
+    return over_periods(data, DEMAND, {"a": Tier(on_demand=1.6)}, 24.0)
+
+
+def _loss(data: PlanData, role_rows: list[int], h: str) -> float:
+    """What one lost unit of ``h`` takes (the densest row's rate per chip times the unit's chips)."""
+    r, cpu = data.rows, data.hardware[h].chips_per_unit
+    out = 0.0
+    for i in role_rows:
+        if r.loc[i, "hardware"] == h:
+            s, q = float(r.loc[i, "slots"]), float(r.loc[i, "requests_per_s"])
+            out = max(out, cpu * q / s if s <= cpu else 2 * q)
+    return out
+
+
+def _cheapest_units(data: PlanData, need: dict[str, list[int]]) -> tuple[float, dict[str, int]] | None:
+    """Least mean $/h of units meeting ``need`` (units per hardware and period): units held all horizon at the
+    plan's price, the rest bought per period at the on-demand tier where there is one."""
+    T = len(next(iter(need.values())))
+    usd, held = 0.0, {}
+    for h, hd in data.hardware.items():
+        tier = data.tiers.get(h)
+        best = None
+        for u in range(max(need[h]) + 1):
+            if tier is None or tier.on_demand is None:
+                if u < max(need[h]):
+                    continue
+                extra = 0.0
+            else:
+                extra = sum(tier.on_demand * hd.chips_per_unit * max(n - u, 0) for n in need[h]) / T
+            c = hd.usd_per_chip_hour * hd.chips_per_unit * u + extra
+            if best is None or c < best[0] - 1e-12:
+                best = (c, u)
+        usd += best[0]
+        held[h] = best[1]
+    return usd, held
+
+
+def _brute(data: PlanData, xmax: tuple[int, ...] = (3, 3, 6)) -> float | None:
+    r = data.rows
+    n, T = len(r), len(DEMAND["w"])
+    k = data.lose_units
+    rows = list(range(n))
+    rate = r["requests_per_s"].to_numpy(float)
+    slots = r["slots"].to_numpy(float)
+    hw = r["hardware"].to_numpy()
+    loss = {h: _loss(data, rows, h) for h in data.hardware}
+    best = None
+    for xs in itertools.product(itertools.product(*(range(m + 1) for m in xmax)), repeat=T):
+        if data.max_pool_types_per_workload is not None:
+            used = {i for t in range(T) for i in rows if xs[t][i]}
+            if len(used) > data.max_pool_types_per_workload:
+                continue
+        ok = True
+        need = {h: [] for h in data.hardware}
+        for t in range(T):
+            cap = sum(xs[t][i] * rate[i] for i in rows)
+            for h in data.hardware:
+                on = [i for i in rows if hw[i] == h]
+                if k and any(xs[t][i] for i in on) and cap - k * loss[h] < DEMAND["w"][t] - 1e-9:
+                    ok = False
+                chips = sum(xs[t][i] * slots[i] for i in on)
+                need[h].append(math.ceil(chips / data.hardware[h].chips_per_unit - 1e-9))
+            if cap < DEMAND["w"][t] - 1e-9:
+                ok = False
+        if not ok:
+            continue
+        if data.racks is not None:
+            per = {h: math.floor(data.racks.kw_per_rack / (hd.kw_per_chip * hd.chips_per_unit))
+                   for h, hd in data.hardware.items()}
+            if any(sum(math.ceil(need[h][t] / per[h]) if per[h] else (math.inf if need[h][t] else 0)
+                       for h in data.hardware) > data.racks.count for t in range(T)):
+                continue
+        usd, _ = _cheapest_units(data, need)
+        if best is None or usd < best - 1e-9:
+            best = usd
+    return best
+
+
+def _milp(data: PlanData):
+    m = build_model(data)
+    res = Solver(mip_gap=0.0, time_limit_s=60).solve(m)
+    if res.status == "infeasible":
+        return None, m
+    assert res.status == "optimal"
+    return res.objective, m
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"lose_units": 1},
+    {"max_pool_types_per_workload": 1},
+    {"lose_units": 1, "max_pool_types_per_workload": 2},
+    {"racks": Racks(count=2, kw_per_rack=8.0)},
+    {"racks": Racks(count=3, kw_per_rack=8.0), "lose_units": 1},
+], ids=["plain", "n+1", "one-pool-type", "n+1-two-pool-types", "racks", "racks-n+1"])
+def test_the_period_model_is_the_brute_force_optimum(kw):
+    """Profiles combine with N+k, pool-type limits and racks: each combination's optimum over two periods (units
+    held all day or bought per period on demand) is the cheapest of every assignment of replicas per period."""
+    data = _data(**kw)
+    want = _brute(data)
+    got, m = _milp(data)
+    if want is None:
+        assert got is None
+        return
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-4)  # the tie-break adds at most 1e-6 of it
+    # every period's fleet serves its demand
+    for t, (x, _, _) in enumerate(period_values(m)):
+        cap = sum(n * data.rows.loc[i, "requests_per_s"] for i, n in x.items())
+        assert cap >= DEMAND["w"][t] - 1e-6
+
+
+def test_racks_rule_out_a_unit_that_draws_more_than_a_rack_and_the_diagnosis_says_what_is_short():
+    """A 4-chip unit of hardware ``a`` draws 8 kW: in 3 kW racks it cannot be placed, so ``b`` (2 kW a unit, one to
+    a rack) alone serves; with one such rack the demand cannot be met and the elastic model names the racks and how
+    many are short."""
+    data = _data(racks=Racks(count=10, kw_per_rack=3.0))
+    got, m = _milp(data)
+    assert got is not None and round(m.u["a"].value) == 0
+    assert got == pytest.approx(_brute(data), rel=1e-5)
+    short = _data(racks=Racks(count=1, kw_per_rack=3.0))
+    assert _milp(short)[0] is None
+    e = build_model(short, elastic=True)
+    assert Solver(mip_gap=0.0, time_limit_s=30).solve(e).has_solution
+    lines = shortfalls(e)
+    # b's units carry 3 req/s each: the 6 req/s peak needs 2 units, one to a 3 kW rack: 2 racks
+    assert lines == ["limits.racks.count: serving the demand needs 2 racks of 3 kW, 1 allowed (short by 1)"]
+
+
+def test_every_family_is_one_registry_entry_the_builder_defines():
+    """Each registry entry's component is in a model that asks for every family, each limit's scenario path is a
+    field of the scenario schema, and each relaxable limit names a mutable parameter of the model."""
+    data = _data(lose_units=1, max_pool_types_per_workload=2, max_hardware_types=2, power_kw=100.0,
+                 budget_usd_per_hour=1e3, racks=Racks(count=5, kw_per_rack=40.0))
+    data.hardware["a"] = _hw("a", 4, 1.0, kw=2.0, max_units=9)
+    m = build_model(data, elastic=True)
+    names = {c.name for c in m.component_objects()}
+    assert {"demand_coverage", "aggregated_capacity", "unit_packing", "inventory", "power", "budget", "racks",
+            "resilience", "hardware_types", "row_used_link", "pool_types"} <= names
+    assert len({f.name for f in FAMILIES}) == len(FAMILIES)
+    fields = set(Limits.model_fields)
+    for f in FAMILIES:
+        if f.path and f.path.startswith("limits."):
+            assert f.path.split(".")[1] in fields, f.name
+        if f.parameter is not None:
+            assert isinstance(getattr(m, f.parameter), pyo_param_types()), f.name
+        if f.slack is not None:
+            assert hasattr(m, f.slack), f.name
+
+
+def pyo_param_types():
+    import pyomo.core as pyo
+    from pyomo.core.base.param import IndexedParam, ScalarParam
+
+    return (pyo.Param, IndexedParam, ScalarParam)
+
+
+def test_a_full_rack_limit_is_priced_by_the_analysis():
+    """The analysis asks each family for its relaxations: racks all used gives one, ten percent more (at least one
+    more rack)."""
+    data = _data(racks=Racks(count=2, kw_per_rack=8.0))
+
+    class _G:
+        def __init__(self, h, n):
+            self.hardware, self.count, self.kw = h, n, None
+
+    class _P:
+        units = [_G("a", 3)]
+        objective = None
+
+    (r,) = [r for r in limit_relaxations(data, _P()) if r.family == "racks"]
+    assert r.value == 3
