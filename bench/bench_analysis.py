@@ -5,7 +5,7 @@
 Plans the scenario (or the N-workload fleet of ``bench_fleet.py``) in this one process (``--jobs 1``, so that the
 times add up) and prints, for each re-solve the analysis made, its wall time, what it relaxed, the fleet $/h it
 found and whether that is proven; then the plan's candidates, solve and analysis times. A question asked together
-with others of its workload (``planning.together``) is one line; ``--alone`` asks every question alone (what the
+with others of its workload (``planner.analysis.questions.together``) is one line; ``--alone`` asks every question alone (what the
 analysis did before questions were asked together), for the comparison. ``--time-limit`` as ``planner plan``'s
 (default 600 s here, so that the analysis is complete). ``--master-min-columns`` sets
 ``planner.solve.MASTER_MIN_COLUMNS`` for the comparison (0: the master on every model; 10**9: on none).
@@ -37,9 +37,10 @@ def main() -> None:
 
         planner.solve.MASTER_MIN_COLUMNS = a.master_min_columns
 
-    from planner import planning
+    from planner.analysis import questions as planning
     from planner.catalog import load_catalog
     from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario
+    from planner.pipeline import PlanOptions, make_plan
 
     cat = load_catalog()
     if a.fleet is not None:
@@ -63,7 +64,7 @@ def main() -> None:
         return ans
 
     planning.ask = timed
-    planned = planning.make_plan(rs, planning.PlanOptions(jobs=1, time_limit_s=a.time_limit))
+    planned = make_plan(rs, PlanOptions(jobs=1, time_limit_s=a.time_limit))
     print("\n".join(lines))
     t = planned.timings
     print(f"candidates {t['candidates_s']:.2f} s, solve {t['solve_s']:.2f} s, analysis {t['analysis_s']:.2f} s "

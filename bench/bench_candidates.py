@@ -6,7 +6,7 @@ Prints rows evaluated, rows kept, drop counts and wall time (best of 3) per scen
 (``build_candidates``) and the pool as ``planner plan`` streams it with the analysis's SLO levels and prefix
 ranges (``evaluate_candidates``, what a plan pays; the rows it holds). ``--fleet N``: the N-workload scenario of ``bench_fleet.py``.
 ``--worker``: also the pool evaluated here and on one worker started with it, as a plan of several workloads does
-(``analysis_workers.evaluate_beside``; the worker's start-up included).
+(``planner.analysis.workers.evaluate_beside``; the worker's start-up included).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario  # noqa: E402
+from planner.options import PlanOptions  # noqa: E402
 from planner.perf.candidates import build_candidates, evaluate_candidates, scenario_slos  # noqa: E402
-from planner.planning import PlanOptions, analysis_shares, slo_levels  # noqa: E402
+from planner.pipeline.plan import analysis_shares, slo_levels  # noqa: E402
 
 
 def _best(f) -> tuple[float, object]:
@@ -63,7 +64,7 @@ def main() -> None:
 
 def _beside(rs, levels, shares):
     """The pool evaluated here and on one worker started now (as ``planner plan`` starts it, with the candidates)."""
-    from planner.analysis_workers import Workers, evaluate_beside
+    from planner.analysis.workers import Workers, evaluate_beside
 
     workers = Workers(1)
     try:

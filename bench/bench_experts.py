@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.experts import place_experts  # noqa: E402
 from planner.model.experts import RepackExpert, build_repack_model, repack_start  # noqa: E402
 from planner.perf.experts import even_split_loads, greedy_pack, greedy_replicas, imbalance, zipf_loads  # noqa: E402
+from planner.pipeline.experts import place_experts  # noqa: E402
 from planner.solve import Solver  # noqa: E402
 
 

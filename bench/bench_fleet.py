@@ -75,11 +75,11 @@ def scenario(n: int, demand_scale: float = 1.0) -> dict:
 def solver_env(folder: Path, *, floors: bool = True, master_min_columns: int | None = None) -> dict | None:
     """An environment in which every planner process (analysis workers included) solves with the solver's settings
     changed, for the comparisons: a ``sitecustomize`` in ``folder`` puts ``FLOOR_MIN_BLOCKS`` out of reach (no block
-    floors, ``planner.block_floors``, and so no master) and/or sets ``MASTER_MIN_COLUMNS`` (``planner.solve``: 0 tries
+    floors, ``planner.solve.floors``, and so no master) and/or sets ``MASTER_MIN_COLUMNS`` (``planner.solve``: 0 tries
     the master on every model, 10**9 on none). ``None`` where nothing changes."""
     lines = []
     if not floors:
-        lines.append("import planner.block_floors as b\nb.FLOOR_MIN_BLOCKS = 10**9\n")
+        lines.append("import planner.solve.floors as b\nb.FLOOR_MIN_BLOCKS = 10**9\n")
     if master_min_columns is not None:
         lines.append(f"import planner.solve as s\ns.MASTER_MIN_COLUMNS = {int(master_min_columns)}\n")
     if not lines:

@@ -46,7 +46,8 @@ def dump(n: int, folder: Path, scenario_file: Path | None = None, demand_scale: 
 
     from planner.catalog import load_catalog
     from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario
-    from planner.planning import PlanOptions, make_plan
+    from planner.options import PlanOptions
+    from planner.pipeline.plan import make_plan
 
     original = highs.Highs._solve
     count = [0]

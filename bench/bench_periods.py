@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.catalog.scenario import Scenario, resolve_scenario  # noqa: E402
-from planner.planning import PlanOptions, make_plan  # noqa: E402
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

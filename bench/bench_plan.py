@@ -32,7 +32,8 @@ import json, resource, sys, time
 t0 = time.perf_counter()
 from planner.catalog import load_catalog
 from planner.catalog.scenario import load_scenario, resolve_scenario
-from planner.planning import PlanOptions, make_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
 path = sys.argv[1]
 rs = resolve_scenario(load_scenario(path), load_catalog(), path)
 t1 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The master over each workload's slot vectors (:mod:`planner.block_master`) measured on the N-workload fleet
+"""The master over each workload's slot vectors (:mod:`planner.solve.master`) measured on the N-workload fleet
 (figures for issue 18 and docs/formulation.md section 3, never a test).
 
     python bench/bench_projections.py [N] [--demand W=F ...] [--window question|plan] [--reference]
@@ -8,15 +8,15 @@ Plans the N-workload fleet of ``bench_fleet.py`` (default 10) in this process, t
 holds it (with ``--demand``: that workload's rate times F, re-solved from the plan as the analysis asks it; the windows
 from that re-solve's plan, or with ``--window plan`` from the plan's cost):
 
-1. each workload's floor ``Z_w`` (:mod:`planner.block_floors`) and its window ``U_w = C - sum_{w' != w} Z_w'``, where
+1. each workload's floor ``Z_w`` (:mod:`planner.solve.floors`) and its window ``U_w = C - sum_{w' != w} Z_w'``, where
    ``C`` is the best plan's cost: every plan of cost at most ``C`` gives workload ``w`` chip dollars at most ``U_w``;
 2. each workload's Pareto-minimal slot vectors within its window, from its rows
-   (:func:`planner.block_master.vectors`); with ``--reference`` also by the first method, one small MILP of the
+   (:func:`planner.solve.master.vectors`); with ``--reference`` also by the first method, one small MILP of the
    workload's own rows per box of slot counts, splitting each box around the vector it found, and the two sets
    compared;
-3. the masters over those vectors: the MILP (:func:`planner.block_floors.choose`) and the residue programme
+3. the masters over those vectors: the MILP (:func:`planner.solve.floors.choose`) and the residue programme
    (``block_master._residues``), beside what HiGHS's own solve of the MILP took;
-4. :func:`planner.block_master.prove` from the plan as the solve runs it (windows widened from the floors' sum).
+4. :func:`planner.solve.master.prove` from the plan as the solve runs it (windows widened from the floors' sum).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_questions import plan_model  # noqa: E402
 
-import planner.block_master as bm  # noqa: E402
-from planner.block_floors import choose  # noqa: E402
+import planner.solve.master as bm  # noqa: E402
 from planner.model.bounds import greedy_start, snapshot, solve_from  # noqa: E402
 from planner.solve import Solver  # noqa: E402
+from planner.solve.floors import choose  # noqa: E402
 
 
 def split_rows(lp, idx):

@@ -5,7 +5,7 @@ docs/formulation.md section 3, never a test).
 
 Plans the fleet of ``bench_fleet.py`` in this process (main solve to the default gap), then for each workload and
 each factor re-solves with that workload's demand times the factor, from the plan, as the analysis asks a demand
-question (``_Ctx.solve_relaxed``: the plan as start, else the plan with that workload re-served greedily; HiGHS's
+question (``AnalysisContext.solve_relaxed``: the plan as start, else the plan with that workload re-served greedily; HiGHS's
 heuristics off; ``--limit`` s, the analysis's 5 s by default). Variants: ``none`` without block floors, ``floors``
 with floors and ceilings but no block moves, ``moves`` as the planner runs (floors, ceilings and block moves).
 Prints each re-solve's wall, status and fleet $/h, then per variant the total and how many were proven.
@@ -23,8 +23,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_fleet import scenario  # noqa: E402
 
-import planner.block_floors as blocks  # noqa: E402
-import planner.planning as planning  # noqa: E402
+import planner.pipeline.plan as planning  # noqa: E402
+import planner.solve.floors as blocks  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.catalog.scenario import Scenario, resolve_scenario  # noqa: E402
 from planner.model.bounds import greedy_start, snapshot, solve_from  # noqa: E402

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.errors import InputError  # noqa: E402
-from planner.experts import choose_redundant  # noqa: E402
 from planner.perf.experts import zipf_loads  # noqa: E402
+from planner.pipeline.experts import choose_redundant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,8 @@ def huge_demand() -> None:
     import yaml
 
     from planner.catalog.scenario import Scenario, resolve_scenario
-    from planner.planning import PlanOptions, make_plan
+    from planner.options import PlanOptions
+    from planner.pipeline.plan import make_plan
 
     doc = yaml.safe_load((ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml").read_text())
     doc["workloads"][0]["requests_per_s"] = 1e7

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from planner.catalog import load_catalog  # noqa: E402
 from planner.catalog.loader import read_yaml  # noqa: E402
-from planner.planning import PlanOptions  # noqa: E402
+from planner.options import PlanOptions  # noqa: E402
 from planner.sweep import Vary, parse_values, run_sweep  # noqa: E402
 
 

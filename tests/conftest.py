@@ -46,8 +46,43 @@ def _analysis_in_process(monkeypatch):
     """Plans made by the suite answer their analysis in this process unless a test asks for ``jobs``: the default
     (several processes where the plan's solve is slow) would depend on the machine's speed, and tests that patch
     the planner's internals patch this process only. tests/test_analysis_workers.py asks for workers."""
-    from planner import planning
+    patch_pipeline(monkeypatch, "PARALLEL_MIN_SOLVE_S", float("inf"))
+    patch_pipeline(monkeypatch, "PRESTART_MIN_WORKLOADS", float("inf"))
+    patch_pipeline(monkeypatch, "CANDIDATE_WORKER_MIN_WORKLOADS", float("inf"))
 
-    monkeypatch.setattr(planning, "PARALLEL_MIN_SOLVE_S", float("inf"))
-    monkeypatch.setattr(planning, "PRESTART_MIN_WORKLOADS", float("inf"))
-    monkeypatch.setattr(planning, "CANDIDATE_WORKER_MIN_WORKLOADS", float("inf"))
+
+PIPELINE_MODULES = ("planner.pipeline.plan", "planner.pipeline.periods", "planner.pipeline.diagnose",
+                    "planner.analysis.context", "planner.analysis.questions", "planner.analysis.binding",
+                    "planner.analysis.workers")
+"""The modules of the planning pipeline and its analysis, which tests patch as one (a name patched where it is
+defined and wherever it was imported)."""
+
+
+class _Pipeline:
+    """The pipeline's names as one namespace, for reading them (:func:`patch_pipeline` patches them)."""
+
+    def __getattr__(self, name):
+        import importlib
+
+        for mod in PIPELINE_MODULES:
+            m = importlib.import_module(mod)
+            if hasattr(m, name):
+                return getattr(m, name)
+        raise AttributeError(name)
+
+
+PIPELINE = _Pipeline()
+
+
+def patch_pipeline(monkeypatch, name: str, value) -> None:
+    """Set ``name`` to ``value`` in every pipeline module that has it (where it is defined and where it is imported),
+    undone by ``monkeypatch`` after the test."""
+    import importlib
+
+    found = False
+    for mod in PIPELINE_MODULES:
+        m = importlib.import_module(mod)
+        if hasattr(m, name):
+            monkeypatch.setattr(m, name, value)
+            found = True
+    assert found, f"no pipeline module has {name}"

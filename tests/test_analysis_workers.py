@@ -11,7 +11,8 @@ import time
 import pytest
 
 from planner.catalog.scenario import load_scenario, resolve_scenario
-from planner.planning import PlanOptions, make_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "catalogs" / "scenarios" / "three-models.yaml"
@@ -49,11 +50,13 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
     has taken one (so that one is taken, however slowly the worker starts)."""
     import subprocess
 
-    from planner import analysis_workers, planning
+    from planner.analysis import workers as analysis_workers
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     code = textwrap.dedent(f"""
         import pickle, sys
-        from planner.analysis_workers import READY, _send
+        from planner.analysis.workers import READY, _send
         pickle.load(sys.stdin.buffer)
         out = sys.stdout.buffer
         _send(out, READY)
@@ -80,9 +83,9 @@ def _fake_worker(monkeypatch, tmp_path, body: str) -> None:
         return original(ctx, q, *rest)
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
-    monkeypatch.setattr(planning, "ask", slow_ask)
+    patch_pipeline(monkeypatch, "ask", slow_ask)
     # these fakes speak the analysis's part of the protocol only: the candidates are evaluated here
-    monkeypatch.setattr(planning, "_evaluate", lambda _workers, *a: planning.evaluate_candidates(*a))
+    patch_pipeline(monkeypatch, "_evaluate", lambda _workers, *a: planning.evaluate_candidates(*a))
 
 
 def test_a_worker_that_dies_costs_no_answer(rs, alone, monkeypatch, tmp_path):
@@ -108,7 +111,8 @@ def test_an_error_in_a_worker_is_raised(rs, monkeypatch, tmp_path):
 def test_the_time_limit_binds_every_process(rs, alone, monkeypatch):
     """Where the command's time limit is spent, no process re-solves (the deadline reaches the workers): the plan
     says the analysis stopped and lists nothing it did not price."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     original = planning.answer_questions
 
@@ -116,7 +120,7 @@ def test_the_time_limit_binds_every_process(rs, alone, monkeypatch):
         ctx.deadline = time.perf_counter() - 1.0
         return original(ctx, qs, 2, workers)
 
-    monkeypatch.setattr(planning, "answer_questions", spent)
+    patch_pipeline(monkeypatch, "answer_questions", spent)
     plan = make_plan(rs, PlanOptions(jobs=2)).plan
     assert plan.runner_up is None
     # questions answered without a re-solve (a looser SLO that admits no row) may be counted; none that re-solves
@@ -170,8 +174,9 @@ def test_ctrl_c_stops_a_solve_and_is_raised():
 def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch):
     """A runner-up re-solve that stops at its time limit without a plan says so; only a proven infeasible one
     reads "no feasible plan"."""
-    from planner import planning
     from planner.solve import SolveResult
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     original = planning.solve_from
 
@@ -180,7 +185,7 @@ def test_a_runner_up_not_found_in_time_is_not_called_impossible(rs, monkeypatch)
             return SolveResult("limit", "maxTimeLimit", None, None, None, 5.0)
         return original(solver, m, starts, **kw)
 
-    monkeypatch.setattr(planning, "solve_from", limit)
+    patch_pipeline(monkeypatch, "solve_from", limit)
     ru = make_plan(rs, PlanOptions(jobs=1)).plan.runner_up
     assert ru.status == "limit" and "no feasible plan" not in ru.summary
     assert f"no plan without {ru.excluded} found within" in ru.summary
@@ -190,7 +195,8 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     """Workers start before the candidates (their start-up runs beside them); where the analysis then runs in one
     process they are stopped; a plan without analysis starts one for its candidates (asked with ``--jobs``, or by
     default for many workloads), stopped after them."""
-    from planner import analysis_workers, planning
+    from planner.analysis import workers as analysis_workers
+    from tests.conftest import patch_pipeline
 
     started = []
     original = analysis_workers._start_worker
@@ -201,7 +207,7 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
         return p
 
     monkeypatch.setattr(analysis_workers, "_start_worker", start)
-    monkeypatch.setattr(planning, "analysis_jobs", lambda *a: 1)  # as where the analysis has one question
+    patch_pipeline(monkeypatch, "analysis_jobs", lambda *a: 1)  # as where the analysis has one question
     plan = make_plan(rs, PlanOptions(jobs=3)).plan
     assert len(started) == 2 and all(p.poll() is not None for p in started)
     assert _analysis(plan) == _analysis(alone)
@@ -212,11 +218,11 @@ def test_workers_started_ahead_are_stopped_when_unused(rs, alone, monkeypatch):
     make_plan(rs, PlanOptions(jobs=1, analysis=False))
     assert not started
     # by default, without the analysis: one for the candidates of a scenario of many workloads, else none
-    monkeypatch.setattr(planning, "available_cores", lambda: 4)
-    monkeypatch.setattr(planning, "PRESTART_MIN_WORKLOADS", 1)
+    patch_pipeline(monkeypatch, "available_cores", lambda: 4)
+    patch_pipeline(monkeypatch, "PRESTART_MIN_WORKLOADS", 1)
     make_plan(rs, PlanOptions(analysis=False))
     assert not started
-    monkeypatch.setattr(planning, "CANDIDATE_WORKER_MIN_WORKLOADS", len(rs.scenario.workloads))
+    patch_pipeline(monkeypatch, "CANDIDATE_WORKER_MIN_WORKLOADS", len(rs.scenario.workloads))
     make_plan(rs, PlanOptions(analysis=False))
     assert len(started) == 1 and started[0].poll() is not None
 
@@ -226,7 +232,8 @@ def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monk
     stay on for it (on the 10-workload fleet of bench/bench_fleet.py they find it at $925.04/h within its 5 s
     where the search without them stopped at $974.00); the relaxations start from the plan itself, optimal
     before the change, and search without them."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     calls = []
     original = planning.solve_from
@@ -235,7 +242,7 @@ def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monk
         calls.append(("runner_up" if any(m.u[h].fixed for h in m.H) else "other", heuristics))
         return original(solver, m, starts, heuristics=heuristics, **kw)
 
-    monkeypatch.setattr(planning, "solve_from", record)
+    patch_pipeline(monkeypatch, "solve_from", record)
     make_plan(rs, PlanOptions(jobs=1))
     assert ("runner_up", True) in calls and ("runner_up", False) not in calls
     relaxations = [h for kind, h in calls[1:] if kind == "other"]  # calls[0] is the plan's own solve
@@ -245,7 +252,8 @@ def test_the_runner_up_searches_with_heuristics_and_relaxations_without(rs, monk
 def test_together_groups_each_workloads_slo_and_prefix_questions():
     """Each workload's SLO and prefix questions (two or more) become one, at the first one's place; the others, and
     a workload's lone SLO question, stay as they are."""
-    from planner.planning import Question, together
+    from planner.analysis.context import Question
+    from planner.analysis.questions import together
 
     qs = [Question("runner_up", "h100"), Question("slo", "a", "tpot"), Question("slo", "a", "ttft"),
           Question("demand", "a", value=9.0), Question("prefix", "a", value=45.0), Question("slo", "b", "ttft"),
@@ -264,13 +272,14 @@ def test_questions_asked_together_get_the_answers_asked_alone(catalog, rs, monke
     chat's finds the $0.40/h its looser TPOT saves, so its two SLOs are then asked alone. On a chat whose TPOT binds
     harder (10% looser saves $12.72/h) the optimum found together is a plan at the looser TPOT alone, so it answers
     that question without a re-solve: asking together costs no re-solve more than asking alone."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
     from tests.test_plan import _scenario
 
     if slo is not None:
         rs = _scenario(catalog, requests_per_s=600, slo=slo)
     solves, relaxed = [], []
-    solve_from, cost_relaxed = planning.solve_from, planning._Ctx.cost_relaxed
+    solve_from, cost_relaxed = planning.solve_from, planning.AnalysisContext.cost_relaxed
 
     def counted_solve(*a, **kw):
         solves.append(1)
@@ -280,12 +289,12 @@ def test_questions_asked_together_get_the_answers_asked_alone(catalog, rs, monke
         relaxed.append(a)
         return cost_relaxed(self, *a, **kw)
 
-    monkeypatch.setattr(planning, "solve_from", counted_solve)
-    monkeypatch.setattr(planning._Ctx, "cost_relaxed", counted_relaxed)
+    patch_pipeline(monkeypatch, "solve_from", counted_solve)
+    monkeypatch.setattr(planning.AnalysisContext, "cost_relaxed", counted_relaxed)
     asked_together = make_plan(rs, PlanOptions(jobs=1)).plan
     together = (len(solves), len(relaxed))
     solves[:], relaxed[:] = [], []
-    monkeypatch.setattr(planning, "together", list)
+    patch_pipeline(monkeypatch, "together", list)
     asked_alone = make_plan(rs, PlanOptions(jobs=1)).plan
     assert _analysis(asked_together) == _analysis(asked_alone)
     assert any(b.name == "slo.tpot.chat" and b.usd_per_hour_saved > 0 for b in asked_together.binding_constraints)
@@ -298,11 +307,13 @@ def test_questions_asked_together_get_the_answers_asked_alone(catalog, rs, monke
 def test_how_many_processes_answer_the_analysis(monkeypatch):
     """``--jobs`` where given; else one per core (up to the cap) after a slow solve, one after a fast one, and after a
     fairly fast one the workers already started (their start-up paid) but no more."""
-    from planner import planning
-    from planner.planning import PlanOptions, analysis_jobs
+    from planner.analysis.workers import analysis_jobs
+    from planner.options import PlanOptions
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
-    monkeypatch.setattr(planning, "PARALLEL_MIN_SOLVE_S", 0.5)
-    monkeypatch.setattr(planning, "available_cores", lambda: 8)
+    patch_pipeline(monkeypatch, "PARALLEL_MIN_SOLVE_S", 0.5)
+    patch_pipeline(monkeypatch, "available_cores", lambda: 8)
     assert analysis_jobs(PlanOptions(jobs=3), 10, 0.01) == 3
     assert analysis_jobs(PlanOptions(jobs=3), 2, 9.0) == 2
     assert analysis_jobs(PlanOptions(), 1, 9.0) == 1
@@ -313,7 +324,8 @@ def test_how_many_processes_answer_the_analysis(monkeypatch):
 
 
 def _pool_args(rs):
-    from planner.planning import analysis_shares, scenario_slos, slo_levels
+    from planner.perf.candidates import scenario_slos
+    from planner.pipeline.plan import analysis_shares, slo_levels
 
     return rs, None, slo_levels(scenario_slos(rs.scenario.workloads), True), analysis_shares(rs, PlanOptions())
 
@@ -340,7 +352,7 @@ def test_a_worker_evaluates_part_of_the_candidates(rs, monkeypatch):
     whole, row for row, and the worker then answers the analysis's questions."""
     import pandas as pd
 
-    from planner.analysis_workers import Workers, evaluate_beside
+    from planner.analysis.workers import Workers, evaluate_beside
     from planner.perf.candidates import evaluate_candidates
 
     whole = evaluate_candidates(*_pool_args(rs))
@@ -367,14 +379,14 @@ def test_a_worker_that_dies_or_fails_on_its_candidates(rs, tmp_path, monkeypatch
 
     import pandas as pd
 
-    from planner import analysis_workers
-    from planner.analysis_workers import Workers, evaluate_beside
+    from planner.analysis import workers as analysis_workers
+    from planner.analysis.workers import Workers, evaluate_beside
     from planner.perf.candidates import evaluate_candidates
 
     reply = "sys.exit(1)" if how == "dies" else '_send(out, ("error", ValueError("boom on a worker")))'
     code = textwrap.dedent(f"""
         import pickle, sys
-        from planner.analysis_workers import READY, _send
+        from planner.analysis.workers import READY, _send
         out = sys.stdout.buffer
         pickle.load(sys.stdin.buffer)
         _send(out, READY)
@@ -404,7 +416,8 @@ def test_a_model_already_re_solved_is_answered_without_a_re_solve(rs, monkeypatc
     """A re-selection that comes to a model the analysis has re-solved (a workload's TPOT question where the
     relaxations asked together with it change nothing) gets that re-solve's answer, cost and proof, without a
     solve; a question whose model differs is re-solved."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     ctxs = []
     answer = planning.answer_questions
@@ -413,13 +426,13 @@ def test_a_model_already_re_solved_is_answered_without_a_re_solve(rs, monkeypatc
         ctxs.append(ctx)
         return answer(ctx, qs, jobs, workers)
 
-    monkeypatch.setattr(planning, "answer_questions", keep)
+    patch_pipeline(monkeypatch, "answer_questions", keep)
     make_plan(rs, PlanOptions(jobs=1))
     ctx = ctxs[0]
     ctx.deadline = time.perf_counter() + 60.0
     solves = []
     solve_from = planning.solve_from
-    monkeypatch.setattr(planning, "solve_from", lambda *a, **kw: solves.append(1) or solve_from(*a, **kw))
+    patch_pipeline(monkeypatch, "solve_from", lambda *a, **kw: solves.append(1) or solve_from(*a, **kw))
     ctx.solved.clear()
     first = ctx.cost_relaxed("chat", ("tpot",)), ctx.proven
     assert len(solves) == 1 and first[0] < ctx.cost and first[1]  # chat's looser TPOT saves $0.40/h

@@ -12,12 +12,12 @@ import pyomo.environ as pyo
 import pytest
 from pyomo.common.collections import ComponentMap
 
-from planner.block_floors import improve
 from planner.model.bounds import greedy_start, objective_at, solve_from
 from planner.model.build import build_model
 from planner.model.data import PlanData
 from planner.results import solution_values
 from planner.solve import Solver
+from planner.solve.floors import improve
 from tests.test_milp import WorkloadData, _cost, _hw, _random_instance, _rows
 
 TWO_WORKLOADS = [s for s in range(16) if s % 2]  # _random_instance: odd seeds have two workloads

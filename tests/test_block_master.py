@@ -10,12 +10,12 @@ import itertools
 import numpy as np
 import pytest
 
-import planner.block_master as bm
-from planner.block_floors import choose, objective_of
+import planner.solve.master as bm
 from planner.model.bounds import greedy_start, snapshot, solve_from
 from planner.model.build import build_model
 from planner.model.data import PlanData
 from planner.solve import Solver
+from planner.solve.floors import choose, objective_of
 from tests.test_block_floors import TWO_WORKLOADS, _plans, _tie_break
 from tests.test_milp import WorkloadData, _hw, _random_instance, _rows
 

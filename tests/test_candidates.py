@@ -162,7 +162,7 @@ def test_streamed_pool_answers_every_level_like_the_whole_pool(catalog, name):
     for, exactly the table the whole pool gives, with the same drop counts at the scenario's level; it holds a
     small fraction of the rows."""
     from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
-    from planner.planning import slo_levels
+    from planner.pipeline.plan import slo_levels
 
     p = ROOT / "catalogs" / "scenarios" / f"{name}.yaml"
     rs = resolve_scenario(load_scenario(p), catalog, p)

@@ -117,12 +117,12 @@ def test_exit_3_only_for_a_real_limit():
     from types import SimpleNamespace
 
     from planner.errors import PlannerError, SolverLimitError
-    from planner.planning import _no_plan
+    from planner.pipeline.diagnose import no_plan
 
     with pytest.raises(SolverLimitError):
-        _no_plan(SimpleNamespace(termination="maxTimeLimit"), "limit")
+        no_plan(SimpleNamespace(termination="maxTimeLimit"), "limit")
     with pytest.raises(PlannerError) as exc:
-        _no_plan(SimpleNamespace(termination="error"), "limit")
+        no_plan(SimpleNamespace(termination="error"), "limit")
     assert exc.value.exit_code == 1 and "without reaching a limit" in str(exc.value)
 
 

@@ -13,15 +13,6 @@ import pytest
 
 from planner.catalog.expert_loads import read_expert_loads
 from planner.errors import InputError
-from planner.experts import (
-    balanced_imbalance,
-    check_shape,
-    choose_redundant,
-    place_experts,
-    place_layers,
-    placement_map,
-    redundancy_options,
-)
 from planner.perf.experts import (
     even_split_loads,
     greedy_pack,
@@ -30,6 +21,15 @@ from planner.perf.experts import (
     parse_skew,
     swap_descent,
     zipf_loads,
+)
+from planner.pipeline.experts import (
+    balanced_imbalance,
+    check_shape,
+    choose_redundant,
+    place_experts,
+    place_layers,
+    placement_map,
+    redundancy_options,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,7 +244,8 @@ def test_imbalance_and_copies_enter_step_and_memory():
 def test_skewed_plan_buys_redundancy_and_rechecks(tmp_path):
     from planner.catalog import load_catalog
     from planner.catalog.scenario import load_scenario, resolve_scenario
-    from planner.planning import PlanOptions, make_plan
+    from planner.options import PlanOptions
+    from planner.pipeline.plan import make_plan
 
     path = ROOT / "catalogs" / "scenarios" / "deepseek-skewed.yaml"
     rs = resolve_scenario(load_scenario(path), load_catalog(None), path)

@@ -11,7 +11,7 @@ import pytest
 
 from planner.catalog import load_catalog
 from planner.export.insights import command, write
-from planner.insights import compute
+from planner.studies.insights import compute
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_PAIRS = [("deepseek-v3", "gb200-nvl72"), ("llama-3.1-70b", "h100-sxm")]

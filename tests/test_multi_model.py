@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from planner.catalog.scenario import Scenario, resolve_scenario
 from planner.errors import InputError
-from planner.planning import PlanOptions, make_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
 
 CHAT = {"name": "chat", "requests_per_s": 6, "input_tokens": 1500, "output_tokens": 300,
         "slo": {"ttft_ms": 2000, "tpot_ms": 40}}

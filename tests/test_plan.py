@@ -11,7 +11,8 @@ import pytest
 
 from planner.catalog.scenario import Scenario, load_scenario, resolve_scenario
 from planner.errors import InfeasibleError, SolverLimitError
-from planner.planning import PlanOptions, input_hash, make_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import input_hash, make_plan
 from planner.results import Plan, recheck
 from tests.conftest import ROOT
 
@@ -129,7 +130,8 @@ def test_diagnosis_from_the_streamed_pool_is_the_whole_pools(catalog, slo):
     """The streamed pool keeps the fastest rows of each workload, role, prefix tier and hardware it filters, so an
     impossible TPOT or TTFT is diagnosed word for word as from every row evaluated (same row named, same bound)."""
     from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
-    from planner.planning import diagnose_candidates, slo_levels
+    from planner.pipeline.diagnose import diagnose_candidates
+    from planner.pipeline.plan import slo_levels
 
     rs = _scenario(catalog, slo=slo)
     slos = scenario_slos(rs.scenario.workloads)
@@ -150,8 +152,8 @@ def test_diagnosis_of_a_model_too_large(catalog, monkeypatch):
 
 
 def test_solver_limit_without_a_plan_is_exit_3(catalog, monkeypatch):
-    from planner import planning
     from planner.solve import SolveResult
+    from tests.conftest import PIPELINE as planning
 
     monkeypatch.setattr(planning.Solver, "solve", lambda self, m, start=None, **kw: SolveResult("limit", "maxTimeLimit", None, None, None, 0.1))
     with pytest.raises(SolverLimitError) as err:
@@ -273,11 +275,11 @@ def test_unvalidated_hardware_is_flagged_and_can_be_required_away(catalog):
 
 def test_a_plan_that_fails_its_recheck_is_an_error(catalog, monkeypatch):
     """Never a written plan whose headline says every target is met when the performance model disagrees."""
-    from planner import planning
     from planner.errors import PlanCheckError
     from planner.results import Check, Recheck
+    from tests.conftest import patch_pipeline
 
-    monkeypatch.setattr(planning, "recheck", lambda plan, rs: Recheck(ok=False, checks=[
+    patch_pipeline(monkeypatch, "recheck", lambda plan, rs: Recheck(ok=False, checks=[
         Check(name="chat-aggregated-1: tpot", ok=False, detail="61.0 ms <= 30 ms")]))
     with pytest.raises(PlanCheckError, match="fails 1 of 1 re-checks .*chat-aggregated-1: tpot: 61.0 ms <= 30 ms"):
         make_plan(_scenario(catalog), QUICK)
@@ -315,7 +317,8 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
     bound: the binding constraint says 'at least' and marks it unproven, never a plain 'saves'."""
     import dataclasses
 
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     original = planning.solve_from
 
@@ -324,12 +327,12 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
         # relaxations are the re-solves made without heuristics; pretend they ran out of time
         return r if heuristics else dataclasses.replace(r, status="feasible")
 
-    monkeypatch.setattr(planning, "solve_from", stopped)
+    patch_pipeline(monkeypatch, "solve_from", stopped)
     p = make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan
     demand = next(b for b in p.binding_constraints if b.name == "demand.chat")
     assert demand.usd_per_hour_saved is not None and demand.usd_per_hour_saved > 0
     assert not demand.saving_proven and "saves at least $" in demand.detail
-    monkeypatch.setattr(planning, "solve_from", original)
+    patch_pipeline(monkeypatch, "solve_from", original)
     exact = next(b for b in make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan.binding_constraints
                  if b.name == "demand.chat")
     assert exact.saving_proven and "saves $" in exact.detail
@@ -339,10 +342,10 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
 def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
     """When --time-limit runs out mid-analysis the binding constraints priced so far are kept and the plan
     says the analysis stopped; nothing is invented for the rest."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
 
     calls = {"n": 0, "stop": None}
-    original = planning._Ctx._quick
+    original = planning.AnalysisContext._quick
 
     def quick(self, *, fresh=False):
         calls["n"] += 1
@@ -350,7 +353,7 @@ def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
             raise planning.OutOfTime
         return original(self, fresh=fresh)
 
-    monkeypatch.setattr(planning._Ctx, "_quick", quick)
+    monkeypatch.setattr(planning.AnalysisContext, "_quick", quick)
     # a power limit just above what the plan draws: priced before the workloads' questions
     kw = sum(g.kw for g in make_plan(_scenario(catalog, requests_per_s=700), QUICK).plan.units)
     rs = _scenario(catalog, requests_per_s=700, limits={"power_kw": kw * 1.01})
@@ -373,10 +376,10 @@ def test_an_analysis_cut_short_keeps_what_it_priced(catalog, monkeypatch):
 def test_a_limit_the_time_limit_left_unpriced_is_not_said_to_save_nothing(catalog, monkeypatch):
     """A power limit near binding whose re-solve the time limit cut off is not listed as "saves $0.00/h" (proven):
     it was never priced. (A limit with more than a unit of slack is not re-solved and saves $0, proven.)"""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
 
     calls = {"n": 0}
-    original = planning._Ctx._quick
+    original = planning.AnalysisContext._quick
 
     def quick(self, *, fresh=False):
         calls["n"] += 1
@@ -385,7 +388,7 @@ def test_a_limit_the_time_limit_left_unpriced_is_not_said_to_save_nothing(catalo
         return original(self, fresh=fresh)
 
     kw = sum(g.kw for g in make_plan(_scenario(catalog, requests_per_s=700), QUICK).plan.units)
-    monkeypatch.setattr(planning._Ctx, "_quick", quick)
+    monkeypatch.setattr(planning.AnalysisContext, "_quick", quick)
     cut = make_plan(_scenario(catalog, requests_per_s=700, limits={"power_kw": kw * 1.01}), PlanOptions()).plan
     assert cut.runner_up is not None and any("analysis not completed" in a for a in cut.assumptions)
     assert not any(b.name == "limits.power_kw" for b in cut.binding_constraints)
@@ -394,7 +397,8 @@ def test_a_limit_the_time_limit_left_unpriced_is_not_said_to_save_nothing(catalo
 def test_a_looser_slo_that_changes_no_row_is_not_re_solved(catalog, monkeypatch):
     """Relaxing an SLO that admits no new row and raises no rate gives the same model: its saving is 0 without
     a rebuild; every table that does differ is built and solved."""
-    from planner import planning
+    from tests.conftest import PIPELINE as planning
+    from tests.conftest import patch_pipeline
 
     tables, builds, first = [], [], {}
     sel, build = planning.select_candidates, planning.build_model
@@ -414,9 +418,9 @@ def test_a_looser_slo_that_changes_no_row_is_not_re_solved(catalog, monkeypatch)
         builds.append(1)
         return build(data, **kw)
 
-    monkeypatch.setattr(planning, "select_candidates", select)
-    monkeypatch.setattr(planning, "build_model", built)
-    monkeypatch.setattr(planning, "together", list)  # each SLO asked alone (asked together, both are relaxed at once)
+    patch_pipeline(monkeypatch, "select_candidates", select)
+    patch_pipeline(monkeypatch, "build_model", built)
+    patch_pipeline(monkeypatch, "together", list)  # each SLO asked alone (asked together, both are relaxed at once)
     p = make_plan(_scenario(catalog, requests_per_s=600, slo={"ttft_ms": 60000, "tpot_ms": 20}), PlanOptions()).plan
     base, relaxed = tables[0], tables[1:]
     assert relaxed and any(t == base for t in relaxed)  # the 10% looser TTFT changes nothing
@@ -439,16 +443,16 @@ def test_a_prefill_pool_keeps_the_micro_batch_overlap_it_was_priced_with(catalog
 def test_the_runner_up_floor_is_the_bound_less_the_tie_break_and_only_where_it_holds():
     from types import SimpleNamespace
 
+    from planner.analysis.context import fleet_floor
     from planner.model.build import EPSILON
-    from planner.planning import _fleet_floor
     from planner.solve import SolveResult
 
     stopped = SolveResult("feasible", "maxTimeLimit", 781.76, 760.0, 0.028, 5.0)
     plain, priced = SimpleNamespace(pool_type_usd_per_hour=0.0), SimpleNamespace(pool_type_usd_per_hour=5.0)
-    assert _fleet_floor(stopped, plain, 781.76) == pytest.approx(760.0 / (1 + EPSILON))
-    assert _fleet_floor(stopped, priced, 781.76) is None  # the objective holds pool-type dollars too
-    assert _fleet_floor(SolveResult("optimal", "ok", 781.76, 781.76, 0.0, 1.0), plain, 781.76) is None
-    assert _fleet_floor(SolveResult("feasible", "maxTimeLimit", 781.76, None, None, 5.0), plain, 781.76) is None
+    assert fleet_floor(stopped, plain, 781.76) == pytest.approx(760.0 / (1 + EPSILON))
+    assert fleet_floor(stopped, priced, 781.76) is None  # the objective holds pool-type dollars too
+    assert fleet_floor(SolveResult("optimal", "ok", 781.76, 781.76, 0.0, 1.0), plain, 781.76) is None
+    assert fleet_floor(SolveResult("feasible", "maxTimeLimit", 781.76, None, None, 5.0), plain, 781.76) is None
 
 
 def test_a_plan_tells_its_stages_as_they_start(catalog):

@@ -307,7 +307,8 @@ def _plan_cost(doc: dict, analysis: bool = False):
     from planner.catalog import load_catalog
     from planner.catalog.scenario import Scenario, resolve_scenario
     from planner.errors import InfeasibleError
-    from planner.planning import PlanOptions, make_plan
+    from planner.options import PlanOptions
+    from planner.pipeline.plan import make_plan
 
     cat = load_catalog(ROOT / "catalogs")
     rs = resolve_scenario(Scenario.model_validate(doc), cat, Path("generated.yaml"))

@@ -12,7 +12,8 @@ import pytest
 
 from planner.catalog.scenario import Scenario, resolve_scenario
 from planner.errors import InfeasibleError
-from planner.planning import PlanOptions, make_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
 from planner.results import unit_losses
 
 BASE = {
@@ -273,7 +274,7 @@ def test_price_curve_with_a_margin_never_costs_less(catalog):
     import numpy as np
 
     from planner.errors import InputError
-    from planner.pricing import price_curve
+    from planner.studies.pricing import price_curve
 
     base = price_curve(catalog, "llama-3.1-70b", ["h100-sxm"]).points
     safe = price_curve(catalog, "llama-3.1-70b", ["h100-sxm"], margin_quantile=0.9).points

@@ -16,8 +16,9 @@ from planner.catalog import load_catalog
 from planner.catalog.loader import read_yaml
 from planner.catalog.scenario import Scenario, resolve_scenario
 from planner.errors import InputError
-from planner.planning import PlanOptions, make_plan
-from planner.pricing import frontier, price_curve, speed_tiers
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
+from planner.studies.pricing import frontier, price_curve, speed_tiers
 from planner.sweep import Vary, keys_of, parse_values, parse_vary, run_sweep, set_path
 
 ROOT = Path(__file__).resolve().parents[1]

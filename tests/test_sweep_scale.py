@@ -8,7 +8,7 @@ import pytest
 from test_robustness import cli, one_line_error, scenario
 
 import planner.sweep as sw
-from planner.sweep_store import PARTS
+from planner.sweep.store import PARTS
 
 VALUES = "workloads.chat.requests_per_s=10,20,30,40,50,60"
 
@@ -125,17 +125,17 @@ def test_unreachable_scheduler_is_named(tmp_path, capsys):
 
 DEADLY = """
 import os, sys
-import planner.sweep as sw
+import planner.sweep.solving as sw
 from planner.cli import main
 
-real = sw._solve_one
+real = sw.solve_one
 
 def deadly(inputs, doc, catalog, path, opts):
     if inputs.get("workloads.chat.requests_per_s") == 30:
         os._exit(3)  # the worker process dies, as a crash or the OOM killer would end it
     return real(inputs, doc, catalog, path, opts)
 
-sw._solve_one = deadly
+sw.solve_one = deadly
 main(sys.argv[1:])
 """
 

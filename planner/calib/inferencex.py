@@ -148,7 +148,7 @@ def normalise_runs(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """The normalised frame of :func:`planner.calib.data.normalise` for InferenceX runs, with the measured
     ``m_ttft``, ``m_tpot`` (ms) and ``m_otpg`` (output tokens/s per GPU) and ``n_gpus_out`` (the GPUs the
     benchmark divides output throughput by)."""
-    from planner.calib.data import finish
+    from planner.calib.checks import finish
 
     cols: dict[str, list] = {k: [] for k in (
         "n_model", "n_hw", "n_engine", "n_mode", "n_dense", "n_expert", "n_kv", "n_isl", "n_osl", "n_conc", "n_spec",

@@ -53,3 +53,25 @@ def read_expert_loads(path: Path, experts: int) -> dict[int, np.ndarray]:
         if v.sum() <= 0:
             raise InputError(f"{path}: layer {layer} has no load at all; give at least one positive load")
     return dict(sorted(out.items()))
+
+
+def zipf_loads(experts: int, s: float, seed: int) -> np.ndarray:
+    """Seeded power-law loads: expert ranks ``1..E`` get weight ``rank^-s``, ranks shuffled, normalised to sum 1."""
+    rng = np.random.default_rng(seed)
+    w = np.arange(1, experts + 1, dtype=float) ** (-float(s))
+    # Multiplicative noise so that seeds differ beyond a permutation.
+    w = w * rng.lognormal(0.0, 0.25, experts)
+    rng.shuffle(w)
+    return w / w.sum()
+
+
+def parse_skew(text: str) -> float:
+    """``zipf:S`` -> S (``S >= 0``; 0 is uniform)."""
+    kind, _, val = text.partition(":")
+    try:
+        s = float(val)
+    except ValueError:
+        s = -1.0
+    if kind.strip().lower() != "zipf" or not (0.0 <= s <= 5.0):
+        raise ValueError(f"--skew: expected zipf:S with 0 <= S <= 5 (e.g. zipf:1.0), got '{text}'")
+    return s

@@ -44,6 +44,16 @@ class Slo(Strict):
     ttft_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
     tpot_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
 
+    @property
+    def ttft_s(self) -> float:
+        """The TTFT target in seconds (the unit everything below the scenario works in)."""
+        return self.ttft_ms / 1e3
+
+    @property
+    def tpot_s(self) -> float:
+        """The TPOT target in seconds."""
+        return self.tpot_ms / 1e3
+
 
 MAX_PERIODS = 168
 """Periods a traffic profile may have (hourly over a week)."""
@@ -405,7 +415,7 @@ def _expert_load(sc: Scenario, model: ModelSpec, where: str, base: Path) -> np.n
         raise InputError(f"{where}: field 'expert_load': {model.id} is dense; remove expert_load")
     experts = model.architecture.moe.experts
     if el.skew is not None:
-        from planner.perf.experts import parse_skew, zipf_loads
+        from planner.catalog.expert_loads import parse_skew, zipf_loads
 
         try:
             return zipf_loads(experts, parse_skew(el.skew), el.seed)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner import units
+import planner.units as units
 from planner.catalog.ids import POOL_ID, CatalogId, EngineId, HfId, Label
 
 BIG = 1e15

@@ -1,4 +1,4 @@
-"""insights.md and its plots from :class:`planner.insights.Insights` (every figure computed)."""
+"""insights.md and its plots from :class:`planner.studies.insights.Insights` (every figure computed)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.export.plots import _plt, _save, pareto_front
-from planner.insights import MICRO_BATCH as MICRO
-from planner.insights import PRICE_MARGIN
+from planner.export.plots import pareto_front, pyplot, save_png
+from planner.studies.insights import MICRO_BATCH as MICRO
+from planner.studies.insights import PRICE_MARGIN
 
 
 def _f(x, nd=3) -> str:
@@ -44,7 +44,7 @@ def _finish(ax, xlabel: str, ylabel: str, title: str, *, xlog2: bool = False, le
 
 
 def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
-    plt = _plt()
+    plt = pyplot()
     out = {}
     b = ins.batch
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -57,7 +57,7 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
             ax.plot(B[~ok], y[~ok], "x", color="grey")
     _finish(ax, "batch (sequences in flight per replica)", "$ per million output tokens",
             f"{ins.model} on {ins.hardware}: cost against batch (x: KV does not fit)", xlog2=True, legend=10)
-    out["batch"] = _save(fig, folder / f"{stem}-batch.png")
+    out["batch"] = save_png(fig, folder / f"{stem}-batch.png")
 
     lat = ins.latency
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -67,7 +67,7 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
     ax.plot(x[f], y[f], "-o", ms=3, label="cheapest at each interactivity")
     ax.axvline(lat["max_tokens_per_s_per_user"], color="C3", ls="--", label="latency floor (weights / HBM bw)")
     _finish(ax, "output tokens/s per user", "$ per million output tokens", "Cost-latency frontier")
-    out["frontier"] = _save(fig, folder / f"{stem}-frontier.png")
+    out["frontier"] = save_png(fig, folder / f"{stem}-frontier.png")
 
     kv = ins.kv
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -78,7 +78,7 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
         ax.plot(S, v["kv_memory_s"], "--", label=f"KV, {name}")
     _finish(ax, "context (tokens)", f"memory time per decode step, batch {kv['batch']} (s)",
             "KV-cache against weight traffic", xlog2=True, legend=7)
-    out["kv"] = _save(fig, folder / f"{stem}-kv.png")
+    out["kv"] = save_png(fig, folder / f"{stem}-kv.png")
 
     if ins.expert_parallel:
         rows = ins.expert_parallel["rows"]
@@ -90,14 +90,14 @@ def plots(ins, folder: Path, stem: str) -> dict[str, Path]:
         ax2.plot(labels, [r["usd_per_mtok"] for r in rows], "k-o", ms=3)
         ax2.set_ylabel("$ per million output tokens")
         ax.set_title(f"Expert parallelism inside vs across the {ins.expert_parallel['scale_up_domain']}-GPU domain")
-        out["ep"] = _save(fig, folder / f"{stem}-ep.png")
+        out["ep"] = save_png(fig, folder / f"{stem}-ep.png")
 
     lc = ins.long_context
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot(lc["contexts"], lc["usd_per_mtok_output"], "-o", ms=3, label="cost (best batch that fits)")
     ax.axhline(lc["flat_price"], color="C3", ls="--", label=f"flat price: {lc['reference_context']:,}-token cost x2")
     _finish(ax, "context (tokens)", "$ per million output tokens", "Cost against context length", xlog2=True)
-    out["long_context"] = _save(fig, folder / f"{stem}-context.png")
+    out["long_context"] = save_png(fig, folder / f"{stem}-context.png")
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -18,7 +18,7 @@ def _plt():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
+def save_png(fig, path: Path) -> Path:
     import io
 
     from planner.catalog.writer import atomic_write_bytes
@@ -26,7 +26,7 @@ def _save(fig, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     atomic_write_bytes(path, buf.getvalue())
-    _plt().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -37,7 +37,7 @@ def _log_scale(values) -> bool:
 
 def cost_vs_inputs(df: pd.DataFrame, varied: list[str], path: Path) -> Path:
     """$/M tokens against the first varied input; one line per combination of the others."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = varied[0]
     ok = df[df["status"].isin(["optimal", "feasible"])]
@@ -60,7 +60,7 @@ def cost_vs_inputs(df: pd.DataFrame, varied: list[str], path: Path) -> Path:
     ax.grid(alpha=0.3)
     if len(ax.get_legend_handles_labels()[0]) > 1:
         ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def pareto(x: np.ndarray, y: np.ndarray, path: Path, *, title: str, ylabel: str = "$ per million output tokens") -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     good = np.isfinite(x) & np.isfinite(y)
@@ -91,11 +91,11 @@ def pareto(x: np.ndarray, y: np.ndarray, path: Path, *, title: str, ylabel: str 
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def tornado_chart(df: pd.DataFrame, path: Path, swing: float = 0.2) -> Path:
-    plt = _plt()
+    plt = pyplot()
     d = df.dropna(subset=["usd_per_mtok_low", "usd_per_mtok_high"]).iloc[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(d), 2) + 1.2))
     base = float(df["usd_per_mtok_base"].iloc[0]) if len(df) else 0.0
@@ -108,14 +108,14 @@ def tornado_chart(df: pd.DataFrame, path: Path, swing: float = 0.2) -> Path:
     ax.set_title(f"Sensitivity of cost to each input moved by +-{swing:.0%}")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="x")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def periods_png(plan) -> bytes:
     """Chips bought per period by tier (stacked bars) under the demand of every workload (line)."""
     import io
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.2))
     T = len(plan.periods)
     t = np.arange(T)

@@ -125,7 +125,7 @@ def objective_expr(m):
 
 
 def define_workload_blocks(m) -> None:
-    """Declare the workloads as the model's blocks for :mod:`planner.block_floors` (a single period without
+    """Declare the workloads as the model's blocks for :mod:`planner.solve.floors` (a single period without
     tiers): workload ``w``'s variables (its rows' replicas and pool-type indicators, its streams, its N+k
     indicators) and its cost, the dollars of the chips its replicas occupy at the prices the parameters hold now,
     ``chip_w = sum_{r of w} p_h(r) slots_r x_r``.
@@ -136,7 +136,7 @@ def define_workload_blocks(m) -> None:
     ``chip_w`` a ceiling below a known plan's cost (``_objective_covers_blocks``). An elastic model's objective
     weighs the limits' slack first, so it declares only the floors.
 
-    Each workload is also a cover (``_block_covers``, for :mod:`planner.block_master`): its demand-coverage row
+    Each workload is also a cover (``_block_covers``, for :mod:`planner.solve.master`): its demand-coverage row
     over its streams, the aggregated stream with its one capacity row, the disaggregated one with its prefill and
     decode rows. The module checks on the rows that nothing else (N+k, pool types) touches the workload.
 

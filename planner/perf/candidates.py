@@ -676,7 +676,7 @@ def build_candidates(rs: ResolvedScenario, engine: str | None = None, *, prune: 
 
 
 def scenario_slos(workloads: list[Workload]) -> dict[str, tuple[float, float]]:
-    return {w.name: (w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3) for w in workloads}
+    return {w.name: (w.slo.ttft_s, w.slo.tpot_s) for w in workloads}
 
 
 PRUNE_KEYS = ["workload", "role", "hardware", "prefix_tier"]

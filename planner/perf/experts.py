@@ -18,15 +18,7 @@ import time
 
 import numpy as np
 
-
-def zipf_loads(experts: int, s: float, seed: int) -> np.ndarray:
-    """Seeded power-law loads: expert ranks ``1..E`` get weight ``rank^-s``, ranks shuffled, normalised to sum 1."""
-    rng = np.random.default_rng(seed)
-    w = np.arange(1, experts + 1, dtype=float) ** (-float(s))
-    # Multiplicative noise so that seeds differ beyond a permutation.
-    w = w * rng.lognormal(0.0, 0.25, experts)
-    rng.shuffle(w)
-    return w / w.sum()
+from planner.catalog.expert_loads import parse_skew, zipf_loads  # noqa: F401  (loads as the scenario gives them)
 
 
 def greedy_replicas(load: np.ndarray, redundant: int) -> np.ndarray:
@@ -99,18 +91,6 @@ def expert_copy_bytes(model, weights: str | None = None) -> float:
     s = model_stats(model)
     _, expert_dtype = resolve_dtypes(model, weights)
     return s.expert_params * s.moe_layers * dtype_bytes(expert_dtype)
-
-
-def parse_skew(text: str) -> float:
-    """``zipf:S`` -> S (``S >= 0``; 0 is uniform)."""
-    kind, _, val = text.partition(":")
-    try:
-        s = float(val)
-    except ValueError:
-        s = -1.0
-    if kind.strip().lower() != "zipf" or not (0.0 <= s <= 5.0):
-        raise ValueError(f"--skew: expected zipf:S with 0 <= S <= 5 (e.g. zipf:1.0), got '{text}'")
-    return s
 
 
 def swap_descent(weights: np.ndarray, placement: list[list[int]], max_steps: int = 10_000,

@@ -1,6 +1,6 @@
 """An exact master over the blocks' slot vectors: a proof of optimality where branch and bound is slow.
 
-After the block floors (:mod:`planner.block_floors`) a deployment MILP's LP bound sits at the sum of its blocks'
+After the block floors (:mod:`planner.solve.floors`) a deployment MILP's LP bound sits at the sum of its blocks'
 floors, and what is left to prove is how the blocks' replicas add up to whole purchase units: on the ten-workload
 fleet the floors add to $771.11/h, the optimum is $775.68/h, and HiGHS spends seconds per re-solve closing the
 $4.57/h. This module closes it by enumeration instead.
@@ -11,7 +11,7 @@ Every plan of objective at most ``C`` gives block ``b`` a cost within its window
 (the floors ``Z``), so it puts on the linking rows at least one of the block's *Pareto-minimal* slot vectors of
 cost at most ``U_b``: moving the block to that vector's assignment keeps every linking row and costs no more. So the
 master, which picks per block one of those assignments (or keeps it where a known plan has it) and sets the
-other columns anew (:func:`planner.block_floors.choose`), has an optimum no plan of objective at most ``C`` beats: its
+other columns anew (:func:`planner.solve.floors.choose`), has an optimum no plan of objective at most ``C`` beats: its
 dual bound, or ``C`` where it is lower, is a lower bound on the whole MILP.
 
 The vectors are enumerated from the block's rows, not by a MILP per box of slot counts: each block must be a
@@ -34,7 +34,7 @@ The master: where every linking row is ``slots <= chips x units`` with the units
 plan's cost is its blocks' plus the price of the chips its rows leave idle, which depends on each row's total modulo
 its chips only, so a dynamic programme over the blocks with those residues as its state is the master
 (:func:`_residues`, milliseconds); its plan is checked on the model, and where another row breaks it the MILP master
-runs (:func:`planner.block_floors.choose`, one binary per vector).
+runs (:func:`planner.solve.floors.choose`, one binary per vector).
 
 Windows are tried narrow first (``C' = sum Z + delta``, ``delta`` doubling up to the known plan's ``C``): if the
 master's plan costs at most ``C'``, no plan is cheaper and the proof is done with few vectors; else ``C'`` itself is
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.block_floors import Floors, _Lp, choose, objective_of
+from planner.solve.floors import Floors, Lp, choose, objective_of
 
 MAX_VECTORS = 4000
 """Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (the MILP master,
@@ -129,7 +129,7 @@ class _Shape:
 class _Index:
     """The entries of the model HiGHS holds by row and by column (built once per proof, for every block)."""
 
-    def __init__(self, lp: _Lp):
+    def __init__(self, lp: Lp):
         self.lp = lp
         self.by_row: dict[int, list[tuple[int, float]]] = {}
         self.by_col: dict[int, list[tuple[int, float]]] = {}
@@ -152,7 +152,7 @@ class _Index:
         return None if row is None else (-row[0], {j: -v for j, v in row[1].items()})
 
 
-def shape(lp: _Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index | None = None) -> _Shape | str:
+def shape(lp: Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index | None = None) -> _Shape | str:
     """``cover`` checked on ``lp`` for the block of columns ``idx`` and block cost ``cost``; a reason where it is
     not a cover this module can enumerate. ``index``: :class:`_Index` of ``lp``, where the caller has one."""
     index = index or _Index(lp)
@@ -522,7 +522,7 @@ def _with_streams(sh: _Shape, x: dict) -> dict:
 @dataclass
 class Proof:
     x: np.ndarray
-    """The best plan found (a vector over the columns of :attr:`planner.block_floors.Floors.lp`)."""
+    """The best plan found (a vector over the columns of :attr:`planner.solve.floors.Floors.lp`)."""
     value: float
     """Its objective, checked on the model."""
     bound: float
@@ -664,7 +664,7 @@ def _units(index: _Index, floors: Floors, shapes: list[_Shape]) -> _Units | None
     return _Units(rows, np.array(unit), np.array(chips), np.array([price[r] for r in rows.tolist()]), where)
 
 
-def _residues(lp: _Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: list, options: list, level: float,
+def _residues(lp: Lp, start: np.ndarray, units: _Units, floors: Floors, vecs: list, options: list, level: float,
               best: float, deadline: float) -> tuple[np.ndarray, float, float] | None:
     """The master without HiGHS, where the linking rows are units (:class:`_Units`): a plan of objective at most
     ``level`` puts a total ``T_r`` on each row and pays at least ``sum_b (Z_b + excess_b) + sum_r price_r (-T_r mod
@@ -762,7 +762,7 @@ def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, n
 
 def _as_options(sh: _Shape, floor: float, found: list[tuple[np.ndarray, dict]]) -> tuple[tuple, list]:
     """A block's vectors (:func:`vectors`) as the masters take them: ``(columns, [assignment as a vector over
-    them])`` for :func:`planner.block_floors.choose`, and ``[(slot vector, what it adds beyond the floor)]`` for
+    them])`` for :func:`planner.solve.floors.choose`, and ``[(slot vector, what it adds beyond the floor)]`` for
     :func:`_residues`."""
     pos = {int(j): i for i, j in enumerate(sh.idx.tolist())}
     dense = []

@@ -19,10 +19,7 @@ from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondi
 from pyomo.contrib.solver.solvers.highs import Highs
 
 from planner.errors import PlannerError
-
-DEFAULT_MIP_GAP = 1e-4
-DEFAULT_TIME_LIMIT_S = 60.0
-
+from planner.options import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S
 
 NO_UPDATES = {k: False for k in (
     "check_for_new_or_removed_constraints", "check_for_new_or_removed_vars", "check_for_new_or_removed_params",
@@ -93,8 +90,8 @@ class Solver:
     def __init__(self, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S, mip_gap: float = DEFAULT_MIP_GAP, threads: int | None = None,
                  heuristics: bool = True, floors: bool = True):
         self.floors = floors
-        """Whether a model that declares blocks gets their floor rows (:mod:`planner.block_floors`) and, in a solve
-        from a known plan, the master over their slot vectors (:mod:`planner.block_master`); ``False`` only to
+        """Whether a model that declares blocks gets their floor rows (:mod:`planner.solve.floors`) and, in a solve
+        from a known plan, the master over their slot vectors (:mod:`planner.solve.master`); ``False`` only to
         measure what they are worth."""
         self.time_limit_s = time_limit_s
         self.mip_gap = mip_gap
@@ -135,7 +132,7 @@ class Solver:
         the HiGHS columns (the model's own bounds are untouched and come back in HiGHS after it). ``loaded``: the
         caller has just called :meth:`load` and changed nothing since (Pyomo's change scan is skipped).
         ``cutoff``: the objective of a known plan (``start``'s), so no plan worth finding costs more. A model that
-        declares blocks gets their floors for this solve (:mod:`planner.block_floors`)."""
+        declares blocks gets their floors for this solve (:mod:`planner.solve.floors`)."""
         t0 = time.perf_counter()
         if not loaded:
             self.load(model)
@@ -191,7 +188,7 @@ class Solver:
 
     def floor_rows(self, model: pyo.ConcreteModel, cutoff: float | None = None) -> list | None:
         """The floor rows of ``model``'s blocks on the model HiGHS holds (call :meth:`load` first):
-        ``(lower, upper, columns, coefficients)`` per block (:meth:`planner.block_floors.Floors.rows`); ``None`` where
+        ``(lower, upper, columns, coefficients)`` per block (:meth:`planner.solve.floors.Floors.rows`); ``None`` where
         the model declares no blocks, has fewer than ``FLOOR_MIN_BLOCKS``, or one of them has no plan."""
         found = self._block_floors(model)
         if found is None:
@@ -202,7 +199,7 @@ class Solver:
         """``(Floors, the blocks' column indices)`` of ``model`` on HiGHS's copy, or ``None`` (see :meth:`floor_rows`)."""
         import numpy as np
 
-        from planner.block_floors import FLOOR_MIN_BLOCKS, block_floors
+        from planner.solve.floors import FLOOR_MIN_BLOCKS, block_floors
 
         blocks = getattr(model, "_blocks", None)
         if blocks is None:
@@ -226,7 +223,7 @@ class Solver:
     def _add_floors(self, model: pyo.ConcreteModel, start, cutoff: float | None):
         """Add the floor rows of ``model``'s blocks to HiGHS's copy of the model, after its own rows, for one solve
         (:meth:`solve` removes them after it, so Pyomo's rows keep their indices); first, where a plan ``start`` is
-        given, look for a cheaper one among its blocks' moves to their optima (:func:`planner.block_floors.improve`).
+        given, look for a cheaper one among its blocks' moves to their optima (:func:`planner.solve.floors.improve`).
         Returns how many rows, and the start and cutoff to solve from."""
         if not self.floors:
             return 0, start, cutoff
@@ -236,7 +233,7 @@ class Solver:
         import highspy
         import numpy as np
 
-        from planner.block_floors import improve
+        from planner.solve.floors import improve
 
         floors, blocks = found
         h = self._opt._solver_model
@@ -270,7 +267,7 @@ class Solver:
         return len(rows), start, cutoff
 
     def _prove(self, model: pyo.ConcreteModel, floors, start, cutoff: float):
-        """The master over the blocks' slot vectors (:func:`planner.block_master.prove`) from the plan ``start`` (a
+        """The master over the blocks' slot vectors (:func:`planner.solve.master.prove`) from the plan ``start`` (a
         vector over HiGHS's columns) of objective ``cutoff``, where the model has at least ``MASTER_MIN_COLUMNS``
         columns and declares its blocks as covers; else ``None``."""
         if floors.lp.ncol < MASTER_MIN_COLUMNS:
@@ -278,19 +275,19 @@ class Solver:
         covers = self._covers(model, floors)
         if covers is None:
             return None
-        from planner.block_master import TOTAL_TIME_LIMIT_S, prove
+        from planner.solve.master import TOTAL_TIME_LIMIT_S, prove
 
         return prove(floors, covers, start, cutoff, threads=self.threads_for(), mip_gap=self.mip_gap,
                      time_limit_s=min(TOTAL_TIME_LIMIT_S, MASTER_SHARE * self.time_limit_s))
 
     def _covers(self, model: pyo.ConcreteModel, floors) -> list | None:
-        """Per block of ``floors`` (:class:`planner.block_floors.Floors`), its cover (:class:`planner.block_master.Cover`)
+        """Per block of ``floors`` (:class:`planner.solve.floors.Floors`), its cover (:class:`planner.solve.master.Cover`)
         in HiGHS's indices, as the model declares them (``model._block_covers()``: per block, its demand constraint
         and per stream its variable and stage constraints); ``None`` where it declares none."""
         declared = getattr(model, "_block_covers", None)
         if declared is None:
             return None
-        from planner.block_master import Cover
+        from planner.solve.master import Cover
 
         cons, cols = self._opt._pyomo_con_to_solver_con_map, self._opt._pyomo_var_to_solver_var_map
         by_column = {}
@@ -362,9 +359,9 @@ class Solver:
         ``tol``) or is fractional where a column is integer. Fixed variables count at their fixed value. Vectorised
         over HiGHS's copy of the model: the same verdict as evaluating every Pyomo constraint, in a fraction of
         the time."""
-        from planner.block_floors import _Lp, objective_of
+        from planner.solve.floors import Lp, objective_of
 
-        return objective_of(_Lp(self._opt._solver_model), self._column_values(start), tol)
+        return objective_of(Lp(self._opt._solver_model), self._column_values(start), tol)
 
     def _column_values(self, values: dict):
         """``values`` as a vector over HiGHS's columns (variables it has no column for are left out; fixed ones at

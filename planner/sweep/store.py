@@ -42,10 +42,10 @@ def catalog_digest(catalog) -> str:
 
 def sweep_identity(base: dict, varies, opts, catalog) -> dict:
     """What a sweep's points are solved from; a folder's parts are reused only when all of it matches."""
-    import planner
+    from planner.version import __version__
 
     return {
-        "planner": planner.__version__,
+        "planner": __version__,
         "scenario_sha256": _sha(base),
         "varies": [{"path": v.path, "values": list(v.values)} for v in varies],
         "options": {"time_limit_s": opts.time_limit_s, "mip_gap": opts.mip_gap, "engine": opts.engine},

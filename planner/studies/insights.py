@@ -1,6 +1,6 @@
 """The economics of serving one model on one hardware, computed by the project's performance model.
 
-Every number comes from ``planner.perf`` (and the price curve of ``planner.pricing``); nothing is
+Every number comes from ``planner.perf`` (and the price curve of ``planner.studies.pricing``); nothing is
 typed in. Sections follow the serving-economics effects planners know (docs/insights.md):
 
 1. cost per token against batch, ideal and calibrated; balance batch next to the rule of thumb;
@@ -174,7 +174,7 @@ def _batch_section(cal, ideal, lay, L, chips, price, context) -> dict:
 
 
 def _latency_section(catalog, model, hw, ideal, engine, context) -> dict:
-    from planner.pricing import price_curve
+    from planner.studies.pricing import price_curve
 
     lay = layouts(model, hw)
     lay = lay[(lay["pp"] == 1) & (lay["tp"] * lay["attn_dp"] <= max(hw.scale_up_domain_chips, 64))]

@@ -1,6 +1,6 @@
 """Sweeps on a Dask cluster (``planner sweep --backend dask [--scheduler ADDRESS]``).
 
-Chunks of points run as Dask tasks (``planner.sweep._run_chunk``) on the workers of the scheduler at
+Chunks of points run as Dask tasks (``planner.sweep.run_chunk``) on the workers of the scheduler at
 ``ADDRESS``, or of a ``LocalCluster`` of ``--jobs`` single-threaded worker processes when no address is
 given. The catalog is sent to every worker once. Dask reschedules a task whose worker dies; the sweep
 itself retries a failed chunk once more and then reports its points as failed (``planner.sweep.iter_sweep``).
@@ -40,9 +40,9 @@ class DaskRunner:
         [self._catalog] = self.client.scatter([catalog], broadcast=True)
 
     def submit(self, chunk, path, opts, isolated: bool = False):  # Dask reschedules per task: always apart
-        from planner.sweep import _run_chunk
+        from planner.sweep.solving import run_chunk
 
-        return self.client.submit(_run_chunk, (chunk, self._catalog, path, opts), pure=False, retries=0)
+        return self.client.submit(run_chunk, (chunk, self._catalog, path, opts), pure=False, retries=0)
 
     @staticmethod
     def wait(futures):

@@ -50,7 +50,7 @@ _floors: OrderedDict[bytes, tuple[float, np.ndarray | None] | None] = OrderedDic
 process (``None``: infeasible)."""
 
 
-class _Lp:
+class Lp:
     """The arrays of the model HiGHS holds, column-wise, with each entry's row and column."""
 
     def __init__(self, h):
@@ -71,7 +71,7 @@ class _Lp:
             self.integer = np.asarray([int(t) for t in lp.integrality_], dtype=np.int8)
 
 
-def objective_of(lp: _Lp, x: np.ndarray, tol: float = 1e-6) -> float | None:
+def objective_of(lp: Lp, x: np.ndarray, tol: float = 1e-6) -> float | None:
     """The objective of the column vector ``x`` in ``lp``, or ``None`` where it breaks a row or column bound
     (relative tolerance ``tol``) or is fractional where a column is integer."""
     if ((x < lp.clo - tol) | (x > lp.chi + tol)).any():
@@ -88,7 +88,7 @@ def objective_of(lp: _Lp, x: np.ndarray, tol: float = 1e-6) -> float | None:
 
 @dataclass
 class Floors:
-    lp: _Lp
+    lp: Lp
     """The model the floors were derived from (HiGHS's copy, without the floor rows)."""
     floors: list[tuple[float, np.ndarray, np.ndarray]]
     """``(floor, columns, coefficients)`` per block with a finite floor."""
@@ -120,7 +120,7 @@ def block_floors(h, blocks: list[tuple[np.ndarray, np.ndarray]], *, threads: int
     """The floors of ``blocks`` (column indices and their cost coefficients) of the HiGHS model ``h``
     (``highspy.Highs``, loaded); ``None`` where a block's MILP is infeasible (so is the model: HiGHS will say so on
     its own)."""
-    lp = _Lp(h)
+    lp = Lp(h)
     # each entry's least and most contribution to its row's activity over its column's bounds
     lo_c = np.where(lp.vals > 0, lp.vals * lp.clo[lp.cols], lp.vals * lp.chi[lp.cols])
     hi_c = np.where(lp.vals > 0, lp.vals * lp.chi[lp.cols], lp.vals * lp.clo[lp.cols])
@@ -140,7 +140,7 @@ def block_floors(h, blocks: list[tuple[np.ndarray, np.ndarray]], *, threads: int
     return Floors(lp, floors, optima)
 
 
-def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[np.ndarray, np.ndarray]], *,
+def improve(lp: Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[tuple[np.ndarray, np.ndarray]], *,
             threads: int) -> tuple[np.ndarray, float] | None:
     """A cheaper plan than ``start`` (a plan of the model ``lp``, :attr:`Floors.lp`, a vector over its columns) and
     its objective, checked on ``lp`` (:func:`objective_of`),
@@ -159,7 +159,7 @@ def improve(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], optima: list[t
     return x, value
 
 
-def choose(lp: _Lp, start: np.ndarray, blocks: list[np.ndarray], options: list[tuple[np.ndarray, list[np.ndarray]]],
+def choose(lp: Lp, start: np.ndarray, blocks: list[np.ndarray], options: list[tuple[np.ndarray, list[np.ndarray]]],
            *, threads: int, time_limit_s: float, mip_gap: float = 1e-9) -> tuple[np.ndarray, float, float] | None:
     """The cheapest plan of ``lp`` that keeps each block where ``start`` (a plan, a vector over ``lp``'s columns) has
     it or moves it to one of its ``options`` (per block: its columns and assignments of them), with every column of
@@ -277,7 +277,7 @@ def _split(rows, c, nrow):
             np.bincount(rows, weights=inf.astype(float), minlength=nrow))
 
 
-def _block_floor(lp: _Lp, idx, cost, lo_c, hi_c, act, threads):
+def _block_floor(lp: Lp, idx, cost, lo_c, hi_c, act, threads):
     cols, rows, vals, clo, chi, rlo, rhi, integer = lp.cols, lp.rows, lp.vals, lp.clo, lp.chi, lp.rlo, lp.rhi, lp.integer
     ncol = len(clo)
     local = np.full(ncol, -1, dtype=np.int64)

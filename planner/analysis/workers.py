@@ -1,7 +1,7 @@
 """The analysis's re-solves on several processes (``planner plan --jobs N``; by default one per core, up to four,
 where the plan's own solve is slow enough to pay for them).
 
-Each question of the analysis (:func:`planner.planning.questions`: the runner-up, a limit, an SLO, the demand or
+Each question of the analysis (:func:`planner.analysis.questions.questions`: the runner-up, a limit, an SLO, the demand or
 the working set of one workload made 10% looser) is one MILP re-solve that starts from the plan and changes
 nothing the others see, so they can run at once. The planning process answers questions itself and starts
 ``N - 1`` worker processes; each is handed the scenario, the candidate pool, the plan's model data, the plan and
@@ -31,6 +31,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from planner.analysis.context import AnalysisContext, Answer, Question
+from planner.analysis.questions import answer_here, together
+from planner.catalog.scenario import ResolvedScenario
+from planner.options import PlanOptions
 
 STOP = None
 """Sent to a worker in place of a question's index: no more questions, exit."""
@@ -95,8 +100,7 @@ def _stop(p: subprocess.Popen) -> None:
 
 def answer_in_workers(ctx, qs: list, jobs: int, workers: Workers | None = None) -> tuple[dict, bool]:
     """Answer ``qs`` on this process and ``jobs - 1`` workers (taken from ``workers`` where they were started
-    ahead): ``(answers, cut)`` as :func:`planner.planning.answer_questions` gives them."""
-    from planner.planning import answer_here
+    ahead): ``(answers, cut)`` as :func:`answer_questions` gives them."""
 
     payload = pickle.dumps({
         "rs": ctx.rs, "pool": ctx.pool, "data": ctx.data, "plan": ctx.plan, "opts": ctx.opts,
@@ -275,7 +279,7 @@ def _start_worker() -> subprocess.Popen:
             f"spec = importlib.util.spec_from_file_location('planner', {str(pkg / '__init__.py')!r}, "
             f"submodule_search_locations=[{str(pkg)!r}])\n"
             "mod = importlib.util.module_from_spec(spec); sys.modules['planner'] = mod; spec.loader.exec_module(mod)\n"
-            "from planner.analysis_workers import main\n"
+            "from planner.analysis.workers import main\n"
             "main()\n")
     return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
@@ -290,8 +294,8 @@ def _worker_context(p: dict):
     import pyomo.core as pyo
     from pyomo.common.collections import ComponentMap
 
+    from planner.analysis.context import AnalysisContext
     from planner.model import build_model
-    from planner.planning import _Ctx
     from planner.solve import Solver
 
     model = build_model(p["data"])
@@ -302,14 +306,14 @@ def _worker_context(p: dict):
     # one HiGHS thread: the processes are the parallelism (HiGHS's own threads would only compete for the cores)
     solver = Solver(time_limit_s=opts.time_limit_s, mip_gap=opts.mip_gap, threads=1)
     deadline = time.perf_counter() + (p["deadline"] - time.time())
-    return _Ctx(p["rs"], p["pool"], p["data"], model, solver, None, p["plan"], opts, deadline, base)
+    return AnalysisContext(p["rs"], p["pool"], p["data"], model, solver, None, p["plan"], opts, deadline, base)
 
 
 def main() -> None:
     """A worker: read the payload, then answer question indices from stdin until :data:`STOP`."""
     import signal
 
-    import planner.planning  # noqa: F401  (the heavy imports, before the payload arrives)
+    import planner.analysis.questions  # noqa: F401  (the heavy imports, before the payload arrives)
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the planning process's to handle
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
@@ -346,9 +350,98 @@ def _evaluate_part(job, inp, out) -> None:
 
 def _answer(ctx, q):
     """``q``'s answer, or ``None`` where the time limit is spent."""
-    from planner.planning import OutOfTime, ask
+    from planner.analysis.context import OutOfTime
+    from planner.analysis.questions import ask
 
     try:
         return ask(ctx, q)
     except OutOfTime:
         return None
+
+
+MAX_ANALYSIS_JOBS = 4
+"""At most this many analysis processes by default (each holds a copy of the model and the candidate pool)."""
+
+
+PRESTART_MIN_WORKLOADS = 3
+"""By default, a scenario of this many workloads starts its analysis workers while its candidates are evaluated."""
+
+
+CANDIDATE_WORKER_MIN_WORKLOADS = 6
+"""Without the analysis, by default a scenario of this many workloads starts one worker for its candidates alone:
+they take ~0.35-0.45 s per workload on one core, and the worker's ~0.7 s start-up pays from about 2 s of them
+(multi-workload.yaml, 3 workloads: 2.4 s wall either way, 0.6 s more CPU with one)."""
+
+
+PARALLEL_MIN_SOLVE_S = 0.5
+"""By default the analysis runs on several processes only where the plan's own solve took this long: each
+question costs about one such solve, so below it a process start-up costs more than it saves."""
+
+
+STARTED_MIN_SOLVE_S = 0.2
+"""Workers started ahead (their start-up paid) are used where the plan's own solve took this long: below it,
+handing them the plan costs more than the re-solves they would take (three-models.yaml: a 0.06 s solve, 0.4 s
+of analysis)."""
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def prestart_workers(rs: ResolvedScenario, opts: PlanOptions):
+    """Workers started before the candidates (:class:`planner.analysis.workers.Workers`): one evaluates part of the
+    candidate pool as soon as it has started up, and the analysis will likely use them all: ``--jobs`` above 1, or
+    by default a scenario of at least :data:`PRESTART_MIN_WORKLOADS` workloads on a machine of several cores (a
+    fleet's plan; one that solves fast after all stops them unused, at ~0.7 s of CPU each on the other cores).
+    Without the analysis, one for the candidates (``--jobs`` above 1, or by default
+    :data:`CANDIDATE_WORKER_MIN_WORKLOADS` workloads). ``None`` where none are."""
+    many = len(rs.scenario.workloads) >= (PRESTART_MIN_WORKLOADS if opts.analysis else CANDIDATE_WORKER_MIN_WORKLOADS)
+    if opts.jobs is not None:
+        n = opts.jobs - 1
+    elif many:
+        n = min(available_cores(), MAX_ANALYSIS_JOBS) - 1
+    else:
+        n = 0
+    if not opts.analysis:
+        n = min(n, 1)
+    if n < 1:
+        return None
+
+    return Workers(n)
+
+
+def analysis_jobs(opts: PlanOptions, questions: int, solve_s: float, started: int = 0) -> int:
+    """Processes for ``questions`` re-solves after a plan solve of ``solve_s`` seconds (see ``PlanOptions.jobs``),
+    ``started`` workers having been started ahead (their start-up is paid: from ``STARTED_MIN_SOLVE_S`` they are
+    used all the same)."""
+    if questions < 2:
+        return 1
+    if opts.jobs is not None:
+        return max(1, min(opts.jobs, questions))
+    if solve_s < PARALLEL_MIN_SOLVE_S:
+        return min(1 + started, questions) if solve_s >= STARTED_MIN_SOLVE_S else 1
+    return max(1, min(available_cores(), MAX_ANALYSIS_JOBS, questions))
+
+
+def answer_questions(ctx: AnalysisContext, qs: list[Question], jobs: int = 1, workers=None) -> tuple[dict[Question, Answer], bool]:
+    """Each question's answer, and whether the time limit stopped the analysis before every one was answered.
+    With ``jobs`` > 1 the questions are re-solved on that many processes
+    (:func:`planner.analysis.workers.answer_in_workers`; ``workers``: those started ahead, see
+    :func:`prestart_workers`): each is independent of the others (every re-solve starts from the plan), so the
+    answers are those of one process, found sooner."""
+    tasks = together(qs)
+    if jobs > 1 and len(tasks) > 1:
+        got, cut = answer_in_workers(ctx, tasks, jobs, workers)
+    else:
+        got, cut = answer_here(ctx, tasks)
+    answers: dict[Question, Answer] = {}
+    for q, a in got.items():
+        if q.kind == "together":
+            answers.update(a.parts)
+            cut = cut or a.cut
+        else:
+            answers[q] = a
+    return answers, cut
