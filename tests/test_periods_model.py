@@ -199,3 +199,36 @@ def test_a_full_rack_limit_is_priced_by_the_analysis():
 
     (r,) = [r for r in limit_relaxations(data, _P()) if r.family == "racks"]
     assert r.value == 3
+
+
+@pytest.mark.parametrize("quota", [2, 4, 6, 8])
+def test_a_chip_quota_is_the_brute_force_optimum_with_the_quota(quota):
+    """``limits.max_chips`` (a GPU quota over every hardware) against enumeration: the cheapest plan whose every
+    period holds at most ``quota`` chips; with too few, none, and the elastic model says how many are short."""
+    data = _data(max_chips=quota)
+    best = None
+    rate, slots = data.rows["requests_per_s"].tolist(), data.rows["slots"].tolist()
+    hw = data.rows["hardware"].tolist()
+    for xs in itertools.product(itertools.product(range(4), range(4), range(7)), repeat=2):
+        need = {h: [] for h in data.hardware}
+        ok = True
+        for t, x in enumerate(xs):
+            if sum(x[i] * rate[i] for i in range(3)) < DEMAND["w"][t] - 1e-9:
+                ok = False
+            for h, hd in data.hardware.items():
+                chips = sum(x[i] * slots[i] for i in range(3) if hw[i] == h)
+                need[h].append(math.ceil(chips / hd.chips_per_unit - 1e-9))
+            if sum(need[h][t] * data.hardware[h].chips_per_unit for h in data.hardware) > quota:
+                ok = False
+        if ok:
+            usd, _ = _cheapest_units(data, need)
+            best = usd if best is None or usd < best else best
+    got, m = _milp(data)
+    if best is None:
+        assert got is None
+        e = build_model(data, elastic=True)
+        assert Solver(mip_gap=0.0, time_limit_s=30).solve(e).has_solution
+        (line,) = shortfalls(e)
+        assert line.startswith("limits.max_chips: serving the demand needs") and f"{quota:,} allowed" in line
+    else:
+        assert got == pytest.approx(best, rel=1e-5, abs=1e-4)

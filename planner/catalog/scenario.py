@@ -139,6 +139,9 @@ class Limits(Strict):
     """Fixed cost of operating each pool type the plan uses (its own images, alerts, on-call), $/h."""
     racks: Racks | None = None
     """Racks of a power envelope the fleet must fit in (``{count: 20, kw_per_rack: 40}``)."""
+    max_chips: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    """At most this many accelerators in the whole fleet, of every hardware together (a cloud account's GPU quota,
+    an allocation from a shared pool)."""
 
 
 class Resilience(Strict):

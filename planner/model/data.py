@@ -92,6 +92,8 @@ class PlanData:
     pool_type_usd_per_hour: float = 0.0
     racks: Racks | None = None
     """``limits.racks``: racks of a power envelope the units must fit in."""
+    max_chips: int | None = None
+    """``limits.max_chips``: accelerators in the whole fleet, every hardware together."""
     periods: Periods | None = None
     """The operating periods; ``None``: one period at the workloads' ``requests_per_s`` (:func:`periods_of`)."""
     tiers: dict[str, Tier] = field(default_factory=dict)
@@ -175,7 +177,7 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     lim = sc.limits
     return PlanData(rows, hardware, workloads, lim.power_kw, lim.budget_usd_per_hour, roles, notes,
                     sc.resilience.lose_units, lim.max_hardware_types, lim.max_pool_types_per_workload,
-                    lim.pool_type_usd_per_hour, lim.racks)
+                    lim.pool_type_usd_per_hour, lim.racks, lim.max_chips)
 
 
 def row_arrays(data: PlanData) -> dict[str, np.ndarray]:

@@ -476,6 +476,58 @@ RECHECK_TOL = 1e-6
 """Relative tolerance of the re-check's limit comparisons (the solver's feasibility tolerance)."""
 
 
+def define_chip_quota(m) -> bool | None:
+    """At most ``limits.max_chips`` accelerators held in each period, every hardware together (a GPU quota)::
+
+        sum_h chips_per_unit[h] held(h, t) <= max_chips"""
+    d = m._data
+    if d.max_chips is None:
+        return False
+    m.chip_quota_limit = pyo.Param(mutable=True, initialize=d.max_chips)
+    if m._elastic:
+        m.extra_chips = pyo.Var(within=pyo.NonNegativeReals)
+    extra = m.extra_chips if m._elastic else 0
+    m.chip_quota = pyo.Constraint(m.T, rule=lambda m, t: sum(
+        d.hardware[h].chips_per_unit * held(m, h, t) for h in m.H) <= m.chip_quota_limit + extra)
+
+
+def _chips_of(plan) -> int:
+    return sum(g.chips for g in plan.units)
+
+
+def _short_chips(m) -> list[str]:
+    if pyo.value(m.extra_chips) <= 1e-6:
+        return []
+    hw = m._data.hardware
+    need = max(int(round(sum(hw[h].chips_per_unit * pyo.value(held(m, h, t)) for h in m.H))) for t in m.T)
+    lim = m._data.max_chips
+    return [f"limits.max_chips: serving the demand needs {need:,} chips, {lim:,} allowed (short by {need - lim:,})"]
+
+
+def _relax_chips(data, plan) -> list[Relaxation]:
+    lim = data.max_chips
+    if lim is None:
+        return []
+    # with less than the smallest unit's chips free, the quota binds
+    smallest = min(hd.chips_per_unit for hd in data.hardware.values())
+    if _chips_of(plan) + smallest <= lim:
+        return []
+    return [Relaxation("chip_quota", None, max(lim + smallest, int(np.ceil(lim * (1 + RELAX)))))]
+
+
+def _bind_chips(data, plan, r: Relaxation | None, worth: str, saved: float | None) -> tuple[str, str] | None:
+    if r is None:
+        return None
+    return "limits.max_chips", f"{_chips_of(plan):,} of {data.max_chips:,} chips; allowing {r.value:,g} {worth}"
+
+
+def _recheck_chips(plan, rs) -> list[tuple[str, bool, str]]:
+    lim = rs.scenario.limits.max_chips
+    if lim is None:
+        return []
+    return [("limits.max_chips", _chips_of(plan) <= lim, f"{_chips_of(plan):,} of {lim:,} chips")]
+
+
 def _units_of(plan, h: str) -> int:
     return sum(g.count for g in plan.units if g.hardware == h)
 
@@ -503,6 +555,9 @@ FAMILIES: tuple[Family, ...] = (
            slack="extra_racks", shortage=lambda m: m.extra_racks / max(1, m._data.racks.count),
            shortfall=_short_racks, relax=_relax_racks, binding=_bind_racks, recheck=_recheck_racks,
            start=_start_racks),
+    Family("chip_quota", define_chip_quota, "accelerators in the fleet", path="limits.max_chips",
+           parameter="chip_quota_limit", slack="extra_chips", shortage=lambda m: m.extra_chips / m.chip_quota_limit,
+           shortfall=_short_chips, relax=_relax_chips, binding=_bind_chips, recheck=_recheck_chips),
     Family("resilience", define_resilience, "N+k headroom", path="resilience.lose_units", start=_start_resilience),
     Family("hardware_types", define_hardware_types, "hardware types", path="limits.max_hardware_types",
            start=_start_hardware_types),
