@@ -201,7 +201,7 @@ def main() -> None:
         t = time.perf_counter()
         try:
             found = bm.vectors(sh, budget, deadline=t + a.block_limit)
-        except bm._TooMany:
+        except bm.TooMany:
             print(f"  floor ${z:8.2f}/h  window to ${budget:8.2f}/h  stopped after {time.perf_counter() - t:.1f} s "
                   f"(--block-limit) or at {bm.MAX_CANDIDATES:,} candidates: the master is not tried")
             return

@@ -161,3 +161,21 @@ def test_building_a_model_and_evaluating_candidates_open_no_file(monkeypatch):
         table = select_candidates(evaluate_candidates(rs, None, [slos]), slos)
         m = build_model(prepare(rs, table))
     assert Solver(time_limit_s=30).solve(m).has_solution  # HiGHS's own output streams may open what they need
+
+
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 120
+
+
+def test_modules_and_functions_stay_readable():
+    """No module over 700 lines and no function over 120 (a newcomer reads one in a sitting)."""
+    long_modules, long_functions = [], []
+    for f in PLANNER.rglob("*.py"):
+        text = f.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(str(f.relative_to(ROOT)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                long_functions.append(f"{f.relative_to(ROOT)}:{node.name}")
+    assert long_modules == [] and long_functions == []

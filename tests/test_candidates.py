@@ -139,7 +139,7 @@ def test_vectorised_pruning_matches_the_row_by_row_rule(seed):
 def test_utilisation_for_a_wait_matches_bisection_and_never_breaks_the_wait():
     """The Newton solve of the M/D/c wait for the utilisation a TTFT slack allows agrees with forty bisection
     steps (the former implementation) and errs only below the root: the planned load never breaks the SLO."""
-    from planner.perf.candidates import _utilisation_for_wait, queue_wait
+    from planner.perf.queueing import _utilisation_for_wait, queue_wait
 
     rng = np.random.default_rng(7)
     n = 20000

@@ -269,7 +269,7 @@ def test_mix_pruning_answers_every_working_set_and_demand_in_its_range(seed):
 
 def test_mix_knapsack_matches_enumeration():
     """``_add_replicas`` (a running maximum per residue) against the unbounded knapsack by enumeration."""
-    from planner.perf.candidates import _add_replicas
+    from planner.perf.pruning import _add_replicas
 
     rng = np.random.default_rng(7)
     items = [(int(k), float(q)) for k, q in zip(rng.integers(1, 12, 6), rng.uniform(0.5, 5.0, 6), strict=True)]

@@ -69,20 +69,10 @@ def _dtype(cfg: dict[str, Any]) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(raw, "bf16")
 
 
-def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str | None = None) -> dict[str, Any]:
-    """Catalog entry (a plain dict, YAML-ready) for a Hugging Face configuration."""
-    outer = cfg
-    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
-        cfg = {**cfg["text_config"], **{k: v for k, v in outer.items() if k == "quantization_config"}}
-        if "quantization_config" in outer["text_config"]:
-            cfg["quantization_config"] = outer["text_config"]["quantization_config"]
-    layers = _int(cfg, "num_hidden_layers")
-    hidden = _int(cfg, "hidden_size")
-    heads = _int(cfg, "num_attention_heads")
-    vocab = _int(cfg, "vocab_size")
+def _attention(cfg: dict[str, Any], layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    """The attention block of the entry: MLA or GQA, with sliding-window and linear-attention layers counted."""
     kv_heads = _int(cfg, "num_key_value_heads", default=heads)
     head_dim = _int(cfg, "head_dim", default=max(hidden // heads, 1))
-
     # Layer kinds ------------------------------------------------------------------------------
     layer_types = cfg.get("layer_types") or []
     n_sliding = sum(1 for t in layer_types if "sliding" in str(t))
@@ -126,6 +116,12 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
         attention["linear_value_head_dim"] = _int(cfg, "linear_value_head_dim")
         attention["linear_conv_kernel"] = _int(cfg, "linear_conv_kernel_dim", default=4)
 
+    return attention
+
+
+def _moe(cfg: dict[str, Any], layers: int) -> tuple[dict[str, Any] | None, int]:
+    """The MoE block of the entry (``None`` for a dense model) and the dense FFN's intermediate size (0 where every
+    layer is MoE)."""
     # FFN / MoE ----------------------------------------------------------------------------------
     experts = _int(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     moe = None
@@ -160,6 +156,22 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
             moe["groups_per_token"] = min(_int(cfg, "topk_group", default=groups), groups)
         if len(moe_layer_ids) == layers:
             dense_inter = 0
+    return moe, dense_inter
+
+
+def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str | None = None) -> dict[str, Any]:
+    """Catalog entry (a plain dict, YAML-ready) for a Hugging Face configuration."""
+    outer = cfg
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg["text_config"], **{k: v for k, v in outer.items() if k == "quantization_config"}}
+        if "quantization_config" in outer["text_config"]:
+            cfg["quantization_config"] = outer["text_config"]["quantization_config"]
+    layers = _int(cfg, "num_hidden_layers")
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    vocab = _int(cfg, "vocab_size")
+    attention = _attention(cfg, layers, hidden, heads)
+    moe, dense_inter = _moe(cfg, layers)
     mtp = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, minimum=0)
     if _flag(cfg, "use_mtp", False):
         mtp = _int(cfg, "num_mtp_modules", default=1)

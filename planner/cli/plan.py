@@ -128,8 +128,6 @@ def sweep(
     Points are saved to OUT/parts/*.parquet as they finish: Ctrl-C (or a crash) keeps them, and --resume
     solves only the missing ones."""
     from planner.catalog.loader import read_yaml
-    from planner.catalog.writer import atomic_write_text
-    from planner.export import plots
     from planner.export.files import check_folder, owned_files, staged
     from planner.options import PlanOptions
     from planner.sweep import check_sweep, iter_sweep, parse_vary, sweep_frame, tornado
@@ -159,59 +157,17 @@ def sweep(
     rows: dict[int, dict] = store.done() if resume else {}
     rows = {i: r for i, r in rows.items() if i < total}
     kept = len(rows)
-    bar, update = progress("sweep")
     t0 = time.perf_counter()
-    interrupted = False
-    buffer: list[tuple[int, dict]] = []
-    flushed = time.perf_counter()
-    if bar:
-        bar.start()
-    try:
-        for idx, row in iter_sweep(base, scenario, varies, cat, catalog_root=STATE["catalog"], jobs=jobs, opts=opts,
-                                   skip=set(rows), backend=backend, scheduler=scheduler):
-            rows[idx] = row
-            if row.get("status") != "failed":  # a failed point is solved again by --resume
-                buffer.append((idx, row))
-            if len(buffer) >= 64 or time.perf_counter() - flushed > 5.0:
-                store.write(buffer)
-                buffer, flushed = [], time.perf_counter()
-            update(len(rows), total)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        store.write(buffer)
-        if bar:
-            bar.stop()
+    interrupted = _solve_points(rows, store, total, lambda skip: iter_sweep(
+        base, scenario, varies, cat, catalog_root=STATE["catalog"], jobs=jobs, opts=opts, skip=skip, backend=backend,
+        scheduler=scheduler))
     wall = time.perf_counter() - t0
     df = sweep_frame(rows, varies)
     written: list[Path] = []
     with staged(target, force=force or resume, unit=True, kind="sweep", written=written) as stage:
-        atomic_write_text(stage / "sweep.csv", df.to_csv(index=False))
-        if rows:
-            plots.cost_vs_inputs(df, paths, stage / "cost.png")
-            first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)
-            if first is not None:
-                ok = df[df["status"].isin(["optimal", "feasible"])]
-                plots.pareto(ok[first].to_numpy(), ok["usd_per_mtok_output"].to_numpy(), stage / "pareto.png",
-                             title=f"Cost against interactivity ({first.split('.')[0]})")
+        _write_sweep(stage, df, paths, bool(rows))
         if with_tornado and not interrupted:
-            bar, update = progress("tornado")
-            if bar:
-                bar.start()
-            try:
-                td = tornado(base, scenario, cat, opts=opts, progress=update)
-            except PlannerError as err:
-                typer.echo(f"tornado skipped: {err}", err=True)
-                td = None
-            except KeyboardInterrupt:
-                typer.echo("tornado interrupted: left out", err=True)
-                td = None
-            finally:
-                if bar:
-                    bar.stop()
-            if td is not None:
-                atomic_write_text(stage / "tornado.csv", td.to_csv(index=False))
-                plots.tornado_chart(td, stage / "tornado.png")
+            _write_tornado(stage, lambda update: tornado(base, scenario, cat, opts=opts, progress=update))
     ok = int(df["status"].isin(["optimal", "feasible"]).sum())
     if interrupted:
         typer.echo(f"interrupted: kept {len(rows):,} of {total:,} points in {target / 'sweep.csv'} and "
@@ -228,6 +184,74 @@ def sweep(
         f"summed over points; wrote {', '.join(str(p) for p in written)}",
         err=True,
     )
+
+
+def _solve_points(rows: dict[int, dict], store, total: int, points) -> bool:
+    """Solve the points ``points(skip)`` yields into ``rows`` with a progress bar, saving them to ``store`` as they
+    finish (a failed point is not saved: --resume solves it again); whether Ctrl-C stopped it."""
+    bar, update = progress("sweep")
+    interrupted = False
+    buffer: list[tuple[int, dict]] = []
+    flushed = time.perf_counter()
+    if bar:
+        bar.start()
+    try:
+        for idx, row in points(set(rows)):
+            rows[idx] = row
+            if row.get("status") != "failed":
+                buffer.append((idx, row))
+            if len(buffer) >= 64 or time.perf_counter() - flushed > 5.0:
+                store.write(buffer)
+                buffer, flushed = [], time.perf_counter()
+            update(len(rows), total)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        store.write(buffer)
+        if bar:
+            bar.stop()
+    return interrupted
+
+
+def _write_sweep(stage: Path, df, paths: list[str], any_rows: bool) -> None:
+    """sweep.csv, and with points the cost plot and, where the sweep has per-user speeds, the Pareto front."""
+    from planner.catalog.writer import atomic_write_text
+    from planner.export import plots
+
+    atomic_write_text(stage / "sweep.csv", df.to_csv(index=False))
+    if not any_rows:
+        return
+    plots.cost_vs_inputs(df, paths, stage / "cost.png")
+    first = next((c for c in df.columns if c.endswith(".tokens_per_s_per_user")), None)
+    if first is not None:
+        ok = df[df["status"].isin(["optimal", "feasible"])]
+        plots.pareto(ok[first].to_numpy(), ok["usd_per_mtok_output"].to_numpy(), stage / "pareto.png",
+                     title=f"Cost against interactivity ({first.split('.')[0]})")
+
+
+def _write_tornado(stage: Path, run) -> None:
+    """The tornado (``run(progress)``) into tornado.csv and tornado.png; skipped with a line where it fails or is
+    interrupted."""
+    from planner.catalog.writer import atomic_write_text
+    from planner.export import plots
+
+    bar, update = progress("tornado")
+    if bar:
+        bar.start()
+    try:
+        td = run(update)
+    except PlannerError as err:
+        typer.echo(f"tornado skipped: {err}", err=True)
+        td = None
+    except KeyboardInterrupt:
+        typer.echo("tornado interrupted: left out", err=True)
+        td = None
+    finally:
+        if bar:
+            bar.stop()
+    if td is not None:
+        atomic_write_text(stage / "tornado.csv", td.to_csv(index=False))
+        plots.tornado_chart(td, stage / "tornado.png")
 
 
 @app.command("price-curve")

@@ -78,80 +78,89 @@ def summary(plan: Plan) -> str:
     )
 
 
-def plan_markdown(plan: Plan) -> str:
+def _bill(plan: Plan) -> list[str]:
+    """The bill of materials: units, chips, $/h and kW per hardware."""
     L: list[str] = []
-    sc = plan.scenario
-    L += [f"# Deployment plan: {sc['name']}", ""]
-    L += [summary(plan), ""]
     L += ["## Bill of materials", "", "| hardware | units | chips | chips used | $/h | kW |", "|---|---:|---:|---:|---:|---:|"]
     for g in plan.units:
         kw = f"{g.kw:,.0f}" if g.kw is not None else "n/a"
         L.append(f"| {g.hardware} | {g.count} {g.kind}{'s' if g.count != 1 else ''} | {g.chips} | {g.chips_used} | {_usd(g.usd_per_hour)} | {kw} |")
     tot_kw = sum(g.kw or 0 for g in plan.units)
     L.append(f"| **total** | | {sum(g.chips for g in plan.units)} | {sum(g.chips_used for g in plan.units)} | **{_usd(plan.objective.usd_per_hour)}** | {tot_kw:,.0f} |")
-    L += ["", "## Pools", ""]
-    for p in plan.pools:
-        w = next(w for w in plan.workloads if w.name == p.workload)
-        lay = p.layout
-        mem = p.memory_per_chip_bytes
-        pr = p.predicted
-        of = f" of {p.model}" if len(sc.get("models") or []) > 1 else ""
-        L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''}{of} on {p.hardware} with {p.engine}", ""]
+    return L
+
+
+def _pool(plan: Plan, p) -> list[str]:
+    """One pool: layout, batch and tiers, physics, memory, experts, latency, router share and capacity."""
+    L: list[str] = []
+    sc = plan.scenario
+    w = next(w for w in plan.workloads if w.name == p.workload)
+    lay = p.layout
+    mem = p.memory_per_chip_bytes
+    pr = p.predicted
+    of = f" of {p.model}" if len(sc.get("models") or []) > 1 else ""
+    L += [f"### {p.id}: {p.replicas} x {p.role} replica{'s' if p.replicas != 1 else ''}{of} on {p.hardware} with {p.engine}", ""]
+    L.append(
+        f"- layout: {lay.notation} = {p.chips_per_replica} GPU{'s' if p.chips_per_replica != 1 else ''} per replica "
+        f"(one engine instance; tp {lay.tp}, ep {lay.ep}, pp {lay.pp}, attn_dp {lay.attn_dp}"
+        f"{f', {lay.redundant_experts} redundant experts' if lay.redundant_experts else ''})"
+        f"{' spanning scale-out' if p.scale_out else ''}"
+    )
+    tech = []
+    if p.spec_tokens:
+        tech.append(f"speculative decoding ({p.spec_method or 'draft'}, {p.spec_tokens} draft token{'s' if p.spec_tokens != 1 else ''}, "
+                    f"{p.tokens_per_step:.2f} tokens per step)")
+    if p.two_batch_overlap:
+        tech.append("two micro-batch overlap")
+    wmode = " weight-only (bf16 maths)" if p.weights_mode == "weight-only" else ""
+    L.append(
+        f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}{wmode}, KV cache {p.kv_dtype} in {p.kv_tier}; "
+        f"prefix cache: {p.prefix_tier}" + (f"; {', '.join(tech)}" if tech else "")
+    )
+    factors = f"physics: {p.physics}; factors: {p.factors} for {p.engine} on {p.hardware}"
+    L.append(f"- {factors}" + (f"; **{p.unvalidated}**" if p.unvalidated else ""))
+    host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
+    L.append(
+        f"- memory per chip (GB): weights {_gb(mem.weights)}, KV {_gb(mem.kv)}, other {_gb(mem.other)}, "
+        f"free {_gb(mem.free)} of {_gb(mem.capacity)}{host}"
+    )
+    if p.expert_placement is not None:
+        xp = p.expert_placement
+        placed = ""
+        if xp.placement_imbalance is not None:
+            placed = (f"; MILP placement {xp.placement_imbalance:.3f} (greedy EPLB {xp.greedy_imbalance:.3f}, "
+                      f"gap {xp.mip_gap:.2%}) in `{xp.map_file}`")
         L.append(
-            f"- layout: {lay.notation} = {p.chips_per_replica} GPU{'s' if p.chips_per_replica != 1 else ''} per replica "
-            f"(one engine instance; tp {lay.tp}, ep {lay.ep}, pp {lay.pp}, attn_dp {lay.attn_dp}"
-            f"{f', {lay.redundant_experts} redundant experts' if lay.redundant_experts else ''})"
-            f"{' spanning scale-out' if p.scale_out else ''}"
+            f"- experts: {xp.slots_per_gpu} slots per GPU over {xp.gpus} GPUs, {xp.redundant_experts} redundant; "
+            f"step time carries imbalance {xp.imbalance:.3f}{placed}"
         )
-        tech = []
-        if p.spec_tokens:
-            tech.append(f"speculative decoding ({p.spec_method or 'draft'}, {p.spec_tokens} draft token{'s' if p.spec_tokens != 1 else ''}, "
-                        f"{p.tokens_per_step:.2f} tokens per step)")
-        if p.two_batch_overlap:
-            tech.append("two micro-batch overlap")
-        wmode = " weight-only (bf16 maths)" if p.weights_mode == "weight-only" else ""
-        L.append(
-            f"- batch {p.batch} sequences per replica; weights {p.weights_dtype}{wmode}, KV cache {p.kv_dtype} in {p.kv_tier}; "
-            f"prefix cache: {p.prefix_tier}" + (f"; {', '.join(tech)}" if tech else "")
-        )
-        factors = f"physics: {p.physics}; factors: {p.factors} for {p.engine} on {p.hardware}"
-        L.append(f"- {factors}" + (f"; **{p.unvalidated}**" if p.unvalidated else ""))
-        host = f", {_gb(mem.host_kv)} GB KV in host DRAM" if mem.host_kv > 0 else ""
-        L.append(
-            f"- memory per chip (GB): weights {_gb(mem.weights)}, KV {_gb(mem.kv)}, other {_gb(mem.other)}, "
-            f"free {_gb(mem.free)} of {_gb(mem.capacity)}{host}"
-        )
-        if p.expert_placement is not None:
-            xp = p.expert_placement
-            placed = ""
-            if xp.placement_imbalance is not None:
-                placed = (f"; MILP placement {xp.placement_imbalance:.3f} (greedy EPLB {xp.greedy_imbalance:.3f}, "
-                          f"gap {xp.mip_gap:.2%}) in `{xp.map_file}`")
-            L.append(
-                f"- experts: {xp.slots_per_gpu} slots per GPU over {xp.gpus} GPUs, {xp.redundant_experts} redundant; "
-                f"step time carries imbalance {xp.imbalance:.3f}{placed}"
-            )
-        if p.prefix_tier != "none":
-            L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
-        lat = []
-        if p.role != "decode":
-            lat.append(f"TTFT {_ms(pr.ttft_s)} at the planned load, {_ms(pr.ttft_at_capacity_s)} at capacity (target {_ms(w.slo_ttft_s)})")
-        if p.role != "prefill":
-            lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
-        L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
-        peers = [q for q in plan.pools if q.workload == p.workload and q.role == p.role]
-        if len(peers) > 1:
-            how = "prefix families hashed" if p.prefix_tier != "none" else "requests"
-            L.append(f"- router: {p.router_share:.1%} of {p.workload}'s {p.role} {how} go here (by capacity)")
-        if p.margin_derate != 1.0:
-            L.append(f"- capacity derated by {p.margin_derate:.3f} (the model's measured error at the scenario's margin "
-                     f"quantile for {p.hardware} {p.engine}): {pr.requests_per_s * p.margin_derate:,.2f} req/s at the prediction")
-        L.append(
-            f"- capacity {pr.requests_per_s:,.2f} req/s ({pr.requests_per_s_per_replica:,.3f} per replica), "
-            f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s, "
-            f"{pr.utilisation:.0%} used by the demand; cost {_usd(p.usd_per_hour)}/h"
-        )
-        L.append("")
+    if p.prefix_tier != "none":
+        L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
+    lat = []
+    if p.role != "decode":
+        lat.append(f"TTFT {_ms(pr.ttft_s)} at the planned load, {_ms(pr.ttft_at_capacity_s)} at capacity (target {_ms(w.slo_ttft_s)})")
+    if p.role != "prefill":
+        lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
+    L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
+    peers = [q for q in plan.pools if q.workload == p.workload and q.role == p.role]
+    if len(peers) > 1:
+        how = "prefix families hashed" if p.prefix_tier != "none" else "requests"
+        L.append(f"- router: {p.router_share:.1%} of {p.workload}'s {p.role} {how} go here (by capacity)")
+    if p.margin_derate != 1.0:
+        L.append(f"- capacity derated by {p.margin_derate:.3f} (the model's measured error at the scenario's margin "
+                 f"quantile for {p.hardware} {p.engine}): {pr.requests_per_s * p.margin_derate:,.2f} req/s at the prediction")
+    L.append(
+        f"- capacity {pr.requests_per_s:,.2f} req/s ({pr.requests_per_s_per_replica:,.3f} per replica), "
+        f"{pr.input_tokens_per_s:,.0f} input and {pr.output_tokens_per_s:,.0f} output tokens/s, "
+        f"{pr.utilisation:.0%} used by the demand; cost {_usd(p.usd_per_hour)}/h"
+    )
+    L.append("")
+    return L
+
+
+def _workloads(plan: Plan) -> list[str]:
+    """Each workload's demand, capacity and latency against its targets."""
+    L: list[str] = []
     L += ["## Workloads", "", "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | serving |", "|---|---:|---:|---|---|---|"]
     for w in plan.workloads:
         cap = f"{w.served_requests_per_s:,.2f}"
@@ -161,6 +170,12 @@ def plan_markdown(plan: Plan) -> str:
             f"| {w.name} | {w.requests_per_s:g} | {cap} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
             f"{_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | {w.serving} |"
         )
+    return L
+
+
+def _resilience(plan: Plan) -> list[str]:
+    """What losing the worst units leaves each workload, and what the headroom costs."""
+    L: list[str] = []
     if plan.resilience is not None:
         r = plan.resilience
         L += ["", f"## Resilience: any {r.lose_units} unit{'s' if r.lose_units != 1 else ''} may fail", ""]
@@ -171,6 +186,12 @@ def plan_markdown(plan: Plan) -> str:
                      f"(demand {w.requests_per_s:g} req/s)")
         head = "not priced (analysis off)" if r.headroom_usd_per_hour is None else f"${r.headroom_usd_per_hour:,.2f}/h"
         L.append(f"- the headroom costs {head} over the cheapest plan without it")
+    return L
+
+
+def _periods(plan: Plan) -> list[str]:
+    """The fleet period by period over a traffic profile."""
+    L: list[str] = []
     if plan.periods:
         T = len(plan.periods)
         saving = 1.0 - plan.usd_per_day / plan.flat_peak_usd_per_day if plan.flat_peak_usd_per_day else 0.0
@@ -189,6 +210,12 @@ def plan_markdown(plan: Plan) -> str:
             cap = ", ".join(f"{w} {v:,.1f}" for w, v in p.capacity_rps.items())
             units = "; ".join(f"{u.hardware} {u.reserved}+{u.on_demand}+{u.spot}" for u in p.units) or "none"
             L.append(f"| {p.period} | {req} | {cap} | {units} | {_usd(p.usd_per_hour)} | {'ok' if p.recheck_ok else 'FAILED'} |")
+    return L
+
+
+def _cost(plan: Plan) -> list[str]:
+    """Cost per token, over the day and at the peak."""
+    L: list[str] = []
     o = plan.objective
     L += ["", "## Cost per token", ""]
     if plan.day is not None:
@@ -201,6 +228,13 @@ def plan_markdown(plan: Plan) -> str:
         + f"{_usd_tok(o.usd_per_mtok)} per million tokens overall; {_usd_tok(o.usd_per_mtok_input)} per million input tokens, "
         f"{_usd_tok(o.usd_per_mtok_output)} per million output tokens."
     )
+    return L
+
+
+def _binding(plan: Plan) -> list[str]:
+    """The binding constraints with what relaxing each is worth, and the runner-up."""
+    L: list[str] = []
+    o = plan.objective
     L += ["", "## What binds, and what relaxing it is worth", ""]
     if plan.binding_constraints:
         for b in plan.binding_constraints:
@@ -227,6 +261,13 @@ def plan_markdown(plan: Plan) -> str:
                        "the cheapest, so its $/h says little about the hardware; raise --time-limit for a real runner-up.")
             L.append("- Not proven the cheapest without it: the best plan found within the analysis's time limit"
                      + (f"; the cheapest costs at least {_usd(floor)}/h." if floor is not None else ".") + far)
+    return L
+
+
+def _appendix(plan: Plan) -> list[str]:
+    """Placement, assumptions, sources, the re-check and the solver."""
+    L: list[str] = []
+    sc = plan.scenario
     L += ["", "## Placement (replicas in purchase units)", ""]
     L += _placement_lines(plan)
     L += ["", "## Assumptions", ""]
@@ -261,6 +302,18 @@ def plan_markdown(plan: Plan) -> str:
         f"- inputs hash {sc.get('input_hash', '')[:16]}, plan schema {plan.schema_version}",
         "",
     ]
+    return L
+
+
+def plan_markdown(plan: Plan) -> str:
+    """plan.md: the summary, then each section."""
+    L: list[str] = [f"# Deployment plan: {plan.scenario['name']}", "", summary(plan), ""]
+    L += _bill(plan)
+    L += ["", "## Pools", ""]
+    for p in plan.pools:
+        L += _pool(plan, p)
+    for section in (_workloads, _resilience, _periods, _cost, _binding, _appendix):
+        L += section(plan)
     return "\n".join(L)
 
 

@@ -43,6 +43,70 @@ def _expert_out(rs: ResolvedScenario, r) -> ExpertPlacementOut | None:
                               slots_per_gpu=(moe.experts + red) // gpus)
 
 
+def _pool_of(rs: ResolvedScenario, r, n: int, pid: str) -> Pool:
+    """The pool of ``n`` replicas of candidate row ``r`` (its id ``pid``), its cost apportioned later."""
+    sc = rs.scenario
+    hw_by_id = {h.id: h for h in rs.hardware}
+    w = next(w for w in sc.workloads if w.name == r["workload"])
+    role = str(r["role"])
+    rate = float(r["requests_per_s"])
+    I = w.input_tokens * (1.0 - (w.prefix_cache.hit_rate if str(r["prefix_tier"]) != "none" else 0.0))
+    hw = hw_by_id[str(r["hardware"])]
+    spec_n = int(r["spec"]) if role != "prefill" else 0
+    model = rs.model_for(w.name)
+    return Pool(
+        id=pid,
+        role=role,
+        workload=w.name,
+        model=model.id,
+        hardware=str(r["hardware"]),
+        engine=str(r["engine"]),
+        factors=str(r["factors"]),
+        unvalidated=unvalidated(hw),
+        physics=physics_path(hw),
+        replicas=n,
+        chips_per_replica=int(r["chips"]),
+        slots_per_replica=float(r["slots"]),
+        layout=LayoutOut(tp=int(r["tp"]), ep=int(r["ep"]), pp=int(r["pp"]), attn_dp=int(r["attn_dp"]),
+                         redundant_experts=int(r.get("redundant", 0)),
+                         notation=describe_layout(r["tp"], r["ep"], r["pp"], r["attn_dp"], r.get("redundant", 0))),
+        scale_out=bool(r["scale_out"]),
+        batch=int(r["batch"]),
+        spec_tokens=spec_n,
+        spec_method=model.speculative.method if spec_n and model.speculative else None,
+        tokens_per_step=float(_tokens_per_step(model, hw, str(r["engine"]), spec_n)),
+        two_batch_overlap=bool(int(r["tbo"])),
+        weights_dtype=str(r["weights_dtype"]),
+        weights_mode=str(r["weights_mode"]),
+        kv_dtype=str(r["kv_dtype"]),
+        kv_tier=str(r["kv_tier"]),
+        prefix_tier=str(r["prefix_tier"]),
+        prefix_cache_bytes_per_replica=float(r["prefix_bytes_per_replica"]),
+        bound=str(r["bound"]),
+        margin_derate=float(r.get("margin_derate", 1.0)),
+        input_share=float(r["input_share"]),
+        usd_per_hour=0.0,
+        predicted=Predicted(
+            ttft_s=float(r["ttft_s"]),
+            tpot_s=float(r["tpot_s"]),
+            requests_per_s=rate * n,
+            input_tokens_per_s=rate * n * I if role != "decode" else 0.0,
+            output_tokens_per_s=rate * n * w.output_tokens if role != "prefill" else 0.0,
+            requests_per_s_per_replica=rate,
+            ttft_at_capacity_s=float(r["ttft_s"]),
+        ),
+        memory_per_chip_bytes=MemoryPerChip(
+            weights=float(r["weight_bytes_per_chip"]),
+            kv=float(r["kv_bytes_per_chip"]),
+            other=float(r["other_bytes_per_chip"]),
+            capacity=float(r["hbm_bytes_per_chip"]),
+            free=float(r["hbm_bytes_per_chip"] - r["weight_bytes_per_chip"] - r["kv_bytes_per_chip"] - r["other_bytes_per_chip"]),
+            host_kv=float(r["host_kv_bytes_per_chip"]),
+        ),
+        expert_placement=_expert_out(rs, r),
+    )
+
+
 def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str, int], solve: SolveResult) -> Plan:
     """Plan from integer replicas per candidate row and units per hardware."""
     sc = rs.scenario
@@ -52,67 +116,9 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
     queue: dict[str, tuple[float, float, float]] = {}
     for i, n in sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0])):
         r = rows.loc[i]
-        w = next(w for w in sc.workloads if w.name == r["workload"])
-        role = str(r["role"])
-        rate = float(r["requests_per_s"])
-        I = w.input_tokens * (1.0 - (w.prefix_cache.hit_rate if str(r["prefix_tier"]) != "none" else 0.0))
-        pid = f"{w.name}-{role}-{len([p for p in pools if p.workload == w.name and p.role == role]) + 1}"
-        hw = hw_by_id[str(r["hardware"])]
-        spec_n = int(r["spec"]) if role != "prefill" else 0
-        model = rs.model_for(w.name)
-        pools.append(
-            Pool(
-                id=pid,
-                role=role,
-                workload=w.name,
-                model=model.id,
-                hardware=str(r["hardware"]),
-                engine=str(r["engine"]),
-                factors=str(r["factors"]),
-                unvalidated=unvalidated(hw),
-                physics=physics_path(hw),
-                replicas=n,
-                chips_per_replica=int(r["chips"]),
-                slots_per_replica=float(r["slots"]),
-                layout=LayoutOut(tp=int(r["tp"]), ep=int(r["ep"]), pp=int(r["pp"]), attn_dp=int(r["attn_dp"]),
-                                 redundant_experts=int(r.get("redundant", 0)),
-                                 notation=describe_layout(r["tp"], r["ep"], r["pp"], r["attn_dp"], r.get("redundant", 0))),
-                scale_out=bool(r["scale_out"]),
-                batch=int(r["batch"]),
-                spec_tokens=spec_n,
-                spec_method=model.speculative.method if spec_n and model.speculative else None,
-                tokens_per_step=float(_tokens_per_step(model, hw, str(r["engine"]), spec_n)),
-                two_batch_overlap=bool(int(r["tbo"])),
-                weights_dtype=str(r["weights_dtype"]),
-                weights_mode=str(r["weights_mode"]),
-                kv_dtype=str(r["kv_dtype"]),
-                kv_tier=str(r["kv_tier"]),
-                prefix_tier=str(r["prefix_tier"]),
-                prefix_cache_bytes_per_replica=float(r["prefix_bytes_per_replica"]),
-                bound=str(r["bound"]),
-                margin_derate=float(r.get("margin_derate", 1.0)),
-                input_share=float(r["input_share"]),
-                usd_per_hour=0.0,
-                predicted=Predicted(
-                    ttft_s=float(r["ttft_s"]),
-                    tpot_s=float(r["tpot_s"]),
-                    requests_per_s=rate * n,
-                    input_tokens_per_s=rate * n * I if role != "decode" else 0.0,
-                    output_tokens_per_s=rate * n * w.output_tokens if role != "prefill" else 0.0,
-                    requests_per_s_per_replica=rate,
-                    ttft_at_capacity_s=float(r["ttft_s"]),
-                ),
-                memory_per_chip_bytes=MemoryPerChip(
-                    weights=float(r["weight_bytes_per_chip"]),
-                    kv=float(r["kv_bytes_per_chip"]),
-                    other=float(r["other_bytes_per_chip"]),
-                    capacity=float(r["hbm_bytes_per_chip"]),
-                    free=float(r["hbm_bytes_per_chip"] - r["weight_bytes_per_chip"] - r["kv_bytes_per_chip"] - r["other_bytes_per_chip"]),
-                    host_kv=float(r["host_kv_bytes_per_chip"]),
-                ),
-                expert_placement=_expert_out(rs, r),
-            )
-        )
+        w, role = str(r["workload"]), str(r["role"])
+        pid = f"{w}-{role}-{len([p for p in pools if p.workload == w and p.role == role]) + 1}"
+        pools.append(_pool_of(rs, r, n, pid))
         queue[pid] = (float(r["ttft_base_s"]), float(r["queue_work_s"]), float(r["queue_servers"]))
     _apply_load(sc.workloads, pools, queue)
     _router_shares(pools)

@@ -65,6 +65,71 @@ def capacity_after_losing(plan: Plan, k: int) -> dict[str, tuple[float, list[str
     return out
 
 
+def _check_pool(p, rs: ResolvedScenario, loads: dict, add) -> float:
+    """Re-evaluate one pool (``add(name, ok, detail)`` each check): its model and layout, engine, expert placement,
+    memory, TPOT, TTFT at its load and margin; returns the requests/s it carries (0 where it cannot run)."""
+    sc = rs.scenario
+    hw_by_id = {h.id: h for h in rs.hardware}
+    wl = {w.name: w for w in sc.workloads}
+    hw = hw_by_id[p.hardware]
+    w = wl[p.workload]
+    lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.attn_dp, p.layout.redundant_experts)
+    model = rs.model_for(p.workload)
+    if p.model and p.model != model.id:
+        add(f"{p.id}: model", False, f"the pool serves {p.model}, its workload {p.workload} is served by {model.id}")
+        return 0.0
+    try:
+        check_layout(model, lay)
+        add(f"{p.id}: layout", True, f"{lay.describe()} valid for {model.id}")
+    except Exception as err:  # noqa: BLE001 - reported as a failed check
+        add(f"{p.id}: layout", False, str(err))
+        return 0.0
+    eng = next((e for e in rs.engines if e.id == p.engine), None)
+    add(f"{p.id}: engine", eng is not None and eng.runs_on(hw) and eng.weight_mode(hw, p.weights_dtype) is not None,
+        f"{p.engine} runs on {hw.id} and serves {p.weights_dtype} weights ({p.weights_mode})")
+    # The plan is re-evaluated with exactly the factors it was solved with: the pool's engine on its hardware.
+    ev = evaluate_point(
+        model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
+        eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
+        spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
+        moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
+        prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
+        engine=p.engine,
+    )
+    if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
+        ep_ = p.expert_placement
+        add(f"{p.id}: expert placement", ep_.placement_imbalance <= ep_.imbalance * (1 + REL_TOL),
+            f"placement imbalance {ep_.placement_imbalance:.4f} <= {ep_.imbalance:.4f} in the step time")
+    if ev is None:
+        add(f"{p.id}: memory", False, "the layout does not fit this memory tier")
+        return 0.0
+    used = ev["weight_bytes_per_chip"] + ev["kv_bytes_per_chip"] + ev["other_bytes_per_chip"]
+    add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
+        f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
+    lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_s, sc.utilisation_cap)
+    rate = float(lam[0]) / p.margin_derate if np.isfinite(lam[0]) else 0.0
+    if p.role != "prefill":
+        add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_s * (1 + REL_TOL),
+            f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
+    if p.role != "decode":
+        from planner.perf.candidates import queue_wait
+
+        u = loads.get((p.workload, p.role), 1.0)
+        work, servers = ev["queue_work_s"], ev["queue_servers"]
+        at_load = ev["ttft_base_s"] + (float(queue_wait(u * rate * work / servers, servers, work)) if work > 0 else 0.0)
+        add(f"{p.id}: ttft", rate > 0 and at_load <= w.slo.ttft_s * (1 + REL_TOL),
+            f"{at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms (open arrivals)")
+    if sc.margin is not None:
+        srv = "agg" if p.role == "aggregated" else "disagg"
+        want = max(1.0, hw.efficiency.error_ratio(p.engine, srv, sc.margin.quantile))
+        add(f"{p.id}: margin", math.isclose(p.margin_derate, want, rel_tol=1e-9),
+            f"capacity / {p.margin_derate:.3f}: measured/predicted TPOT at quantile {sc.margin.quantile:g} "
+            f"of {p.hardware} {p.engine}/{srv}")
+    same = math.isclose(rate * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
+    add(f"{p.id}: rate", same, f"{rate * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
+    return rate * p.replicas
+
+
 def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     """Re-evaluate ``plan`` with ``perf/`` alone: every pool's layout is valid, fits in memory and
     meets its workload's SLOs at the predicted rate; demand and prefix working sets are covered;
@@ -72,7 +137,6 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
     cost add up."""
     sc = rs.scenario
     hw_by_id = {h.id: h for h in rs.hardware}
-    wl = {w.name: w for w in sc.workloads}
     checks: list[Check] = []
     capacity: dict[tuple[str, str], float] = defaultdict(float)
 
@@ -81,63 +145,7 @@ def recheck(plan: Plan, rs: ResolvedScenario) -> Recheck:
 
     loads = role_loads(sc.workloads, plan.pools)
     for p in plan.pools:
-        hw = hw_by_id[p.hardware]
-        w = wl[p.workload]
-        lay = Layout(p.layout.tp, p.layout.ep, p.layout.pp, p.layout.attn_dp, p.layout.redundant_experts)
-        model = rs.model_for(p.workload)
-        if p.model and p.model != model.id:
-            add(f"{p.id}: model", False, f"the pool serves {p.model}, its workload {p.workload} is served by {model.id}")
-            continue
-        try:
-            check_layout(model, lay)
-            add(f"{p.id}: layout", True, f"{lay.describe()} valid for {model.id}")
-        except Exception as err:  # noqa: BLE001 - reported as a failed check
-            add(f"{p.id}: layout", False, str(err))
-            continue
-        eng = next((e for e in rs.engines if e.id == p.engine), None)
-        add(f"{p.id}: engine", eng is not None and eng.runs_on(hw) and eng.weight_mode(hw, p.weights_dtype) is not None,
-            f"{p.engine} runs on {hw.id} and serves {p.weights_dtype} weights ({p.weights_mode})")
-        # The plan is re-evaluated with exactly the factors it was solved with: the pool's engine on its hardware.
-        ev = evaluate_point(
-            model, hw, lay, p.batch, w, p.role, weights=p.weights_dtype, kv=p.kv_dtype,
-            eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
-            spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
-            moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
-            prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
-            engine=p.engine,
-        )
-        if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
-            ep_ = p.expert_placement
-            add(f"{p.id}: expert placement", ep_.placement_imbalance <= ep_.imbalance * (1 + REL_TOL),
-                f"placement imbalance {ep_.placement_imbalance:.4f} <= {ep_.imbalance:.4f} in the step time")
-        if ev is None:
-            add(f"{p.id}: memory", False, "the layout does not fit this memory tier")
-            continue
-        used = ev["weight_bytes_per_chip"] + ev["kv_bytes_per_chip"] + ev["other_bytes_per_chip"]
-        add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
-            f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
-        lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_s, sc.utilisation_cap)
-        rate = float(lam[0]) / p.margin_derate if np.isfinite(lam[0]) else 0.0
-        if p.role != "prefill":
-            add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_s * (1 + REL_TOL),
-                f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
-        if p.role != "decode":
-            from planner.perf.candidates import queue_wait
-
-            u = loads.get((p.workload, p.role), 1.0)
-            work, servers = ev["queue_work_s"], ev["queue_servers"]
-            at_load = ev["ttft_base_s"] + (float(queue_wait(u * rate * work / servers, servers, work)) if work > 0 else 0.0)
-            add(f"{p.id}: ttft", rate > 0 and at_load <= w.slo.ttft_s * (1 + REL_TOL),
-                f"{at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms (open arrivals)")
-        if sc.margin is not None:
-            srv = "agg" if p.role == "aggregated" else "disagg"
-            want = max(1.0, hw.efficiency.error_ratio(p.engine, srv, sc.margin.quantile))
-            add(f"{p.id}: margin", math.isclose(p.margin_derate, want, rel_tol=1e-9),
-                f"capacity / {p.margin_derate:.3f}: measured/predicted TPOT at quantile {sc.margin.quantile:g} "
-                f"of {p.hardware} {p.engine}/{srv}")
-        capacity[(p.workload, p.role)] += rate * p.replicas
-        same = math.isclose(rate * p.replicas, p.predicted.requests_per_s, rel_tol=1e-6)
-        add(f"{p.id}: rate", same, f"{rate * p.replicas:.3f} req/s re-evaluated vs {p.predicted.requests_per_s:.3f} planned")
+        capacity[(p.workload, p.role)] += _check_pool(p, rs, loads, add)
     for w in sc.workloads:
         agg, pre, dec = (capacity[(w.name, r)] for r in ("aggregated", "prefill", "decode"))
         served = agg + min(pre, dec)

@@ -46,19 +46,17 @@ Knows nothing of the physics: only rows, columns and the covers the model declar
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.solve.floors import Floors, Lp, choose, objective_of
+from planner.solve.vectors import FEAS_TOL, MAX_CANDIDATES, Shape, TooMany, vectors  # noqa: F401  (vectors: re-exported)
 
 MAX_VECTORS = 4000
 """Most Pareto-minimal slot vectors one block may have in a window before the master is not tried (the MILP master,
 one binary per vector, would be slower than HiGHS's own search)."""
 
-MAX_CANDIDATES = 1_000_000
-"""Most candidate vectors (before the Pareto filter) one block's enumeration may build."""
 
 FIRST_WINDOW = 0.0025
 """The first window's width as a share of the floors' sum (then doubled): a plan known to be far from the optimum
@@ -80,9 +78,6 @@ MASTER_TIME_LIMIT_S = 2.0
 TOTAL_TIME_LIMIT_S = 4.0
 """Time limit of one proof (enumerations and masters, all windows)."""
 
-FEAS_TOL = 1e-7
-"""Relative tolerance of the demand check (HiGHS's primal feasibility tolerance is 1e-7): a vector that covers the
-demand to this is enumerated, so the bound holds for every plan HiGHS accepts."""
 
 
 @dataclass
@@ -93,37 +88,8 @@ class Cover:
     streams: list[tuple[int, list[int]]]
 
 
-@dataclass
-class _Table:
-    """The most rate of one stage on one linking row in ``n`` slots (``best[n]``, ``n = 0..N``), and the 0/1 chunks
-    of the bounded knapsack that rebuild the assignment."""
-
-    best: np.ndarray
-    chunks: list[tuple[int, int, int, np.ndarray]]  # (column, copies, slots, whether taken at each n)
-    breaks: np.ndarray  # n where best rises (and 0)
-
-    def assignment(self, n: int, x: dict) -> None:
-        """Add to ``x`` (column -> replicas) the replicas that carry ``best[n]`` in at most ``n`` slots."""
-        for col, k, slots, took in reversed(self.chunks):
-            if n > 0 and took[n]:
-                x[col] = x.get(col, 0) + k
-                n -= slots * k
 
 
-@dataclass
-class _Shape:
-    """A block checked to be a cover, in the enumeration's terms."""
-
-    idx: np.ndarray
-    links: np.ndarray  # the linking rows
-    price: np.ndarray  # dollars of block cost per slot, per linking row
-    objective: np.ndarray  # the objective's own price per slot of the block's replicas, per linking row
-    room: np.ndarray  # most slots per linking row (its bound less the least the other columns put there)
-    demand: float  # in the demand row's units
-    free: list[int]  # stages whose rates add up (single-stage streams)
-    cover: list[int]  # stages of the one multi-stage stream (each must cover what the free stages leave)
-    items: list[list[list[tuple[int, int, float, float]]]]  # per stage, per link: (column, slots, rate, most copies)
-    streams: list[tuple[int, list[tuple[int, float]], float]]  # (column, [(stage, c_sk)], c_s)
 
 
 class _Index:
@@ -152,7 +118,7 @@ class _Index:
         return None if row is None else (-row[0], {j: -v for j, v in row[1].items()})
 
 
-def shape(lp: Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index | None = None) -> _Shape | str:
+def shape(lp: Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index | None = None) -> Shape | str:
     """``cover`` checked on ``lp`` for the block of columns ``idx`` and block cost ``cost``; a reason where it is
     not a cover this module can enumerate. ``index``: :class:`_Index` of ``lp``, where the caller has one."""
     index = index or _Index(lp)
@@ -243,280 +209,29 @@ def shape(lp: Lp, idx: np.ndarray, cost: np.ndarray, cover: Cover, index: _Index
             items[k][lk].append((j, slots, rate * scale[k], most))
     free = [k for _, stages, _ in streams if len(stages) == 1 for k, _ in stages]
     cover_stages = [k for _, stages, _ in streams if len(stages) > 1 for k, _ in stages]
-    return _Shape(idx, link_rows, np.asarray([p for p, _ in price]), np.asarray([o for _, o in price]),
+    return Shape(idx, link_rows, np.asarray([p for p, _ in price]), np.asarray([o for _, o in price]),
                   np.asarray(room, dtype=float), float(lp.rlo[cover.demand_row]),
                   free, cover_stages, items, streams)
 
 
-def _table(items: list[tuple[int, int, float, float]], n_max: int) -> _Table:
-    """The bounded knapsack of ``items`` (column, slots, rate, most copies) in 0..``n_max`` slots, each item's
-    copies split into chunks of 1, 2, 4, ... (0/1 items)."""
-    best = np.zeros(n_max + 1)
-    chunks = []
-    for j, slots, rate, most in items:
-        copies = n_max // slots if not np.isfinite(most) else min(int(most), n_max // slots)
-        k = 1
-        while copies > 0:
-            c = min(k, copies)
-            w = c * slots
-            cand = np.full(n_max + 1, -np.inf)
-            cand[w:] = best[:-w] + c * rate
-            took = cand > best
-            best = np.where(took, cand, best)
-            chunks.append((j, c, slots, took))
-            copies -= c
-            k *= 2
-    breaks = np.concatenate([[0], np.flatnonzero(np.diff(best) > 0) + 1]).astype(np.int64)
-    return _Table(best, chunks, breaks)
 
 
-class _TooMany(Exception):
-    pass
 
 
-def vectors(sh: _Shape, budget: float, *, deadline: float | None = None) -> list[tuple[np.ndarray, dict]]:
-    """The block's Pareto-minimal slot vectors of cost at most ``budget`` (over its linking rows), each with an
-    assignment of its columns (column -> value) that puts exactly that on them and meets its rows. Raises
-    :class:`_TooMany` past :data:`MAX_CANDIDATES` candidates or ``deadline`` (``time.perf_counter()``)."""
-    L = len(sh.links)
-    price = sh.price.tolist()
-    n_max = np.array([int(min(np.floor(budget / p + 1e-9), r)) for p, r in zip(price, sh.room, strict=True)])
-    n_max = np.maximum(n_max, 0)
-    tables = [[_table(sh.items[k][lk], int(n_max[lk])) for lk in range(L)]
-              for k in range(len(sh.items))]
-    D = sh.demand
-    tol = FEAS_TOL * max(1.0, abs(D))
-    eps = 1e-9 * max(1.0, abs(budget))
-    # Exact least costs of what is left, as staircases (cost, rate) of Pareto-best sums of the tables' breakpoints:
-    # per cover stage over links >= l, and of the free dimensions >= d; rates capped at the demand.
-    cap = D + tol
-
-    def part(k, lk):
-        t = tables[k][lk]
-        return price[lk] * t.breaks.astype(float), np.minimum(t.best[t.breaks], cap)
-
-    cover_from = {k: _suffix_stairs([part(k, lk) for lk in range(L)], budget + eps, cap) for k in sh.cover}
-    cover_all = [cover_from[k][0] for k in sh.cover]
-    free_links = [(k, lk) for lk in range(L) for k in sh.free]  # the free part's dimensions, link-major
-    F = len(free_links)
-    last = None  # the free dimensions' sums alone (the point (0, 0) after the last)
-    if sh.cover:  # ... with every cover stage carrying the rest: exact least completions
-        rhos = np.unique(np.concatenate([r for _, r in cover_all]))
-        g = sum(_stair_cost(stairs, rhos, tol) for stairs in cover_all)
-        finite = np.isfinite(g)
-        last = _combine(g[finite], rhos[finite], np.zeros(1), np.zeros(1), budget + eps, cap)
-    complete = [(c.tolist(), r.tolist())
-                for c, r in _suffix_stairs([part(k, lk) for k, lk in free_links], budget + eps, cap, last=last)]
-
-    def completion(d, rem):
-        """Least cost of carrying ``rem`` more with the free dimensions >= d and the cover stages."""
-        c, r = complete[d]
-        i = bisect_left(r, rem - tol)
-        return c[i] if i < len(c) else np.inf
-
-    out_vecs: list[np.ndarray] = []  # candidate slot vectors, in batches (rows)
-    out_recipes: list[tuple[list, list]] = []  # per batch: the free part's (stage, link, n), and per cover stage
-    # the chosen vectors' n per link (rows, one per candidate)
-    count = [0]
-
-    def emit(vecs, free_parts, cover_ns):
-        count[0] += len(vecs)
-        if count[0] > MAX_CANDIDATES or (deadline is not None and time.perf_counter() > deadline):
-            raise _TooMany
-        out_vecs.append(vecs)
-        out_recipes.append((free_parts, cover_ns))
-
-    lists_of = [[(t.best.tolist(), t.breaks.tolist()) for t in per] for per in tables]
-
-    def covers(k, need, b):
-        """Vectors of stage k that carry ``need`` at cost <= b, each minimal on the links it leaves the search at
-        (the final Pareto filter removes the rest): (cost, n per link)."""
-        found = []
-        stairs = [(c.tolist(), r.tolist()) for c, r in cover_from[k]]
-
-        def rec(lk, rem, cost, ns):
-            if rem <= tol:
-                found.append((cost, ns + [0] * (L - lk)))
-                return
-            if lk == L:
-                return
-            c_s, r_s = stairs[lk]
-            i = bisect_left(r_s, rem - tol)
-            if i == len(c_s) or cost + c_s[i] > b + eps:
-                return
-            best, breaks = lists_of[k][lk]
-            if lk == L - 1:
-                i = bisect_left(best, rem - tol)
-                if i < len(best) and cost + price[lk] * i <= b + eps:
-                    found.append((cost + price[lk] * i, ns + [i]))
-                return
-            for n in breaks:
-                c = cost + price[lk] * n
-                if c > b + eps:
-                    break
-                rec(lk + 1, rem - best[n], c, ns + [n])
-                if best[n] >= rem - tol:
-                    break
-                if len(found) > MAX_CANDIDATES:
-                    raise _TooMany
-
-        rec(0, need, 0.0, [])
-        return found
-
-    def finish(vec, cost, got, parts):
-        need = D - got
-        if need <= tol:
-            emit(vec[None, :].copy(), parts, [])
-            return
-        if not sh.cover:
-            return
-        # each stage within what the others leave: first their exact least, then what the others' lists hold
-        b = budget - cost
-        least = [_stair_cost(cover_all[i], need, tol) for i in range(len(sh.cover))]
-        lists = []
-        for i, k in enumerate(sh.cover):
-            li = covers(k, need, b - (sum(least) - least[i]))
-            if not li:
-                return
-            least[i] = min(c for c, _ in li)
-            lists.append(li)
-        # every choice of one vector per stage within the budget, summed onto the free part (arrays), then the
-        # Pareto-minimal ones of them
-        sums = vec[None, :].astype(np.int64)
-        spent = np.array([cost])
-        picks: list[np.ndarray] = []
-        for i, li in enumerate(lists):
-            c = np.array([ci for ci, _ in li])
-            ns = np.array([n for _, n in li], dtype=np.int64)
-            rest = sum(least[i + 1:])
-            ok = spent[:, None] + c[None, :] + rest <= budget + eps
-            a_i, o_i = np.nonzero(ok)
-            sums = sums[a_i] + ns[o_i]
-            spent = spent[a_i] + c[o_i]
-            picks = [p[a_i] for p in picks] + [ns[o_i]]
-            if not len(sums):
-                return
-        emit(sums, parts, picks)  # the Pareto filter runs once, on all candidates
-
-    nodes = [0]
-
-    def walk(d, vec, cost, got, parts):
-        nodes[0] += 1
-        if deadline is not None and nodes[0] % 4096 == 0 and time.perf_counter() > deadline:
-            raise _TooMany
-        rem = D - got
-        if rem > tol and cost + completion(d, rem) > budget + eps:
-            return
-        if d == F or rem <= tol:
-            finish(vec, cost, got, parts)
-            return
-        k, lk = free_links[d]
-        t = tables[k][lk]
-        for n in t.breaks.tolist():
-            c = cost + price[lk] * n
-            if c > budget + eps:
-                break
-            if n:
-                vec[lk] += n
-            walk(d + 1, vec, c, got + t.best[n], parts + ([(k, lk, n)] if n else []))
-            if n:
-                vec[lk] -= n
-            if got + t.best[n] >= D - tol:
-                break
-
-    walk(0, np.zeros(L, dtype=np.int64), 0.0, 0.0, [])
-    if not out_vecs:
-        return []
-    vecs = np.concatenate(out_vecs)
-    batch = np.repeat(np.arange(len(out_vecs)), [len(v) for v in out_vecs])
-    row = np.concatenate([np.arange(len(v)) for v in out_vecs])
-    _, first = np.unique(vecs, axis=0, return_index=True)
-    vecs, batch, row = vecs[first], batch[first], row[first]
-    keep = _minimal(vecs)
-    result = []
-    for i in np.flatnonzero(keep):
-        free_parts, cover_ns = out_recipes[batch[i]]
-        x: dict[int, float] = {}
-        for k, lk, n in free_parts:
-            tables[k][lk].assignment(n, x)
-        for k, ns in zip(sh.cover, cover_ns, strict=False):  # none where the free part covers the demand
-            for lk, n in enumerate(ns[row[i]].tolist()):
-                if n:
-                    tables[k][lk].assignment(n, x)
-        result.append((vecs[i], _with_streams(sh, x)))
-    return result
 
 
-def _minimal(vecs: np.ndarray, chunk: int = 256) -> np.ndarray:
-    """Which rows of ``vecs`` no other row is at most on every column and below on one (distinct rows): by rising
-    sum (a row below another has the smaller sum), a chunk at a time against the rows kept and then itself."""
-    n = len(vecs)
-    if n <= chunk:
-        return ~_below(vecs, vecs).any(0)
-    order = np.argsort(vecs.sum(1), kind="stable")
-    keep = np.zeros(n, dtype=bool)
-    kept = np.empty((0, vecs.shape[1]), dtype=vecs.dtype)
-    for start in range(0, n, chunk):
-        part = order[start:start + chunk]
-        v = vecs[part]
-        ok = ~_below(kept, v).any(0) if len(kept) else np.ones(len(v), dtype=bool)
-        ok &= ~_below(v, v).any(0)  # within the chunk (a row the kept ones beat beats none the kept ones do not)
-        keep[part[ok]] = True
-        kept = np.concatenate([kept, v[ok]])
-    return keep
 
 
-def _below(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``[i, j]``: row ``a[i]`` is at most ``b[j]`` on every column and differs from it."""
-    le = (a[:, None, :] <= b[None, :, :]).all(2)
-    return le & (a[:, None, :] != b[None, :, :]).any(2)
 
 
-def _stair_cost(stairs: tuple[np.ndarray, np.ndarray], need, tol: float):
-    """The least cost of carrying ``need`` (a number or an array) on a staircase (:func:`_suffix_stairs`): the cost
-    of its first point of rate at least ``need``; ``inf`` where none is."""
-    c, r = stairs
-    i = np.searchsorted(r, np.asarray(need) - tol)
-    out = np.where(i < len(c), c[np.minimum(i, len(c) - 1)], np.inf)
-    return float(out) if out.ndim == 0 else out
 
 
-def _suffix_stairs(parts: list[tuple[np.ndarray, np.ndarray]], budget: float, cap: float,
-                   last: tuple[np.ndarray, np.ndarray] | None = None) -> list:
-    """For each ``d``, the Pareto-best (least cost, most rate) sums of one point of each of ``parts[d:]`` (per part,
-    its costs and rates), as arrays sorted by cost (rates then rise), cost at most ``budget``, rates capped at
-    ``cap``: the least cost of carrying ``r`` with them is the cost of the first point of rate at least ``r``.
-    ``last``: a staircase every sum also takes one point of (default: the point (0, 0))."""
-    out = [(np.zeros(1), np.zeros(1)) if last is None else last]
-    for pc, pr in reversed(parts):
-        out.append(_combine(pc, pr, *out[-1], budget, cap))
-    return out[::-1]
 
 
-def _combine(pc, pr, c, r, budget: float, cap: float) -> tuple[np.ndarray, np.ndarray]:
-    """The Pareto-best sums of a point of ``(pc, pr)`` and one of ``(c, r)`` (costs, rates), as :func:`_suffix_stairs`."""
-    C = (pc[:, None] + c[None, :]).ravel()
-    R = np.minimum((pr[:, None] + r[None, :]).ravel(), cap)
-    ok = C <= budget
-    C, R = C[ok], R[ok]
-    o = np.lexsort((-R, C))
-    C, R = C[o], R[o]
-    keep = R > np.concatenate([[-1.0], np.maximum.accumulate(R)[:-1]])
-    return C[keep], R[keep]
 
 
-def _with_streams(sh: _Shape, x: dict) -> dict:
-    """The assignment with each stream at the most its stages carry (its rows hold; the demand row too)."""
-    carried: dict[int, float] = {}
-    for k, per_link in enumerate(sh.items):
-        for lst in per_link:
-            for j, _, rate, _ in lst:
-                carried[k] = carried.get(k, 0.0) + rate * x.get(j, 0)
-    out = dict(x)
-    for s, stages, c_s in sh.streams:
-        # stage k's items carry rate * c_s / c_sk of demand, so the stream may carry carried_k / c_s
-        out[s] = min(carried.get(k, 0.0) / c_s for k, _ in stages)
-    return out
+
+
 
 
 @dataclass
@@ -574,11 +289,11 @@ def prove(floors: Floors, covers: list[Cover | None], start: np.ndarray, cutoff:
             for (z, _, _), sh in zip(floors.floors, shapes, strict=True):
                 found = vectors(sh, level - (total - z) + 1e-9 * max(1.0, abs(level)), deadline=deadline)
                 if len(found) > MAX_VECTORS:
-                    raise _TooMany
+                    raise TooMany
                 option, vec = _as_options(sh, z, found)
                 options.append(option)
                 vecs.append(vec)
-        except _TooMany:
+        except TooMany:
             levels.append((level, -1, best_v, bound, "too many", time.perf_counter() - t_level))
             break
         used = sum(len(o) for _, o in options)
@@ -627,7 +342,7 @@ class _Units:
     where: list[np.ndarray]  # per block: the position of each of its linking rows in ``rows``
 
 
-def _units(index: _Index, floors: Floors, shapes: list[_Shape]) -> _Units | None:
+def _units(index: _Index, floors: Floors, shapes: list[Shape]) -> _Units | None:
     """The linking rows' units (:class:`_Units`), or ``None`` where a linking row is not of that form or a column on
     it belongs to no block of ``floors``."""
     lp = index.lp
@@ -743,13 +458,13 @@ def _worth_it(took: list[float], left: float) -> bool:
     return took[-1] * growth <= left
 
 
-def _above(sh: _Shape, vec: np.ndarray, floor: float) -> float:
+def _above(sh: Shape, vec: np.ndarray, floor: float) -> float:
     """What slot vector ``vec`` of the block adds to the objective beyond its floor: its cost above the floor (the
     units it fills) plus what the objective charges its replicas themselves (the deployment MILP's tie-break)."""
     return float(sh.price @ vec) - floor + float(sh.objective @ vec)
 
 
-def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, np.ndarray]:
+def _kept(sh: Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, np.ndarray]:
     """The block where plan ``x`` has it: its slot vector, its cost above ``floor``, its assignment."""
     vec = np.zeros(len(sh.links), dtype=np.int64)
     for per_link in sh.items:
@@ -760,7 +475,7 @@ def _kept(sh: _Shape, x: np.ndarray, floor: float) -> tuple[np.ndarray, float, n
     return vec, _above(sh, vec, floor), x[sh.idx].copy()
 
 
-def _as_options(sh: _Shape, floor: float, found: list[tuple[np.ndarray, dict]]) -> tuple[tuple, list]:
+def _as_options(sh: Shape, floor: float, found: list[tuple[np.ndarray, dict]]) -> tuple[tuple, list]:
     """A block's vectors (:func:`vectors`) as the masters take them: ``(columns, [assignment as a vector over
     them])`` for :func:`planner.solve.floors.choose`, and ``[(slot vector, what it adds beyond the floor)]`` for
     :func:`_residues`."""
