@@ -123,7 +123,9 @@ def exact_here(m, lp, idx, cost, link) -> str | None:
     """Why the master would not be exact for this block, or ``None``: every linking row can only be filled by the
     block (an upper bound, entries >= 0), and the block's cost and objective are a price per linking row times the
     column's entry in it, so an assignment of fewer slots on every row costs no more."""
-    if not getattr(m, "_objective_covers_blocks", False):
+    from planner.solve.structure import structure_of
+
+    if not structure_of(m).objective_covers_blocks:
         return "the objective does not cover the blocks' costs (no windows)"
     inside = np.zeros(lp.ncol, dtype=bool)
     inside[idx] = True

@@ -160,12 +160,12 @@ def test_every_family_is_one_registry_entry_the_builder_defines():
     """Each registry entry's component is in a model that asks for every family, each limit's scenario path is a
     field of the scenario schema, and each relaxable limit names a mutable parameter of the model."""
     data = _data(lose_units=1, max_pool_types_per_workload=2, max_hardware_types=2, power_kw=100.0,
-                 budget_usd_per_hour=1e3, racks=Racks(count=5, kw_per_rack=40.0))
+                 budget_usd_per_hour=1e3, racks=Racks(count=5, kw_per_rack=40.0), max_chips=1000)
     data.hardware["a"] = _hw("a", 4, 1.0, kw=2.0, max_units=9)
     m = build_model(data, elastic=True)
     names = {c.name for c in m.component_objects()}
     assert {"demand_coverage", "aggregated_capacity", "unit_packing", "inventory", "power", "budget", "racks",
-            "resilience", "hardware_types", "row_used_link", "pool_types"} <= names
+            "resilience", "hardware_types", "row_used_link", "pool_types", "chip_quota"} <= names
     assert len({f.name for f in FAMILIES}) == len(FAMILIES)
     fields = set(Limits.model_fields)
     for f in FAMILIES:

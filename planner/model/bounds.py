@@ -28,16 +28,17 @@ import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
 from planner.model.families import prefix_rows_hold, start_indicators
+from planner.solve.structure import structure_of
 
 FEASIBILITY_TOL = 1e-6
 
 
 def refresh(m) -> None:
-    """Bring bounds the model derives from its parameters (``m._refresh``, e.g. the prefix-capacity bounds) up
-    to date after a parameter changed."""
-    fn = getattr(m, "_refresh", None)
+    """Bring bounds the model derives from its parameters (its declared :attr:`Structure.refresh`, e.g. the
+    prefix-capacity bounds) up to date after a parameter changed."""
+    fn = structure_of(m).refresh
     if fn is not None:
-        fn(m)
+        fn()
 
 
 def snapshot(m) -> ComponentMap:

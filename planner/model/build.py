@@ -26,7 +26,7 @@ from __future__ import annotations
 import pyomo.core as pyo
 
 from planner.model.data import PlanData, periods_of, row_arrays
-from planner.model.families import FAMILIES, elastic_shortage
+from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage
 from planner.model.terms import (
     ELASTIC_WEIGHT,
     EPSILON,
@@ -36,6 +36,7 @@ from planner.model.terms import (
     rate_unit,
     weighted,
 )
+from planner.solve.structure import Structure, declare
 
 __all__ = ["EPSILON", "build_model", "objective_expr", "period_values", "rate_unit", "update_parameters"]
 
@@ -56,7 +57,9 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
         if family.define(m) is not False:
             m._defined.add(family.name)
     m.cost = pyo.Objective(expr=objective_expr(m), sense=pyo.minimize)
-    define_workload_blocks(m)
+    blocks, covers = define_workload_blocks(m)
+    declare(m, Structure(blocks=blocks, covers=covers, objective_covers_blocks=blocks is not None and not elastic,
+                         refresh=lambda: apply_prefix_capacity(m)))
     return m
 
 
@@ -124,7 +127,7 @@ def objective_expr(m):
     return cost
 
 
-def define_workload_blocks(m) -> None:
+def define_workload_blocks(m):
     """Declare the workloads as the model's blocks for :mod:`planner.solve.floors` (a single period without
     tiers): workload ``w``'s variables (its rows' replicas and pool-type indicators, its streams, its N+k
     indicators) and its cost, the dollars of the chips its replicas occupy at the prices the parameters hold now,
@@ -133,17 +136,17 @@ def define_workload_blocks(m) -> None:
     Workloads share only the purchase units, so the least ``chip_w`` that ``w``'s own rows allow is a floor every
     plan meets. And every plan's objective is at least ``sum_w chip_w`` (unit packing: ``p_h chips_per_unit u_h
     >= p_h sum_{r on h} slots_r x_r``; the tie-break and pool-type costs are not negative), which gives each
-    ``chip_w`` a ceiling below a known plan's cost (``_objective_covers_blocks``). An elastic model's objective
+    ``chip_w`` a ceiling below a known plan's cost (``Structure.objective_covers_blocks``). An elastic model's objective
     weighs the limits' slack first, so it declares only the floors.
 
-    Each workload is also a cover (``_block_covers``, for :mod:`planner.solve.master`): its demand-coverage row
+    Each workload is also a cover (``Structure.covers``, for :mod:`planner.solve.master`): its demand-coverage row
     over its streams, the aggregated stream with its one capacity row, the disaggregated one with its prefill and
     decode rows. The module checks on the rows that nothing else (N+k, pool types) touches the workload.
 
     Over several periods, or with per-period tiers, workloads share the held units across periods and no block is
     declared."""
     if len(m.T) != 1 or m._tiered_on_demand or m._tiered_spot:
-        return
+        return None, None
     t = next(iter(m.T))
     a = m._arr
     rows_of: dict[str, list[int]] = {}
@@ -169,9 +172,6 @@ def define_workload_blocks(m) -> None:
             out.append((variables, coefs))
         return out
 
-    m._blocks = blocks
-    m._objective_covers_blocks = not m._elastic
-
     def covers():
         out = []
         for w in m.W:
@@ -183,7 +183,7 @@ def define_workload_blocks(m) -> None:
             out.append((m.demand_coverage[w, t], streams))
         return out
 
-    m._block_covers = covers
+    return blocks, covers
 
 
 def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:

@@ -117,10 +117,10 @@ def define_prefix_cache_capacity(m) -> None:
 
     The condition is one row's alone, so it is a bound, not a constraint: ``x[r, t] <= 0`` where it fails, set by
     :func:`apply_prefix_capacity` from the parameters as they stand whenever the model is checked or handed to the
-    solver (``m._refresh``), so a change of demand or working set is followed."""
+    solver (the model's declared ``refresh``, :mod:`planner.solve.structure`), so a change of demand or working set
+    is followed."""
     m._prefix_rows = {w: np.asarray(m._rows_of.get(("prefix", w), []), dtype=int) for w in m.W}
     m._prefix_ok = np.ones((len(m._arr["rate"]), len(m.T)), dtype=bool)
-    m._refresh = apply_prefix_capacity
     apply_prefix_capacity(m)
 
 

@@ -20,6 +20,7 @@ from pyomo.contrib.solver.solvers.highs import Highs
 
 from planner.errors import PlannerError
 from planner.options import DEFAULT_MIP_GAP, DEFAULT_TIME_LIMIT_S
+from planner.solve.structure import structure_of
 
 NO_UPDATES = {k: False for k in (
     "check_for_new_or_removed_constraints", "check_for_new_or_removed_vars", "check_for_new_or_removed_params",
@@ -193,7 +194,7 @@ class Solver:
         found = self._block_floors(model)
         if found is None:
             return None
-        return found[0].rows(cutoff, bool(getattr(model, "_objective_covers_blocks", False)))
+        return found[0].rows(cutoff, structure_of(model).objective_covers_blocks)
 
     def _block_floors(self, model: pyo.ConcreteModel):
         """``(Floors, the blocks' column indices)`` of ``model`` on HiGHS's copy, or ``None`` (see :meth:`floor_rows`)."""
@@ -201,7 +202,7 @@ class Solver:
 
         from planner.solve.floors import FLOOR_MIN_BLOCKS, block_floors
 
-        blocks = getattr(model, "_blocks", None)
+        blocks = structure_of(model).blocks
         if blocks is None:
             return None
         declared = blocks()
@@ -237,7 +238,7 @@ class Solver:
 
         floors, blocks = found
         h = self._opt._solver_model
-        covered = bool(getattr(model, "_objective_covers_blocks", False))
+        covered = structure_of(model).objective_covers_blocks
         proof = None
         if start is not None and cutoff is not None:
             x = self._column_values(start)
@@ -282,9 +283,9 @@ class Solver:
 
     def _covers(self, model: pyo.ConcreteModel, floors) -> list | None:
         """Per block of ``floors`` (:class:`planner.solve.floors.Floors`), its cover (:class:`planner.solve.master.Cover`)
-        in HiGHS's indices, as the model declares them (``model._block_covers()``: per block, its demand constraint
+        in HiGHS's indices, as the model declares them (:attr:`Structure.covers`: per block, its demand constraint
         and per stream its variable and stage constraints); ``None`` where it declares none."""
-        declared = getattr(model, "_block_covers", None)
+        declared = structure_of(model).covers
         if declared is None:
             return None
         from planner.solve.master import Cover
@@ -314,9 +315,9 @@ class Solver:
         """Bring the persistent HiGHS instance up to date with ``model`` (load it, or send what changed since the
         last solve: parameters, fixed variables, bounds, deactivated constraints)."""
         opt = self._opt
-        refresh = getattr(model, "_refresh", None)  # bounds the model derives from its parameters
+        refresh = structure_of(model).refresh  # bounds the model derives from its parameters
         if refresh is not None:
-            refresh(model)
+            refresh()
         opt._active_config = opt.config  # the defaults: every change is looked for
         if opt._model is not model:
             opt.set_instance(model)

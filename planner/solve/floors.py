@@ -1,6 +1,6 @@
 """Block floors: valid rows that tell HiGHS what each block of a MILP costs at least, for one solve.
 
-A model may declare blocks (``model._blocks()``: for each, its variables and a linear cost of them at the
+A model may declare blocks (:attr:`planner.solve.structure.Structure.blocks`: for each, its variables and a linear cost of them at the
 parameters as they stand) such that every plan's block cost is at least what the block's own rows allow. The
 deployment MILP's blocks are its workloads, their cost the dollars of the chips their replicas occupy
 (:func:`planner.model.build.define_workload_blocks`): the workloads share nothing but the purchase units, so the
@@ -14,7 +14,7 @@ row of the model HiGHS holds that touches the block, each with the other blocks'
 their bounds allow (a row that the others can always satisfy drops out; a unit that is fixed to 0 or capped keeps
 its bound on the block). That is a relaxation of the model, so every plan has block cost at least ``Z_b``: the row
 ``cost_b(x) >= Z_b`` cuts off no plan. Where the model also declares that its objective is at least the sum of its
-blocks' costs (``model._objective_covers_blocks``) and the solve starts from a plan of objective ``C`` (every
+blocks' costs (``Structure.objective_covers_blocks``) and the solve starts from a plan of objective ``C`` (every
 plan worth finding costs at most ``C``), a plan worth finding has ``cost_b(x) <= C - sum_{b' != b} Z_b'`` too: the
 row gets that upper side, which confines each block to its near-cheapest configurations.
 
