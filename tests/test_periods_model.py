@@ -9,7 +9,7 @@ import math
 import pytest
 
 from planner.catalog.scenario import Limits, Racks
-from planner.model import PlanData, WorkloadData, build_model
+from planner.model import HardwareData, PlanData, WorkloadData, build_model
 from planner.model.build import period_values
 from planner.model.data import Tier, over_periods
 from planner.model.families import FAMILIES, limit_relaxations, shortfalls
@@ -232,3 +232,55 @@ def test_a_chip_quota_is_the_brute_force_optimum_with_the_quota(quota):
         assert line.startswith("limits.max_chips: serving the demand needs") and f"{quota:,} allowed" in line
     else:
         assert got == pytest.approx(best, rel=1e-5, abs=1e-4)
+
+
+def _pd_data(vendor_b: str = "nvidia") -> PlanData:
+    """One disaggregated workload: prefill and decode rows on engine e1 (hardware a) and e2 (hardware b); the
+    cheapest prefill is e1's, the cheapest decode e2's, so an unpaired plan would mix them."""
+    rows = _rows([
+        ("w", "prefill", "a", 1, 2.0, 0),
+        ("w", "decode", "a", 1, 1.0, 0),
+        ("w", "prefill", "b", 1, 1.0, 0),
+        ("w", "decode", "b", 1, 2.0, 0),
+        ("w", "decode", "a", 2, 2.4, 0),
+    ])
+    rows["engine"] = ["e1", "e1", "e2", "e2", "e2"]
+    hw = {"a": _hw("a", 2, 1.0), "b": HardwareData("b", "node", 2, 1.0, 1.0, False, None, vendor_b)}
+    hw["a"] = HardwareData("a", "node", 2, 1.0, 1.0, False, None, "nvidia")
+    return PlanData(rows, hw, {"w": WorkloadData("w", 4.0, 1000, 100, 0.0)}, roles=("prefill", "decode"))
+
+
+def _pd_brute(data: PlanData) -> float | None:
+    """Cheapest replicas per row (0..6) whose prefill and decode each carry the demand, every used row of one
+    engine@vendor class."""
+    r = data.rows
+    cls = [f"{e}@{data.hardware[h].vendor}" for e, h in zip(r["engine"], r["hardware"], strict=True)]
+    best = None
+    for x in itertools.product(range(7), repeat=len(r)):
+        if len({cls[i] for i in range(len(r)) if x[i]}) > 1:
+            continue
+        cap = {role: sum(x[i] * r.loc[i, "requests_per_s"] for i in range(len(r)) if r.loc[i, "role"] == role)
+               for role in ("prefill", "decode")}
+        if min(cap.values()) < 4.0 - 1e-9:
+            continue
+        usd = 0.0
+        for h, hd in data.hardware.items():
+            chips = sum(x[i] * r.loc[i, "slots"] for i in range(len(r)) if r.loc[i, "hardware"] == h)
+            usd += math.ceil(chips / hd.chips_per_unit - 1e-9) * hd.usd_per_unit_hour
+        best = usd if best is None or usd < best else best
+    return best
+
+
+@pytest.mark.parametrize("vendor_b", ["nvidia", "amd"])
+def test_prefill_and_decode_pair_on_one_engine_and_vendor(vendor_b):
+    """The MILP's optimum is the brute-force optimum over plans whose prefill and decode share one engine and
+    vendor, dearer here than the unpaired mix (e1's prefill with e2's decode), which the MILP never returns."""
+    data = _pd_data(vendor_b)
+    got, m = _milp(data)
+    assert got == pytest.approx(_pd_brute(data), rel=1e-5, abs=1e-4)
+    x, _ = period_values(m)[0][:2]
+    used = {data.rows.loc[i, "engine"] for i in x}
+    assert len(used) == 1
+    unpaired = data.rows.assign(engine="e1")  # one engine everywhere: the mix is allowed and cheaper
+    if vendor_b == "nvidia":
+        assert _milp(PlanData(unpaired, data.hardware, data.workloads, roles=data.roles))[0] < got - 1e-6

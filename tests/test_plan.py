@@ -144,9 +144,9 @@ def test_diagnosis_from_the_streamed_pool_is_the_whole_pools(catalog, slo):
 
 
 def test_diagnosis_of_a_model_too_large(catalog, monkeypatch):
-    from planner.perf import candidates
+    from planner.perf import grid
 
-    monkeypatch.setattr(candidates, "MAX_CHIPS_PER_REPLICA", 8)  # 405B in bf16 (810 GB) > 8 x 80 GB
+    monkeypatch.setattr(grid, "MAX_CHIPS_PER_REPLICA", 8)  # 405B in bf16 (810 GB) > 8 x 80 GB
     with pytest.raises(InfeasibleError, match=r"no layout of llama-3.1-405b fits in memory on h100-sxm"):
         make_plan(_scenario(catalog, model="llama-3.1-405b", hardware=["h100-sxm"], weights=["bf16"]), QUICK)
 

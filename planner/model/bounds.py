@@ -195,6 +195,9 @@ def _serve_greedily(m, w, t, rate, price, lose, x, vals) -> bool:
     a = m._arr
     demand = pyo.value(m.demand[w, t]) / m._unit
     best = {role: _cheapest_row(m, w, role, rate, price, t) for role in ("aggregated", "prefill", "decode")}
+    classes = getattr(m, "_pd_classes", {}).get(w)
+    if classes:  # prefill and decode of one pairing class (:func:`planner.model.families.define_pd_pairing`)
+        best["prefill"], best["decode"] = _cheapest_pair(m, w, rate, price, t, classes)
 
     def replicas(i):
         # N+k: what is left after losing k units (each carrying at most ``_loss`` of the role) still serves the
@@ -276,13 +279,31 @@ def solve_from(solver, m, starts, *, heuristics: bool = True, loaded: bool = Fal
     return solver.solve(m, loaded=True)
 
 
-def _cheapest_row(m, w, role, rate, price, t=0) -> int | None:
+def _cheapest_pair(m, w, rate, price, t, classes) -> tuple[int | None, int | None]:
+    """The prefill and decode rows of one pairing class with the fewest dollars of chip capacity per request/s of
+    the two together (``None, None`` where no class has both)."""
+    a = m._arr
+    best, pair = np.inf, (None, None)
+    for rows in classes.values():
+        allowed = set(rows)
+        pre = _cheapest_row(m, w, "prefill", rate, price, t, allowed)
+        dec = _cheapest_row(m, w, "decode", rate, price, t, allowed)
+        if pre is None or dec is None:
+            continue
+        cost = sum(a["slots"][i] * price[a["hardware"][i]] / max(rate[i], 1e-30) for i in (pre, dec))
+        if cost < best:
+            best, pair = cost, (pre, dec)
+    return pair
+
+
+def _cheapest_row(m, w, role, rate, price, t=0, allowed: set | None = None) -> int | None:
     """The row of ``(w, role)`` with the fewest dollars of chip capacity per request/s; a prefix-caching row
     only where one replica can hold its share of the working set in period ``t``."""
     a = m._arr
     shut = {h for h in m.H if m.u[h].fixed and not m.u[h].value}  # hardware left out (a runner-up's re-solve)
     rows = np.asarray(m._rows_of.get(("role", w, role), []), dtype=int)
-    rows = [i for i in rows[prefix_rows_hold(m, w, rows, t)].tolist() if a["hardware"][i] not in shut]
+    rows = [i for i in rows[prefix_rows_hold(m, w, rows, t)].tolist()
+            if a["hardware"][i] not in shut and (allowed is None or i in allowed)]
     if not rows:
         return None
     return min(rows, key=lambda i: a["slots"][i] * price[a["hardware"][i]] / max(rate[i], 1e-30))

@@ -156,6 +156,9 @@ def define_workload_blocks(m):
     if hasattr(m, "uses"):
         for key in m.RES:
             extra[key[0]].append(m.uses[(*key, t)])
+    if hasattr(m, "pd_class"):
+        for key in m.PD:
+            extra[key[0]].append(m.pd_class[key])
     row_used = getattr(m, "row_used", None)
     slots, hw = coef(m, "slots"), a["hardware"]
 

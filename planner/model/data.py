@@ -26,6 +26,8 @@ class HardwareData:
     kw_per_chip: float | None
     power_assumed: bool
     max_units: int | None
+    vendor: str = ""
+    """The chip's vendor (nvidia, amd, ...): prefill and decode of one workload pair on one engine and vendor."""
 
     @property
     def usd_per_unit_hour(self) -> float:
@@ -160,7 +162,8 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
             if k == hw.id or k in hw.aliases:
                 mu = v
         hardware[hw.id] = HardwareData(
-            hw.id, hw.purchase_unit.kind, hw.purchase_unit.chips_per_unit, rs.prices[hw.id], kw, assumed, mu
+            hw.id, hw.purchase_unit.kind, hw.purchase_unit.chips_per_unit, rs.prices[hw.id], kw, assumed, mu,
+            hw.vendor,
         )
     workloads = {
         w.name: WorkloadData(
@@ -190,4 +193,17 @@ def row_arrays(data: PlanData) -> dict[str, np.ndarray]:
         "rate": r["requests_per_s"].to_numpy(float),
         "prefix": (r["prefix_tier"].astype(str) != "none").to_numpy(),
         "pcap": r["prefix_bytes_per_replica"].to_numpy(float),
+        "pd_class": pd_classes(data),
     }
+
+
+def pd_classes(data: PlanData) -> np.ndarray:
+    """Each row's prefill/decode pairing class, ``engine@vendor``: every engine's prefill hands KV only to its own
+    decode (vLLM's NIXL handshake refuses another version; SGLang and TensorRT-LLM pair their own servers), and no
+    engine documents a transfer between vendors' chips (shared/reference/engine-rules.md section 4). Rows without an
+    engine column (hand-built tests) share one class per vendor."""
+    r = data.rows
+    engine = r["engine"].astype(str).to_numpy() if "engine" in r else np.full(len(r), "", dtype=object)
+    vendor = np.array([data.hardware[h].vendor for h in r["hardware"].astype(str)], dtype=object) if len(r) else \
+        np.array([], dtype=object)
+    return np.array([f"{e}@{v}" for e, v in zip(engine, vendor, strict=True)], dtype=object)

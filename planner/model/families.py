@@ -313,6 +313,65 @@ def _start_resilience(m, replicas, vals) -> None:
             vals[m.uses[w, role, h, t]] = float(any(replicas(i, t) > 0 and a["hardware"][i] == h for i in rows))
 
 
+def pd_class_rows(m) -> dict[str, dict[str, list[int]]]:
+    """Per workload whose prefill and decode rows span more than one pairing class (``engine@vendor``,
+    :func:`planner.model.data.pd_classes`): its prefill and decode rows by class."""
+    a = m._arr
+    out = {}
+    for w in m.W:
+        by: dict[str, list[int]] = {}
+        for role in ("prefill", "decode"):
+            for i in m._rows_of.get(("role", w, role), []):
+                by.setdefault(a["pd_class"][i], []).append(i)
+        if len(by) > 1:
+            out[w] = by
+    return out
+
+
+def define_pd_pairing(m) -> bool | None:
+    """Prefill and decode pools of a workload pair on one engine and vendor (one class ``k``): ``p[w, k]`` binary,
+    ``x[r, t] <= X_r p[w, k(r)]`` for its prefill and decode rows and ``sum_k p[w, k] <= 1``. No engine hands KV to
+    another engine's decode, nor across vendors (shared/reference/engine-rules.md section 4); within one engine
+    and vendor both sides share the engine's transfer backends. ``X_r`` as for pool types."""
+    classes = pd_class_rows(m)
+    m._pd_classes = classes
+    if not classes:
+        return False
+    d, a = m._data, m._arr
+    rate = a["rate"] / m._unit
+    top = {w: max(pyo.value(m.demand[w, t]) for t in m.T) for w in m.W}
+    keys = [(w, k) for w, by in classes.items() for k in by]
+    of = {i: (w, k) for w, by in classes.items() for k, rows in by.items() for i in rows}
+    m.PD = pyo.Set(initialize=keys, dimen=2, ordered=True, doc="(workload, engine@vendor) pairing classes")
+    m.pd_class = pyo.Var(m.PD, within=pyo.Binary, doc="the workload's prefill and decode run in this class")
+
+    def link(m, i, t):
+        w = a["workload"][i]
+        need = top[w] / m._unit * (d.lose_units + 1) / max(rate[i], 1e-12)
+        return m.x[i, t] <= (10.0 * np.ceil(need) + 10.0) * m.pd_class[of[i]]
+
+    m.pd_link = pyo.Constraint(sorted(of), m.T, rule=link)
+    m.pd_pairing = pyo.Constraint(list(classes), rule=lambda m, w: sum(m.pd_class[w, k] for k in classes[w]) <= 1)
+
+
+def _start_pd_pairing(m, replicas, vals) -> None:
+    for (w, k) in m.PD:
+        vals[m.pd_class[w, k]] = float(any(replicas(i, t) > 0 for i in m._pd_classes[w][k] for t in m.T))
+
+
+def _recheck_pd(plan, rs) -> list[tuple[str, bool, str]]:
+    vendor = {h.id: h.vendor for h in rs.hardware}
+    out = []
+    for w in plan.workloads:
+        pools = [p for p in plan.pools if p.workload == w.name and p.role in ("prefill", "decode")]
+        if not pools:
+            continue
+        classes = sorted({f"{p.engine}@{vendor[p.hardware]}" for p in pools})
+        out.append((f"{w.name}: prefill/decode pairing", len(classes) == 1,
+                    f"prefill and decode on {', '.join(classes)} (one engine and vendor hands KV to itself)"))
+    return out
+
+
 def define_hardware_types(m) -> bool | None:
     """``sum_h v[h] <= max_hardware_types`` with ``held(h, t) <= U v[h]`` in every period (``v`` binary: hardware
     ``h`` is bought at all); ``U`` is the hardware's unit limit, else 10^7 units."""
@@ -558,6 +617,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("chip_quota", define_chip_quota, "accelerators in the fleet", path="limits.max_chips",
            parameter="chip_quota_limit", slack="extra_chips", shortage=lambda m: m.extra_chips / m.chip_quota_limit,
            shortfall=_short_chips, relax=_relax_chips, binding=_bind_chips, recheck=_recheck_chips),
+    Family("pd_pairing", define_pd_pairing, "prefill and decode on one engine and vendor", start=_start_pd_pairing,
+           recheck=_recheck_pd),
     Family("resilience", define_resilience, "N+k headroom", path="resilience.lose_units", start=_start_resilience),
     Family("hardware_types", define_hardware_types, "hardware types", path="limits.max_hardware_types",
            start=_start_hardware_types),
