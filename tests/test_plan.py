@@ -431,9 +431,9 @@ def test_a_looser_slo_that_changes_no_row_is_not_re_solved(catalog, monkeypatch)
 
 def test_a_prefill_pool_keeps_the_micro_batch_overlap_it_was_priced_with(catalog):
     """Candidate rows price two micro-batch overlap for prefill pools too; the plan must carry it. A pool that
-    dropped it was re-checked without it and failed its own rate (the skewed DeepSeek plan on GB200, whose
-    prefill pools run attention-DP EP with overlap)."""
-    path = ROOT / "catalogs" / "scenarios" / "deepseek-skewed.yaml"
+    dropped it was re-checked without it and failed its own rate (the skewed DeepSeek plan on GB200 served by
+    SGLang, whose prefill pools run attention-DP EP with overlap)."""
+    path = ROOT / "catalogs" / "scenarios" / "deepseek-sglang-pd.yaml"
     plan = make_plan(resolve_scenario(load_scenario(path), catalog, path), PlanOptions(analysis=False)).plan
     assert plan.recheck.ok
     prefill = [p for p in plan.pools if p.role == "prefill"]

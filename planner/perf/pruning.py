@@ -9,10 +9,20 @@ import pandas as pd
 
 from planner.units import GB
 
-PRUNE_KEYS = ["workload", "role", "hardware", "prefix_tier"]
+PRUNE_KEYS = ["workload", "role", "hardware", "pairing", "prefix_tier"]
+"""Rows compared for dominance; ``pairing`` is the engine for prefill and decode rows (a prefill row pairs only
+with a decode row of its own engine and vendor, so a row of another engine is no substitute for it; the vendor
+follows from the hardware) and nothing for aggregated rows."""
 
 
-MIX_KEYS = ["workload", "role", "hardware"]
+MIX_KEYS = ["workload", "role", "hardware", "pairing"]
+
+
+def pairing(df) -> np.ndarray:
+    """The ``pairing`` key of :data:`PRUNE_KEYS`: the engine of prefill and decode rows, ``""`` of the others."""
+    role = df["role"].astype(str).to_numpy()
+    engine = df["engine"].astype(str).to_numpy() if "engine" in df else np.full(len(df), "", dtype=object)
+    return np.where(np.isin(role, ("prefill", "decode")), engine, "")
 
 
 def mixes_allowed(sc) -> bool:
@@ -32,7 +42,7 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     i.e. its prefix bytes per request/s ``pcap / rate`` reach the workload's ``working_set / demand`` (every
     row left meets its SLOs and fits in memory). With ``shares[w] = (lo, hi)`` the range of ``working_set /
     demand`` the model may be given (:func:`prefix_shares`), row B is dominated by row A of the same
-    (workload, role, hardware, prefix tier) when ``k = slots_B / slots_A`` is a whole number, ``k`` replicas
+    (workload, role, hardware, pairing, prefix tier) when ``k = slots_B / slots_A`` is a whole number, ``k`` replicas
     of A give at least B's rate, and A is usable wherever in that range B is (:func:`usable_share`): any plan
     using B is matched, at the same units, power and cost, by one using A. Ties keep the first row (fastest
     TPOT). A workload missing from ``shares`` is pruned for any working set and demand.
@@ -48,6 +58,7 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
         return df, 0
     shares = shares or {}
     keep = np.zeros(len(df), dtype=bool)
+    df = df.assign(pairing=pairing(df))
     s, q = df["slots"].to_numpy(float), df["requests_per_s"].to_numpy(float)
     c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_s"].to_numpy(float)
     wl = df["workload"].astype(str).to_numpy()
@@ -62,7 +73,7 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
             rows = left[idx]
             share = usable_share(cap[idx], q[rows], shares.get(wl[rows[0]], (0.0, np.inf)))
             keep[rows[~mix_kept(s[rows], q[rows], share)]] = False
-    out = df[keep]
+    out = df[keep].drop(columns="pairing")
     return out, len(df) - len(out)
 
 

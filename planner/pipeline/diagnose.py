@@ -41,9 +41,13 @@ def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: Candid
     for w in rs.scenario.workloads:
         rows = table.rows[table.rows["workload"] == w.name] if not table.rows.empty else table.rows
         have = set(rows["role"].astype(str)) if len(rows) else set()
-        if "aggregated" in have or {"prefill", "decode"} <= have:
+        if "aggregated" in have or _paired(rows, rs):
             continue
         where = f"workload '{w.name}'"
+        if {"prefill", "decode"} <= have:  # both roles, but never on one engine and vendor
+            raise InfeasibleError(f"{where}: prefill and decode meet their SLOs only on different engines or vendors "
+                                  f"({_classes(rows, rs, 'prefill')} prefill, {_classes(rows, rs, 'decode')} decode), "
+                                  "and no engine hands KV to another; allow aggregated serving or relax the SLOs")
         hw = ", ".join(h.id for h in rs.hardware)
         allr = pool.rows[pool.rows["workload"] == w.name] if not pool.rows.empty else pool.rows
         if allr.empty:
@@ -72,6 +76,23 @@ def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: Candid
                 f"{np.ceil(b['ttft_base_s'] * 1e3):g}"
             )
         raise InfeasibleError(f"{where}: no serving option meets both SLOs; relax slo.ttft_ms or slo.tpot_ms")
+
+
+def _classes(rows, rs: ResolvedScenario, role: str) -> str:
+    vendor = {h.id: h.vendor for h in rs.hardware}
+    mine = rows[rows["role"].astype(str) == role]
+    return "/".join(sorted({f"{e} on {vendor[h]}" for e, h in zip(mine["engine"].astype(str), mine["hardware"].astype(str),
+                                                                  strict=True)}))
+
+
+def _paired(rows, rs: ResolvedScenario) -> bool:
+    """Whether some engine and vendor has both prefill and decode rows (the pairing the MILP requires)."""
+    vendor = {h.id: h.vendor for h in rs.hardware}
+    by: dict[str, set] = {}
+    for role, e, h in zip(rows["role"].astype(str), rows["engine"].astype(str), rows["hardware"].astype(str),
+                          strict=True):
+        by.setdefault(f"{e}@{vendor[h]}", set()).add(role)
+    return any({"prefill", "decode"} <= r for r in by.values())
 
 
 def _describe(r) -> str:
