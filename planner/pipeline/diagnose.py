@@ -87,6 +87,8 @@ def _classes(rows, rs: ResolvedScenario, role: str) -> str:
 
 def _paired(rows, rs: ResolvedScenario) -> bool:
     """Whether some engine and vendor has both prefill and decode rows (the pairing the MILP requires)."""
+    if not len(rows):
+        return False
     vendor = {h.id: h.vendor for h in rs.hardware}
     by: dict[str, set] = {}
     for role, e, h in zip(rows["role"].astype(str), rows["engine"].astype(str), rows["hardware"].astype(str),
