@@ -284,3 +284,24 @@ def test_prefill_and_decode_pair_on_one_engine_and_vendor(vendor_b):
     unpaired = data.rows.assign(engine="e1")  # one engine everywhere: the mix is allowed and cheaper
     if vendor_b == "nvidia":
         assert _milp(PlanData(unpaired, data.hardware, data.workloads, roles=data.roles))[0] < got - 1e-6
+
+
+def test_pruning_keeps_each_engines_prefill_and_decode_unless_another_beats_both():
+    """Dominance never crosses engines for prefill and decode rows (a row of another engine cannot pair with this
+    engine's other role), except that an engine beaten in both roles by another is dropped whole."""
+    import pandas as pd
+
+    from planner.perf.pruning import prune_dominated
+
+    def table(e2_decode_rate):
+        return pd.DataFrame({
+            "workload": "w", "role": ["prefill", "decode", "prefill", "decode"], "hardware": "a",
+            "engine": ["e1", "e1", "e2", "e2"], "prefix_tier": "none", "slots": 1.0,
+            "requests_per_s": [2.0, 2.0, 1.0, e2_decode_rate], "prefix_bytes_per_replica": 0.0,
+            "tpot_s": 0.02})
+
+    kept, _ = prune_dominated(table(3.0), {}, mixes=False)  # e1 better at prefill, e2 at decode: both stay
+    assert sorted(zip(kept["engine"], kept["role"], strict=True)) == [
+        ("e1", "decode"), ("e1", "prefill"), ("e2", "decode"), ("e2", "prefill")]
+    kept, _ = prune_dominated(table(1.0), {}, mixes=False)  # e1 better at both: e2 goes
+    assert set(kept["engine"]) == {"e1"}

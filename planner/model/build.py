@@ -26,7 +26,7 @@ from __future__ import annotations
 import pyomo.core as pyo
 
 from planner.model.data import PlanData, periods_of, row_arrays
-from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage
+from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage, pairing_on_demand
 from planner.model.terms import (
     ELASTIC_WEIGHT,
     EPSILON,
@@ -59,7 +59,8 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     m.cost = pyo.Objective(expr=objective_expr(m), sense=pyo.minimize)
     blocks, covers = define_workload_blocks(m)
     declare(m, Structure(blocks=blocks, covers=covers, objective_covers_blocks=blocks is not None and not elastic,
-                         refresh=lambda: apply_prefix_capacity(m)))
+                         refresh=lambda: apply_prefix_capacity(m),
+                         lazy=(lambda: pairing_on_demand(m)) if "pd_pairing" in m._defined else None))
     return m
 
 

@@ -256,7 +256,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                                               engine=choice.engine.id))
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
-        roles = roles_for(sc.serving)
+        roles = [r for r in roles_for(sc.serving) if r == "aggregated" or choice.engine.features.disaggregation]
         done: list[_Part] = []  # this grid's evaluated rows, emitted below in the loops' order
         for wi, w in enumerate(wls):
             parts: list[_Part] = []

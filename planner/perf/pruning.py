@@ -65,6 +65,7 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     for idx in df.groupby(PRUNE_KEYS, observed=True, sort=False).indices.values():
         share = usable_share(c[idx], q[idx], shares.get(wl[idx[0]], (0.0, np.inf)))
         keep[idx[nondominated(s[idx], q[idx], share, t[idx])]] = True
+    _drop_dominated_pairings(df, keep, s, q, c, t, shares)
     if mixes:
         left = np.flatnonzero(keep)
         sub = df.iloc[left]
@@ -75,6 +76,48 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
             keep[rows[~mix_kept(s[rows], q[rows], share)]] = False
     out = df[keep].drop(columns="pairing")
     return out, len(df) - len(out)
+
+
+def _drop_dominated_pairings(df, keep: np.ndarray, s, q, c, t, shares: dict) -> None:
+    """Drop (in ``keep``) a workload's prefill and decode rows of an engine that another engine beats in both roles:
+    in every (role, hardware, prefix tier) group where the first has rows kept, the second has rows and each of
+    the first's is dominated among the two engines' rows (:func:`nondominated`). Any plan that pairs on the
+    first is then matched, at the same units and cost, by one that pairs on the second; where each engine is
+    better at one role (one's prefill, the other's decode), both stay. Ties keep the first row, so two equal
+    engines keep both (conservative)."""
+    role = df["role"].astype(str).to_numpy()
+    pd_rows = np.flatnonzero(keep & np.isin(role, ("prefill", "decode")))
+    if not len(pd_rows):
+        return
+    sub = df.iloc[pd_rows]
+    eng = sub["pairing"].to_numpy()
+    groups = list(zip(sub["role"].astype(str), sub["hardware"].astype(str), sub["prefix_tier"].astype(str),
+                      strict=True))
+    for w in np.unique(sub["workload"].astype(str).to_numpy()):
+        mine = sub["workload"].astype(str).to_numpy() == w
+        engines = sorted(set(eng[mine]))
+        dropped: set = set()
+        for b in engines:
+            for a in engines:
+                if a == b or a in dropped or b in dropped:
+                    continue
+                if _beaten(pd_rows, mine, eng, groups, a, b, s, q, c, t, shares.get(w, (0.0, np.inf))):
+                    keep[pd_rows[mine & (eng == b)]] = False
+                    dropped.add(b)
+
+
+def _beaten(pd_rows, mine, eng, groups, a, b, s, q, c, t, share) -> bool:
+    """Whether engine ``a``'s rows dominate every row of engine ``b`` in each of ``b``'s groups."""
+    for g in {groups[i] for i in np.flatnonzero(mine & (eng == b))}:
+        in_g = np.array([groups[i] == g for i in range(len(groups))]) & mine
+        ours, theirs = in_g & (eng == a), in_g & (eng == b)
+        if not ours.any():
+            return False
+        idx = pd_rows[ours | theirs]
+        kept = nondominated(s[idx], q[idx], usable_share(c[idx], q[idx], share), t[idx])
+        if kept[(eng[ours | theirs] == b)].any():
+            return False
+    return True
 
 
 def mix_kept(slots, rate, capacity) -> np.ndarray:

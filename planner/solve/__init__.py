@@ -7,6 +7,7 @@ change of mutable parameters (sweeps, sensitivities) update the model instead of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import threading
@@ -128,6 +129,21 @@ class Solver:
 
     def solve(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
               loaded: bool = False, cutoff: float | None = None) -> SolveResult:
+        """Solve ``model`` (:meth:`solve_once`); where the model declares lazy constraints
+        (:attr:`~planner.solve.structure.Structure.lazy`) and the solution breaks some, they are switched on and the
+        model solved again, without ``start``, ``caps`` and ``cutoff`` (they were for the model without them: a
+        plan they allow may be dearer than the start's)."""
+        t0 = time.perf_counter()
+        res = self.solve_once(model, start, caps=caps, loaded=loaded, cutoff=cutoff)
+        lazy = structure_of(model).lazy
+        while lazy is not None and res.has_solution and lazy():
+            left = self.time_limit_s - (time.perf_counter() - t0)
+            again = self.limited(time_limit_s=max(left, 0.05), mip_gap=self.mip_gap, heuristics=True).solve_once(model)
+            res = dataclasses.replace(again, wall_s=time.perf_counter() - t0)
+        return res
+
+    def solve_once(self, model: pyo.ConcreteModel, start: dict | None = None, *, caps: dict | None = None,
+                   loaded: bool = False, cutoff: float | None = None) -> SolveResult:
         """Solve ``model``; ``start`` maps Pyomo variables to a feasible assignment handed to HiGHS
         as its first incumbent (a MIP start); ``caps`` maps variables to upper bounds for this solve only, set on
         the HiGHS columns (the model's own bounds are untouched and come back in HiGHS after it). ``loaded``: the

@@ -24,6 +24,11 @@ class Structure:
     """Whether every plan's objective is at least the sum of the blocks' costs (the floors then give ceilings too)."""
     refresh: Callable[[], None] | None = None
     """Brings bounds the model derives from its parameters up to date (called before every load and check)."""
+    lazy: Callable[[], bool] | None = None
+    """Lazy constraints: called on each solution the solver loads into the model, switches on the constraints it
+    breaks and says whether it did (the solver then solves again). Constraints that rarely bind but weaken the
+    search wait until a solution breaks them; a solution that breaks none is optimal with them too (it is optimal
+    for a relaxation and feasible)."""
 
 
 def declare(model, structure: Structure) -> None:
