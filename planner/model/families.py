@@ -207,14 +207,20 @@ def _bind_units(data, plan, r: Relaxation | None, worth: str, saved: float | Non
             f"{_units_of(plan, r.target)} of {hd.max_units} {hd.unit_kind}s of {r.target}; allowing {r.value:g} {worth}")
 
 
+def limit_per_period(m, name: str, lhs, limit, slack: str) -> None:
+    """Constraint ``name``: ``lhs(m, t) <= limit`` in every period, where an elastic model adds the non-negative
+    slack variable ``slack`` to the limit (what the diagnosis reads)."""
+    if m._elastic:
+        setattr(m, slack, pyo.Var(within=pyo.NonNegativeReals))
+    extra = getattr(m, slack) if m._elastic else 0
+    setattr(m, name, pyo.Constraint(m.T, rule=lambda m, t: lhs(m, t) <= limit + extra))
+
+
 def define_power(m) -> bool | None:
     """All-in power of the units held in each period within ``limits.power_kw``."""
     if m._data.power_kw is None:
         return False
-    if m._elastic:
-        m.extra_kw = pyo.Var(within=pyo.NonNegativeReals)
-    extra = m.extra_kw if m._elastic else 0
-    m.power = pyo.Constraint(m.T, rule=lambda m, t: fleet_kw(m, t) <= m.power_limit_kw + extra)
+    limit_per_period(m, "power", fleet_kw, m.power_limit_kw, "extra_kw")
 
 
 def _short_power(m) -> list[str]:
@@ -246,10 +252,7 @@ def define_budget(m) -> bool | None:
     """Dollars per hour of each period's units within ``limits.budget_usd_per_hour``."""
     if m._data.budget_usd_per_hour is None:
         return False
-    if m._elastic:
-        m.extra_usd = pyo.Var(within=pyo.NonNegativeReals)
-    extra = m.extra_usd if m._elastic else 0
-    m.budget = pyo.Constraint(m.T, rule=lambda m, t: fleet_usd_per_hour(m, t) <= m.budget_usd_per_hour + extra)
+    limit_per_period(m, "budget", fleet_usd_per_hour, m.budget_usd_per_hour, "extra_usd")
 
 
 def _short_budget(m) -> list[str]:
@@ -561,11 +564,8 @@ def define_chip_quota(m) -> bool | None:
     if d.max_chips is None:
         return False
     m.chip_quota_limit = pyo.Param(mutable=True, initialize=d.max_chips)
-    if m._elastic:
-        m.extra_chips = pyo.Var(within=pyo.NonNegativeReals)
-    extra = m.extra_chips if m._elastic else 0
-    m.chip_quota = pyo.Constraint(m.T, rule=lambda m, t: sum(
-        d.hardware[h].chips_per_unit * held(m, h, t) for h in m.H) <= m.chip_quota_limit + extra)
+    limit_per_period(m, "chip_quota", lambda m, t: sum(d.hardware[h].chips_per_unit * held(m, h, t) for h in m.H),
+                     m.chip_quota_limit, "extra_chips")
 
 
 def _chips_of(plan) -> int:
