@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pyomo.core as pyo
 
+from planner.model.bounds import greedy_start
 from planner.model.data import PlanData, periods_of, row_arrays
 from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage, pairing_on_demand
 from planner.model.terms import (
@@ -60,7 +61,8 @@ def build_model(data: PlanData, *, elastic: bool = False) -> pyo.ConcreteModel:
     blocks, covers = define_workload_blocks(m)
     declare(m, Structure(blocks=blocks, covers=covers, objective_covers_blocks=blocks is not None and not elastic,
                          refresh=lambda: apply_prefix_capacity(m),
-                         lazy=(lambda: pairing_on_demand(m)) if "pd_pairing" in m._defined else None))
+                         lazy=(lambda: pairing_on_demand(m)) if "pd_pairing" in m._defined else None,
+                         restart=lambda: greedy_start(m, check=False)))
     return m
 
 

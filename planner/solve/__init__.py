@@ -135,10 +135,16 @@ class Solver:
         plan they allow may be dearer than the start's)."""
         t0 = time.perf_counter()
         res = self.solve_once(model, start, caps=caps, loaded=loaded, cutoff=cutoff)
-        lazy = structure_of(model).lazy
-        while lazy is not None and res.has_solution and lazy():
+        declared = structure_of(model)
+        while declared.lazy is not None and res.has_solution and declared.lazy():
             left = self.time_limit_s - (time.perf_counter() - t0)
-            again = self.limited(time_limit_s=max(left, 0.05), mip_gap=self.mip_gap, heuristics=True).solve_once(model)
+            sv = self.limited(time_limit_s=max(left, 0.05), mip_gap=self.mip_gap, heuristics=True)
+            sv.load(model)
+            # the start may break what was switched on: the model's own restart (a plan that meets it) where it has one
+            again_start = start if start is not None and sv.start_objective(start) is not None else \
+                (declared.restart() if declared.restart is not None else None)
+            cost = sv.start_objective(again_start) if again_start is not None else None
+            again = sv.solve_once(model, again_start if cost is not None else None, loaded=True, cutoff=cost)
             res = dataclasses.replace(again, wall_s=time.perf_counter() - t0)
         return res
 

@@ -29,6 +29,9 @@ class Structure:
     breaks and says whether it did (the solver then solves again). Constraints that rarely bind but weaken the
     search wait until a solution breaks them; a solution that breaks none is optimal with them too (it is optimal
     for a relaxation and feasible)."""
+    restart: Callable[[], dict | None] | None = None
+    """A plan that meets the constraints :attr:`lazy` switched on (a MIP start for the solve after it), or
+    ``None``."""
 
 
 def declare(model, structure: Structure) -> None:
