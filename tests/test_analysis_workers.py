@@ -440,3 +440,19 @@ def test_a_model_already_re_solved_is_answered_without_a_re_solve(rs, monkeypatc
     assert again == first and len(solves) == 1
     ctx.cost_relaxed("chat", ("tpot", "ttft"))
     assert len(solves) == 2  # the looser TTFT admits other rows: another model
+
+
+def test_a_worker_imports_this_planner_package(monkeypatch):
+    """A worker is started on this very package (planner/__init__.py), not on the module's own folder: started on
+    planner/analysis/ it imported whatever planner the path held (another checkout, an installed copy)."""
+    import subprocess as sp
+    from pathlib import Path
+
+    import planner
+    from planner.analysis import workers as analysis_workers
+
+    seen = []
+    monkeypatch.setattr(sp, "Popen", lambda args, **kw: seen.append(args))
+    analysis_workers._start_worker()
+    (args,) = seen
+    assert repr(str(Path(planner.__file__).resolve())) in args[-1]

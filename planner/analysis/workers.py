@@ -274,7 +274,7 @@ def evaluate_beside(workers: Workers | None, rs, engine, levels, shares):
 def _start_worker() -> subprocess.Popen:
     """A worker: a fresh interpreter that imports this very planner package (wherever the planning process found
     it: an installed copy elsewhere on the path would not do) without touching the import path of anything else."""
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # the planner package (this module is planner/analysis/workers.py)
     code = ("import importlib.util, sys\n"
             f"spec = importlib.util.spec_from_file_location('planner', {str(pkg / '__init__.py')!r}, "
             f"submodule_search_locations=[{str(pkg)!r}])\n"
