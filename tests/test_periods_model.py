@@ -305,3 +305,17 @@ def test_pruning_keeps_each_engines_prefill_and_decode_unless_another_beats_both
         ("e1", "decode"), ("e1", "prefill"), ("e2", "decode"), ("e2", "prefill")]
     kept, _ = prune_dominated(table(1.0), {}, mixes=False)  # e1 better at both: e2 goes
     assert set(kept["engine"]) == {"e1"}
+
+
+def test_racks_that_hold_no_unit_are_a_diagnosis_not_a_silent_exclusion():
+    """A unit that draws more than a rack holds is ruled out with a note; where that is every hardware the plan is
+    refused naming the field and the smallest unit's draw (the elastic model could not place one either)."""
+    from planner.errors import InfeasibleError
+    from planner.model.data import rack_notes
+
+    hw = {"a": _hw("a", 4, 1.0, kw=2.0), "b": _hw("b", 2, 1.1, kw=1.0)}  # units of 8 and 2 kW
+    assert rack_notes(Racks(count=3, kw_per_rack=3.0), hw) == [
+        "a: a node draws 8.0 kW all-in, more than a 3 kW rack holds (limits.racks): ruled out"]
+    with pytest.raises(InfeasibleError, match=r"limits.racks.kw_per_rack: 1 kW holds no purchase unit .* b, draws 2.0 kW"):
+        rack_notes(Racks(count=3, kw_per_rack=1.0), hw)
+    assert rack_notes(None, hw) == []

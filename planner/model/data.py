@@ -9,7 +9,7 @@ import pandas as pd
 
 from planner.catalog.scenario import Racks, ResolvedScenario
 from planner.catalog.schemas import HardwareSpec
-from planner.errors import InputError
+from planner.errors import InfeasibleError, InputError
 from planner.perf.candidates import CandidateTable
 from planner.units import GB
 
@@ -165,6 +165,7 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
             hw.id, hw.purchase_unit.kind, hw.purchase_unit.chips_per_unit, rs.prices[hw.id], kw, assumed, mu,
             hw.vendor,
         )
+    notes += rack_notes(sc.limits.racks, hardware)
     workloads = {
         w.name: WorkloadData(
             w.name,
@@ -181,6 +182,22 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     return PlanData(rows, hardware, workloads, lim.power_kw, lim.budget_usd_per_hour, roles, notes,
                     sc.resilience.lose_units, lim.max_hardware_types, lim.max_pool_types_per_workload,
                     lim.pool_type_usd_per_hour, lim.racks, lim.max_chips)
+
+
+def rack_notes(racks: Racks | None, hardware: dict[str, HardwareData]) -> list[str]:
+    """Under ``limits.racks``: a note per hardware whose purchase unit draws more than a rack holds (the MILP rules
+    it out), and :class:`InfeasibleError` where that is every hardware (no elastic slack could place a unit)."""
+    if racks is None:
+        return []
+    unit_kw = {h: (hd.kw_per_chip or 0.0) * hd.chips_per_unit for h, hd in hardware.items()}
+    over = {h: kw for h, kw in unit_kw.items() if kw > racks.kw_per_rack * (1 + 1e-12)}
+    if over and len(over) == len(unit_kw):
+        least = min(over, key=over.get)
+        raise InfeasibleError(f"limits.racks.kw_per_rack: {racks.kw_per_rack:g} kW holds no purchase unit (the "
+                              f"smallest, a {hardware[least].unit_kind} of {least}, draws {over[least]:,.1f} kW all-in); "
+                              "raise it or allow other hardware")
+    return [f"{h}: a {hardware[h].unit_kind} draws {kw:,.1f} kW all-in, more than a {racks.kw_per_rack:g} kW rack "
+            "holds (limits.racks): ruled out" for h, kw in sorted(over.items())]
 
 
 def row_arrays(data: PlanData) -> dict[str, np.ndarray]:
