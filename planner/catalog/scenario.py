@@ -40,9 +40,61 @@ class PrefixCache(Strict):
     """Bytes of reusable prefixes to keep (their KV), in GB."""
 
 
+QUANTILE_NAMES = {"mean": None, "median": 0.5, "p50": 0.5, "p75": 0.75, "p90": 0.9, "p95": 0.95, "p99": 0.99,
+                  "p99.9": 0.999}
+"""Names a quantile may be given by (``mean`` sizes for the mean, as plans did before percentiles)."""
+DEFAULT_QUANTILE = 0.9
+"""Quantile an SLO is met at when the scenario names none: p90, the quantile the exported alerts fire on."""
+
+QuantileSpec = Annotated[float, Field(gt=0, lt=1)] | Literal["mean", "median", "p50", "p75", "p90", "p95", "p99",
+                                                              "p99.9"]
+
+
+def quantile_value(spec: float | str | None) -> float | None:
+    """A quantile as a number in (0, 1), or ``None`` for the mean."""
+    if spec is None or isinstance(spec, str):
+        return QUANTILE_NAMES[spec] if spec is not None else None
+    return float(spec)
+
+
+def quantile_label(q: float | None) -> str:
+    """``p90``, ``p99.9``, ``median`` or ``mean``."""
+    if q is None:
+        return "mean"
+    if abs(q - 0.5) < 1e-12:
+        return "median"
+    return f"p{q * 100:.10g}"
+
+
 class Slo(Strict):
     ttft_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
     tpot_ms: Annotated[float, Field(gt=0, le=MAX_SLO_MS)]
+    quantile: QuantileSpec = DEFAULT_QUANTILE
+    """Quantile both targets are met at: a number in (0, 1) or ``mean``, ``median``, ``p90``, ``p95``, ``p99``
+    (default p90: 90% of requests see a TTFT and a TPOT within target)."""
+    ttft_quantile: QuantileSpec | None = None
+    """The TTFT target's own quantile where it differs from ``quantile``."""
+    tpot_quantile: QuantileSpec | None = None
+    """The TPOT target's own quantile where it differs from ``quantile``."""
+    goodput: Annotated[float, Field(gt=0, lt=1)] | None = None
+    """Also size so that this share of requests meets both targets at once (DistServe's goodput); requests'
+    TTFT and TPOT are taken as independent."""
+
+    @property
+    def ttft_q(self) -> float | None:
+        """The TTFT target's quantile (``None``: the mean)."""
+        return quantile_value(self.ttft_quantile if self.ttft_quantile is not None else self.quantile)
+
+    @property
+    def tpot_q(self) -> float | None:
+        """The TPOT target's quantile (``None``: the mean)."""
+        return quantile_value(self.tpot_quantile if self.tpot_quantile is not None else self.quantile)
+
+    def describe(self) -> str:
+        """``p90 TTFT 2000 ms, p90 TPOT 50 ms`` (and the goodput where one is set)."""
+        out = (f"{quantile_label(self.ttft_q)} TTFT {self.ttft_ms:g} ms, "
+               f"{quantile_label(self.tpot_q)} TPOT {self.tpot_ms:g} ms")
+        return out + (f", goodput {self.goodput:g}" if self.goodput is not None else "")
 
     @property
     def ttft_s(self) -> float:
@@ -53,6 +105,44 @@ class Slo(Strict):
     def tpot_s(self) -> float:
         """The TPOT target in seconds."""
         return self.tpot_ms / 1e3
+
+
+class LengthSpread(Strict):
+    """How a workload's request lengths spread around their mean: a lognormal through the mean and the p90,
+    or a histogram (``points``: tokens and weight)."""
+
+    mean: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    p90: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    points: list[tuple[Annotated[float, Field(gt=0, le=MAX_TOKENS)], Annotated[float, Field(ge=0)]]] | None = Field(
+        default=None, min_length=1, max_length=100_000)
+    """(tokens, weight) pairs: a histogram read from ``{file: lengths.csv}`` (columns ``tokens,weight``)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LengthSpread:
+        if self.points is not None:
+            if self.p90 is not None:
+                raise ValueError("give either mean and p90 or a histogram file, not both")
+            w = sum(p[1] for p in self.points)
+            if w <= 0:
+                raise ValueError("a length histogram needs a positive total weight")
+            mean = sum(t * p for t, p in self.points) / w
+            if self.mean is not None and abs(self.mean - mean) > 1e-6 * mean:
+                raise ValueError(f"mean {self.mean:g} is not the histogram's mean ({mean:g}); leave it out")
+            self.mean = mean
+            return self
+        if self.mean is None or self.p90 is None:
+            raise ValueError("a length distribution is {mean: N, p90: M} or {file: lengths.csv}")
+        if self.p90 < self.mean:
+            raise ValueError(f"p90 ({self.p90:g}) is below the mean ({self.mean:g}); a p90 is at least the mean "
+                             "of lengths that spread this little")
+        if self.p90 > self.mean * LOGNORMAL_MAX_P90_RATIO:
+            raise ValueError(f"p90 ({self.p90:g}) is over {LOGNORMAL_MAX_P90_RATIO:.3g}x the mean ({self.mean:g}): no "
+                             "lognormal has such a tail; give the lengths as a histogram file")
+        return self
+
+
+LOGNORMAL_MAX_P90_RATIO = 2.2721
+"""Largest p90 / mean of a lognormal: ``exp(z90 s - s^2 / 2)`` peaks at ``s = z90 = 1.2816``."""
 
 
 MAX_PERIODS = 168
@@ -71,9 +161,26 @@ class Workload(Strict):
     profile: list[Annotated[float, Field(ge=0, le=MAX_DEMAND_RPS)]] | None = Field(default=None, min_length=1,
                                                                                    max_length=MAX_PERIODS)
     input_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+    """Prompt tokens per request: a number, or a distribution ``{mean: 2000, p90: 4000}`` (a lognormal through
+    both) or ``{file: prompts.csv}`` (a histogram, columns ``tokens,weight``); the field then holds the mean
+    and ``input_spread`` the distribution."""
     output_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+    """Output tokens per request, written like ``input_tokens``."""
+    input_spread: LengthSpread | None = None
+    output_spread: LengthSpread | None = None
     prefix_cache: PrefixCache = PrefixCache()
     slo: Slo
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lengths(cls, data):
+        if isinstance(data, dict):
+            for k in ("input", "output"):
+                v = data.get(f"{k}_tokens")
+                if isinstance(v, dict):
+                    spread = LengthSpread.model_validate(v)
+                    data = {**data, f"{k}_tokens": max(1, round(spread.mean)), f"{k}_spread": spread}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -271,6 +378,9 @@ def load_scenario(path: Path | str) -> Scenario:
     for i, w in enumerate(wls if isinstance(wls, list) else []):
         if isinstance(w, dict) and isinstance(w.get("requests_per_s"), dict):
             w["requests_per_s"] = read_profile(w["requests_per_s"], path, f"workloads.{i}.requests_per_s")
+        for k in ("input_tokens", "output_tokens"):
+            if isinstance(w, dict) and isinstance(w.get(k), dict) and "file" in w[k]:
+                w[k] = read_lengths(w[k], path, f"workloads.{i}.{k}")
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
@@ -299,6 +409,26 @@ def read_profile(spec: dict, path: Path, field: str) -> list[float]:
         raise InputError(f"{f}: periods must be 0..n-1 or 1..n, each once (missing or repeated periods)")
     order = np.argsort(per.to_numpy())
     return [float(x) for x in rps.to_numpy()[order]]
+
+
+def read_lengths(spec: dict, path: Path, field: str) -> dict:
+    """``{file: lengths.csv}`` -> ``{points: [(tokens, weight), ...]}`` (CSV columns ``tokens,weight``; weights
+    need not sum to one)."""
+    from planner.catalog.inputs import read_csv
+
+    if set(spec) != {"file"} or not isinstance(spec["file"], str):
+        raise InputError(f"{path}: field '{field}': a length histogram is written {{file: lengths.csv}}")
+    f = (path.parent / spec["file"]) if not Path(spec["file"]).is_absolute() else Path(spec["file"])
+    df = read_csv(f)
+    if list(df.columns)[:2] != ["tokens", "weight"]:
+        raise InputError(f"{f}: expected the columns tokens,weight")
+    tok = pd.to_numeric(df["tokens"], errors="coerce")
+    wt = pd.to_numeric(df["weight"], errors="coerce")
+    if tok.isna().any() or wt.isna().any() or not (np.isfinite(tok).all() and np.isfinite(wt).all()):
+        raise InputError(f"{f}: every row needs a number of tokens and a finite weight")
+    if (tok <= 0).any() or (wt < 0).any():
+        raise InputError(f"{f}: tokens must be positive and weights not negative")
+    return {"points": [(float(a), float(b)) for a, b in zip(tok, wt, strict=True)]}
 
 
 def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = None) -> ResolvedScenario:

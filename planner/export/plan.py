@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from planner.catalog.scenario import quantile_label
 from planner.catalog.writer import atomic_write_text
 from planner.export.files import staged
 from planner.results import Plan
@@ -137,11 +138,20 @@ def _pool(plan: Plan, p) -> list[str]:
     if p.prefix_tier != "none":
         L.append(f"- cached prefixes: {_gb(p.prefix_cache_bytes_per_replica)} GB per replica in {p.prefix_tier}")
     lat = []
+    lt = pr.latency
+    qt, qp = quantile_label(w.slo_ttft_quantile), quantile_label(w.slo_tpot_quantile)
     if p.role != "decode":
-        lat.append(f"TTFT {_ms(pr.ttft_s)} at the planned load, {_ms(pr.ttft_at_capacity_s)} at capacity (target {_ms(w.slo_ttft_s)})")
+        lat.append(f"{qt} TTFT {_ms(pr.ttft_s)} at the planned load, {_ms(pr.ttft_at_capacity_s)} at capacity "
+                   f"(target {_ms(w.slo_ttft_s)})")
     if p.role != "prefill":
-        lat.append(f"TPOT {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
+        lat.append(f"{qp} TPOT {_ms(lt.tpot_slo_s or pr.tpot_s)}, mean {_ms(pr.tpot_s)} (target {_ms(w.slo_tpot_s)})")
     L.append(f"- predicted: {', '.join(lat)}; bound by {p.bound}")
+    dist = []
+    if p.role != "decode":
+        dist.append(f"TTFT {_pcts(lt.ttft)} ({lt.ttft_attainment:.1%} within target)")
+    if p.role != "prefill":
+        dist.append(f"TPOT {_pcts(lt.tpot)} ({lt.tpot_attainment:.1%} within target), ITL {_pcts(lt.itl)}")
+    L.append(f"- p50 / p90 / p99 at the planned load: {'; '.join(dist)}")
     peers = [q for q in plan.pools if q.workload == p.workload and q.role == p.role]
     if len(peers) > 1:
         how = "prefix families hashed" if p.prefix_tier != "none" else "requests"
@@ -161,16 +171,26 @@ def _pool(plan: Plan, p) -> list[str]:
 def _workloads(plan: Plan) -> list[str]:
     """Each workload's demand, capacity and latency against its targets."""
     L: list[str] = []
-    L += ["## Workloads", "", "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | serving |", "|---|---:|---:|---|---|---|"]
+    L += ["## Workloads", "",
+          "| workload | demand req/s | capacity req/s | TTFT / target | TPOT / target | within TTFT / TPOT / both | serving |",
+          "|---|---:|---:|---|---|---|---|"]
     for w in plan.workloads:
         cap = f"{w.served_requests_per_s:,.2f}"
         if w.served_at_prediction_rps is not None:
             cap += f" ({w.served_at_prediction_rps:,.2f} at the prediction)"
+        good = f"{w.goodput:.1%}" + (f" (goodput target {w.slo_goodput:.0%})" if w.slo_goodput is not None else "")
         L.append(
-            f"| {w.name} | {w.requests_per_s:g} | {cap} | {_ms(w.ttft_s)} / {_ms(w.slo_ttft_s)} | "
-            f"{_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | {w.serving} |"
+            f"| {w.name} | {w.requests_per_s:g} | {cap} | {quantile_label(w.slo_ttft_quantile)} {_ms(w.ttft_s)} / "
+            f"{_ms(w.slo_ttft_s)} | {quantile_label(w.slo_tpot_quantile)} {_ms(w.tpot_s)} / {_ms(w.slo_tpot_s)} | "
+            f"{w.ttft_attainment:.1%} / {w.tpot_attainment:.1%} / {good} | {w.serving} |"
         )
+    L += ["", "Shares within target are predicted at the planned load (open arrivals); `planner simulate` checks them "
+              "by simulating the pools."]
     return L
+
+
+def _pcts(p) -> str:
+    return f"{_ms(p.p50)} / {_ms(p.p90)} / {_ms(p.p99)}"
 
 
 def _resilience(plan: Plan) -> list[str]:

@@ -52,6 +52,7 @@ from planner.perf.grid import (  # noqa: F401  (re-exported)
     packing_domain,
     slots_per_replica,
 )
+from planner.perf.latency import Tail, lognormal_attainment, lognormal_quantile, workload_tail
 from planner.perf.pruning import (  # noqa: F401  (re-exported)
     MIX_KEYS,
     PRUNE_KEYS,
@@ -90,6 +91,9 @@ class CandidatePool:
     mixes: bool = False
     """Whether pruning may drop a row that a mix of other rows beats (:func:`mix_kept`): only where the scenario
     allows it (:func:`mixes_allowed`, which :func:`evaluate_candidates` asks), so off unless said."""
+    tails: dict[str, Tail] = field(default_factory=dict)
+    """Per workload, the SLO quantiles and length spread the pool was evaluated with (:func:`workload_tail`); the
+    quantiles and lengths a selection sizes for unless it passes its own."""
 
 
 @dataclass
@@ -281,7 +285,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                                 "kv_dtype": kdt, "factors": "fitted" if choice.fitted else "hardware default"}
                         parts.append(_Part((si, wi, ri, vi), tags, var, g, m, at, gat))
             if levels:
-                for k, v in _filter_parts(parts, foot, foot_of, w.name, levels, sc.utilisation_cap,
+                for k, v in _filter_parts(parts, foot, foot_of, w.name, workload_tail(w), levels, sc.utilisation_cap,
                                           lambda role, hw=hw, e=choice.engine.id: _derate(rs, hw, e, role),
                                           shares.get(w.name)).items():
                     slo_drops[k] += v
@@ -291,7 +295,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     if not labels["bound"]:
         cols = {}  # no row kept
     pool = CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap, tuple(levels or ()), fit,
-                         slo_drops if levels else {}, dict(shares), mixes_allowed(sc))
+                         slo_drops if levels else {}, dict(shares), mixes_allowed(sc),
+                         scenario_tails(sc.workloads))
     if not cols:
         return pool
     data = {k: np.concatenate(v) for k, v in cols.items()}
@@ -301,7 +306,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     return pool
 
 
-def _filter_parts(parts: list[_Part], foot, foot_of: dict, workload: str, levels, utilisation_cap: float, derate,
+def _filter_parts(parts: list[_Part], foot, foot_of: dict, workload: str, tail: Tail, levels, utilisation_cap: float, derate,
                   share) -> dict[str, int]:
     """Filter and prune each (role, prefix tier) of a workload on one grid in one pass over its rows of every weight
     and KV format and KV tier: part of one group of the dominance test (PRUNE_KEYS), so what a level's selection
@@ -314,7 +319,7 @@ def _filter_parts(parts: list[_Part], foot, foot_of: dict, workload: str, levels
     for (role, _), group in by_group.items():
         sub = {k: np.concatenate([part.column(k) for part in group]) for k in FILTER_COLUMNS}
         sub["footprint"] = np.concatenate([foot_of.get(role, foot)[part.gat] for part in group])
-        sel, drops = _stream_filter(sub, role, workload, levels, utilisation_cap, derate(role), share)
+        sel, drops = _stream_filter(sub, role, tail, workload, levels, utilisation_cap, derate(role), share)
         for k, v in drops.items():
             drops_total[k] += v
         ends = np.cumsum([part.at.size for part in group])
@@ -378,7 +383,7 @@ def merge_pools(parts: list[CandidatePool]) -> CandidatePool:
             drops[k] = drops.get(k, 0) + v
     pool = CandidatePool(pd.DataFrame(), sum(p.evaluated for p in parts), sum(p.dropped_memory for p in parts),
                          first.utilisation_cap, first.levels, sum(p.fit for p in parts), drops, first.shares,
-                         first.mixes)
+                         first.mixes, first.tails)
     frames = [p.rows for p in parts if not p.rows.empty]
     if not frames:
         return pool
@@ -401,49 +406,75 @@ def _take(v, shape, idx) -> np.ndarray:
     return np.broadcast_to(v, shape)[idx]
 
 
-FILTER_COLUMNS = ("tpot_s", "capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers", "slots",
+FILTER_COLUMNS = ("tpot_s", "tpot_cv", "capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers", "slots",
                   "prefix_bytes_per_replica")
 
 
-def _stream_filter(chunk: dict[str, np.ndarray], role: str, workload: str, levels, cap: float,
+def slo_terms(tail: Tail, role: str, tpot, cv, tpot_target) -> tuple[np.ndarray, np.ndarray | float]:
+    """(rows that meet the TPOT target, the TTFT quantile each must meet) under a workload's :class:`Tail`: TPOT
+    at its quantile (lognormal of the row's mean and spread); with a goodput target ``g`` an aggregated row's
+    TTFT quantile rises to ``g / P(TPOT ok)`` (the two taken as independent), and a disaggregated pool's two
+    roles each meet ``sqrt(g)``. NaN: the mean."""
+    tpot = np.asarray(tpot, dtype=float)
+    q_tp = np.nan if tail.tpot_q is None else tail.tpot_q
+    ok = lognormal_quantile(tpot, cv, q_tp) <= tpot_target
+    qt = np.nan if tail.ttft_q is None else tail.ttft_q
+    if tail.goodput is None or role == "prefill":
+        return ok, (tail.ttft_sizing_q if role == "prefill" and tail.ttft_sizing_q is not None else qt)
+    a = lognormal_attainment(tpot, cv, tpot_target)
+    g = tail.goodput
+    if role == "decode":
+        return ok & (a >= np.sqrt(g)), qt
+    return ok & (a > g), np.fmax(qt, g / np.maximum(a, 1e-300))
+
+
+def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload: str, levels, cap: float,
                    derate: float, share: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, int]]:
     """Rows of one evaluated chunk (one workload, role, hardware, prefix tier) that some SLO level needs (see
     :func:`evaluate_candidates`), and how many miss the first level's TPOT and TTFT."""
-    tp = chunk["tpot_s"]
+    tp, cv = chunk["tpot_s"], chunk["tpot_cv"]
     keep = np.zeros(len(tp), dtype=bool)
     pairs = list(dict.fromkeys(lv[workload] for lv in levels))
-    # Only rows within some level's TPOT need their load (the M/D/c bisection is the costly part).
-    cand = np.flatnonzero(tp <= max(t for _, t in pairs))
-    ttfts = list(dict.fromkeys(f for f, _ in pairs))
-    # every TTFT level's load in one pass: the rows stacked once per level
-    sub = {k: np.broadcast_to(chunk[k][cand], (len(ttfts), cand.size))
+    # Only rows within some level's TPOT need their load (the queue's inversion is the costly part).
+    q_tp = np.nan if tail.tpot_q is None else tail.tpot_q
+    tpq = lognormal_quantile(tp, cv, q_tp)
+    cand = np.flatnonzero(tpq <= max(t for _, t in pairs))
+    nodes, cs2 = (np.asarray(tail.x), np.asarray(tail.p)), tail.cs2
+    # The TTFT quantile depends on the TPOT level only under a goodput target (aggregated rows).
+    by_tpot = tail.goodput is not None and role == "aggregated"
+    keys = list(dict.fromkeys((f, t if by_tpot else None) for f, t in pairs))
+    qs = [slo_terms(tail, role, tp[cand], cv[cand], t if t is not None else pairs[0][1])[1] for _, t in keys]
+    sub = {k: np.broadcast_to(chunk[k][cand], (len(keys), cand.size))
            for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
-    lams = planned_load(sub, np.asarray(ttfts, dtype=float)[:, None], cap, with_ttft=False)[0]
-    loads: dict[float, np.ndarray] = {}
-    for ttft, lam in zip(ttfts, lams, strict=True):
+    lams = planned_load(sub, np.asarray([f for f, _ in keys], dtype=float)[:, None], cap, with_ttft=False,
+                        quantile=np.broadcast_to(np.stack([np.broadcast_to(np.asarray(q, dtype=float), cand.shape)
+                                                           for q in qs]), (len(keys), cand.size)),
+                        nodes=nodes, cs2=cs2)[0]
+    loads: dict[tuple, np.ndarray] = {}
+    for key, lam in zip(keys, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
-        loads[ttft] = next((v for v in loads.values() if np.array_equal(v, lam, equal_nan=True)), lam)
+        loads[key] = next((v for v in loads.values() if np.array_equal(v, lam, equal_nan=True)), lam)
     drops = {}
     done: set[tuple[int, float]] = set()
     for i, (ttft, tpot) in enumerate(pairs):
-        lam = loads[ttft]
+        lam = loads[(ttft, tpot if by_tpot else None)]
         if (id(lam), tpot) in done:
             continue
         done.add((id(lam), tpot))
-        bad_tpot = tp[cand] > tpot
-        ok = ~bad_tpot & (lam > 0)
+        good_tpot = slo_terms(tail, role, tp[cand], cv[cand], tpot)[0]
+        ok = good_tpot & (lam > 0)
         if i == 0:
-            n_tpot = int((tp > tpot).sum())
+            n_tpot = int((tpq > tpot).sum()) + int((~good_tpot & (tpq[cand] <= tpot)).sum())
             drops = {"tpot_slo": n_tpot, "ttft_slo": len(tp) - n_tpot - int(ok.sum())}
         idx = cand[ok]
         if idx.size:
             rate = lam[ok] / derate
             keep[idx[nondominated(chunk["slots"][idx], rate,
-                                  usable_share(chunk["prefix_bytes_per_replica"][idx], rate, share), tp[idx],
+                                  usable_share(chunk["prefix_bytes_per_replica"][idx], rate, share), tpq[idx],
                                   chunk["footprint"][idx])]] = True
     if role != "prefill":
-        keep[np.argmin(tp)] = True
-    first = tp <= pairs[0][1]
+        keep[np.argmin(tpq)] = True
+    first = tpq <= pairs[0][1]
     if role != "decode" and first.any():
         keep[np.flatnonzero(first)[np.argmin(chunk["ttft_base_s"][first])]] = True
     return keep, drops
@@ -479,19 +510,30 @@ def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
 
 
 
-def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]], *, prune: bool = True) -> CandidateTable:
-    """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO at the load they are planned for (see
-    :func:`planned_load`), pruned of dominated rows."""
+def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]], *, prune: bool = True,
+                      tails: dict[str, Tail] | None = None) -> CandidateTable:
+    """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO, at the quantiles of its :class:`Tail` (``tails``,
+    default the pool's), at the load they are planned for (see :func:`planned_load`), pruned of dominated
+    rows."""
     r = pool.rows
     dropped = {"memory": pool.dropped_memory, "tpot_slo": 0, "ttft_slo": 0, "dominated": 0}
     if r.empty:
         return CandidateTable(r, dropped, pool.evaluated)
-    wl = r["workload"].cat
-    codes = wl.codes.to_numpy()
-    ttft_lim = np.array([slos[k][0] for k in wl.categories], dtype=float)[codes]
-    tpot_lim = np.array([slos[k][1] for k in wl.categories], dtype=float)[codes]
-    bad_tpot = r["tpot_s"].to_numpy() > tpot_lim
-    lam, t = planned_load(r, ttft_lim, pool.utilisation_cap)
+    tails = pool.tails if tails is None else tails
+    n = len(r)
+    ttft_lim, good_tpot, qt = np.zeros(n), np.zeros(n, dtype=bool), np.full(n, np.nan)
+    K = max(len(tails.get(k, Tail()).x) for k in r["workload"].cat.categories)
+    xs, ps, cs2 = np.ones((n, K)), np.zeros((n, K)), np.zeros(n)
+    for (wname, role), idx in r.groupby(["workload", "role"], observed=True).indices.items():
+        tail = tails.get(str(wname), Tail())
+        ttft_lim[idx] = slos[str(wname)][0]
+        ok, q = slo_terms(tail, str(role), r["tpot_s"].to_numpy()[idx], r["tpot_cv"].to_numpy()[idx],
+                          slos[str(wname)][1])
+        good_tpot[idx], qt[idx] = ok, q
+        k = len(tail.x)
+        xs[idx, :k], ps[idx, :k], cs2[idx] = tail.x, tail.p, tail.cs2
+    bad_tpot = ~good_tpot
+    lam, t = planned_load(r, ttft_lim, pool.utilisation_cap, quantile=qt, nodes=(xs, ps), cs2=cs2)
     bad_ttft = ~bad_tpot & ~(lam > 0)
     dropped["tpot_slo"] = int(bad_tpot.sum())
     dropped["ttft_slo"] = int(bad_ttft.sum())
@@ -500,6 +542,7 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     rows["pool_row"] = rows.index.to_numpy()  # the row's position in the pool: one identity across SLO levels
     rows["requests_per_s"] = lam[keep] / (rows["margin_derate"].to_numpy() if "margin_derate" in rows else 1.0)
     rows["ttft_s"] = t[keep]
+    rows["tpot_slo_s"] = tpot_at_slo(rows, tails)
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
         rows, dropped["dominated"] = prune_dominated(rows, pool.shares, mixes=pool.mixes)
@@ -514,6 +557,21 @@ def build_candidates(rs: ResolvedScenario, engine: str | None = None, *, prune: 
     """Evaluate, filter by the scenario's SLOs and prune (see :func:`select_candidates`)."""
     pool = evaluate_candidates(rs, engine)
     return select_candidates(pool, scenario_slos(rs.scenario.workloads), prune=prune)
+
+
+def tpot_at_slo(rows: pd.DataFrame, tails: dict[str, Tail]) -> np.ndarray:
+    """Each row's TPOT at its workload's TPOT quantile (the mean where the SLO is on the mean)."""
+    out = rows["tpot_s"].to_numpy(float).copy()
+    for wname, idx in rows.groupby("workload", observed=True).indices.items():
+        q = tails.get(str(wname), Tail()).tpot_q
+        if q is not None:
+            out[idx] = lognormal_quantile(out[idx], rows["tpot_cv"].to_numpy(float)[idx], q)
+    return out
+
+
+def scenario_tails(workloads: list[Workload]) -> dict[str, Tail]:
+    """Each workload's :class:`Tail` (SLO quantiles and length spread)."""
+    return {w.name: workload_tail(w) for w in workloads}
 
 
 def scenario_slos(workloads: list[Workload]) -> dict[str, tuple[float, float]]:

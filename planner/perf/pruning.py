@@ -60,7 +60,8 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     keep = np.zeros(len(df), dtype=bool)
     df = df.assign(pairing=pairing(df))
     s, q = df["slots"].to_numpy(float), df["requests_per_s"].to_numpy(float)
-    c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_s"].to_numpy(float)
+    # TPOT as the SLO judges it (at its quantile) where the selection recorded it
+    c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_slo_s" if "tpot_slo_s" in df else "tpot_s"].to_numpy(float)
     wl = df["workload"].astype(str).to_numpy()
     for idx in df.groupby(PRUNE_KEYS, observed=True, sort=False).indices.values():
         share = usable_share(c[idx], q[idx], shares.get(wl[idx[0]], (0.0, np.inf)))

@@ -397,9 +397,11 @@ def decode_step(
         c = np.broadcast_to(chunk / pp, shape)
         both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([np.zeros(shape), c]), I)
         stage_t = stage2[0] + share * (stage2[1] - stage2[0])
+        stages = (stage2[0], stage2[1], share)
         f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in _part_arrays(both))))
     else:
         f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
+        stages = None
     tbo = np.asarray(setup.tbo, dtype=float)
     k = np.asarray(setup.spec_tokens, dtype=float)
     overhead = f.layer_overhead + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
@@ -420,6 +422,8 @@ def decode_step(
         kv_read_bytes=pp * f.kv_bytes,
         draft_s=np.broadcast_to(np.asarray(draft, dtype=float), np.shape(step)).copy(),
         tokens_per_step=np.broadcast_to(np.asarray(per_step, dtype=float), np.shape(step)).copy(),
+        **({} if stages is None else {"plain_emit_s": pp * stages[0] + draft, "chunk_emit_s": pp * stages[1] + draft,
+                                      "chunk_share": stages[2]}),
     )
 
 

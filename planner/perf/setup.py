@@ -174,6 +174,21 @@ class StepTimes:
     """Drafting time per step (speculative decoding; 0 without it)."""
     tokens_per_step: np.ndarray | float = 1.0
     """Output tokens per sequence and step (1 without speculative decoding)."""
+    chunk_share: np.ndarray | float = 0.0
+    """Share of the steps that carry a prefill chunk (aggregated serving; 0 otherwise)."""
+    plain_emit_s: np.ndarray | float | None = None
+    """Time of a step without a prefill chunk, drafting included: the gap between two emissions of a sequence
+    (None: every step is the mean step)."""
+    chunk_emit_s: np.ndarray | float | None = None
+    """Time of a step that carries a prefill chunk."""
+
+    @property
+    def itl_steps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(plain step, chunk step, share of chunk steps) in seconds per emission."""
+        mean = np.asarray(self.step_s, dtype=float) * np.asarray(self.tokens_per_step, dtype=float)
+        plain = mean if self.plain_emit_s is None else np.asarray(self.plain_emit_s, dtype=float)
+        chunk = mean if self.chunk_emit_s is None else np.asarray(self.chunk_emit_s, dtype=float)
+        return plain, chunk, np.asarray(self.chunk_share, dtype=float)
 
     @property
     def bound(self) -> np.ndarray:

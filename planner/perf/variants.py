@@ -17,6 +17,7 @@ from planner.catalog.schemas import (
     ModelSpec,
 )
 from planner.perf import params as P
+from planner.perf.latency import spec_step_spread, tpot_cv, workload_tail
 from planner.perf.layout import (
     draft_bytes_per_chip,
     expert_copies,
@@ -62,6 +63,16 @@ def variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, 
     sub_mem = tuple(np.broadcast_to(v, shape)[idx] for v in mem)
     for tags, var in _variants_of(setup, sub, w, role, memo, need.tobytes(), sub_mem):
         yield tags, var, idx
+
+
+def _spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, variance) of the tokens a step yields per sequence (1 and 0 without drafts)."""
+    if not np.any(spec > 0):
+        return np.ones_like(spec), np.zeros_like(spec)
+    m, v = {}, {}
+    for k in np.unique(spec):
+        m[k], v[k] = spec_step_spread(k, setup.spec_accept)
+    return (np.vectorize(m.__getitem__, otypes=[float])(spec), np.vectorize(v.__getitem__, otypes=[float])(spec))
 
 
 def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,6 +129,8 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             memo["decode_only", key] = disagg_decode(setup, *L, B, I, O, plain=memo["plain", key])
         decode_only, plain = memo["decode_only", key], memo["plain", key]
     by_hit: dict[float, tuple] = {}
+    tail = workload_tail(w)
+    cv2_in, spread = tail.cs2, None
     t_prompt: dict[float, np.ndarray] = {}  # an aggregated row's own prefill per new-token count (tiers share it)
     e = setup.eff
     fixed = e.ttft_overhead_ms * MS + e.prefill_expert_overhead_us * US * setup.stats.moe_layers * setup.stats.experts
@@ -152,6 +165,10 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 "queue_servers": L[3] * L[2],
                 "capacity_rps": np.minimum(rate_pf, load_rps),
                 "tpot_s": 0.0,
+                "tpot_cv": 0.0,
+                "itl_plain_s": 0.0,
+                "itl_chunk_s": 0.0,
+                "chunk_share": 0.0,
                 "input_share": 1.0,
                 "ok_memory": free >= 0,
             }
@@ -159,8 +176,8 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             continue
         if h not in by_hit:
             st = agg_decode(setup, *L, B, I, O, new_tokens=I_new, plain=plain) if role == "aggregated" else decode_only
-            by_hit[h] = (st.step_s, np.asarray(st.bound))
-        step, bound = by_hit[h]
+            by_hit[h] = (st.step_s, np.asarray(st.bound), st.itl_steps)
+        step, bound, itl = by_hit[h]
         variants = [("hbm", step, free >= 0, 0.0)]
         if tier in ("none", "nvme"):
             # Spill what does not fit to host DRAM; every step reads it over the host link.
@@ -180,11 +197,19 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             else:
                 tb, work, servers = np.zeros_like(B), np.zeros_like(B), np.ones_like(B)
                 share = 0.0
+            if spread is None:
+                spread = _spec_spread(setup, spec, O)
+            cv = tpot_cv(share, B, cv2_in, O, *spread)
             var = {
                 **base,
                 "host_kv_bytes_per_chip": spill,
                 "kv_bytes_per_chip": kv - spill,
                 "tpot_s": tpot,
+                "tpot_cv": cv,
+                # the gap between emissions: a plain step or one carrying a prefill chunk (its share of steps)
+                "itl_plain_s": itl[0] + (tpot - step) * np.asarray(setup.tokens_per_step, dtype=float),
+                "itl_chunk_s": itl[1] + (tpot - step) * np.asarray(setup.tokens_per_step, dtype=float),
+                "chunk_share": np.broadcast_to(itl[2], np.shape(tpot)),
                 "ttft_base_s": tb,
                 "queue_work_s": work,
                 "queue_servers": servers,

@@ -292,12 +292,29 @@ def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float, mip_gap:
     return files
 
 
+def slo_assumptions(workloads) -> list[str]:
+    """What each workload's SLO is met at, the default said where it applies."""
+    from planner.catalog.scenario import DEFAULT_QUANTILE, quantile_label
+
+    out = []
+    for w in workloads:
+        said = "ttft_quantile" in w.slo.model_fields_set or "tpot_quantile" in w.slo.model_fields_set or \
+            "quantile" in w.slo.model_fields_set
+        how = "as the scenario sets" if said else f"the default ({quantile_label(DEFAULT_QUANTILE)} unless slo.quantile says)"
+        out.append(f"SLO of {w.name}: {w.slo.describe()}, {how}; each request's TPOT is lognormal around the "
+                   "pool's mean (prefill chunks of other prompts and speculative acceptance), TTFT adds the queue's "
+                   "wait to the request's own prefill.")
+    return out
+
+
 def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
     sc = rs.scenario
     out = [
         f"Utilisation cap {sc.utilisation_cap:g}: no pool is sized to run more than {sc.utilisation_cap:.0%} busy; "
         "within it, each pool carries at most the request rate at which its TTFT under open (Poisson) arrivals meets "
-        "the target (M/D/c queueing in front of its prefill ranks).",
+        "the target at the SLO's quantile (M/G/c queueing in front of its prefill ranks, the prompt-length spread "
+        "included: Whitt's two-moment approximation).",
+        *slo_assumptions(sc.workloads),
         "Replicas of different workloads do not share a pool; traffic is split over a workload's pools in proportion "
         "to their capacity, and prefixes are routed by family to the pools that cache them.",
         *(["Pools of different models share purchase units chip by chip (a node's chips split between them); no chip "

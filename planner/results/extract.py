@@ -113,13 +113,13 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
     rows = data.rows
     hw_by_id = {h.id: h for h in rs.hardware}
     pools: list[Pool] = []
-    queue: dict[str, tuple[float, float, float]] = {}
+    queue: dict = {}
     for i, n in sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0])):
         r = rows.loc[i]
         w, role = str(r["workload"]), str(r["role"])
         pid = f"{w}-{role}-{len([p for p in pools if p.workload == w and p.role == role]) + 1}"
         pools.append(_pool_of(rs, r, n, pid))
-        queue[pid] = (float(r["ttft_base_s"]), float(r["queue_work_s"]), float(r["queue_servers"]))
+        queue[pid] = r
     _apply_load(sc.workloads, pools, queue)
     _router_shares(pools)
     placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
@@ -232,20 +232,61 @@ def _router_shares(pools: list[Pool]) -> None:
         p.router_share = p.predicted.requests_per_s / t if t > 0 else 0.0
 
 
-def _apply_load(workloads, pools: list[Pool], queue: dict[str, tuple[float, float, float]]) -> None:
-    """Set each pool's utilisation and its TTFT at that load (the candidate row's TTFT is at capacity)."""
-    from planner.perf.candidates import queue_wait
+def _apply_load(workloads, pools: list[Pool], queue: dict) -> None:
+    """Set each pool's utilisation and its latency at that load (the candidate row's TTFT is at capacity): TTFT
+    at the SLO's quantile, and p50/p90/p99 of TTFT, TPOT and ITL (``perf/latency.py``)."""
+    from planner.perf.latency import pool_latency, workload_tail
+    from planner.results.schema import Latency, Percentiles
 
     loads = role_loads(workloads, pools)
+    by_name = {w.name: w for w in workloads}
     for p in pools:
         u = loads.get((p.workload, p.role), 1.0)
         p.predicted.utilisation = u
-        if p.role == "decode":
-            continue
-        base, work, servers = queue[p.id]
+        w = by_name[p.workload]
         lam = u * p.predicted.requests_per_s_per_replica
-        wait = float(queue_wait(lam * work / max(servers, 1.0), servers, work)) if work > 0 else 0.0
-        p.predicted.ttft_s = base + wait
+        lat = pool_latency(queue[p.id], workload_tail(w), lam, w.slo.ttft_s, w.slo.tpot_s)
+        first = p.role != "decode"
+        p.predicted.latency = Latency(
+            ttft=_pct(lat["ttft_p"]) if first else Percentiles(), ttft_mean_s=lat["ttft_mean"] if first else 0.0,
+            tpot=_pct(lat["tpot_p"]), tpot_slo_s=lat["tpot_slo"], itl=_pct(lat["itl_p"]),
+            ttft_attainment=lat["ttft_ok"] if p.role != "decode" else 1.0,
+            tpot_attainment=lat["tpot_ok"] if p.role != "prefill" else 1.0)
+        if p.role != "decode":
+            p.predicted.ttft_s = lat["ttft_slo"]
+
+
+def _pct(v):
+    from planner.results.schema import Percentiles
+
+    return Percentiles(p50=v[0], p90=v[1], p99=v[2])
+
+
+def attainment(pools: list[Pool], workload: str) -> tuple[float, float, float]:
+    """(TTFT, TPOT, both) attainment of a workload's requests: its pools weighted by the traffic each carries;
+    a disaggregated request meets TTFT at a prefill pool and TPOT at a decode pool, drawn by their shares."""
+    mine = [p for p in pools if p.workload == workload]
+
+    def weighted(role, attr):
+        tot = sum(p.predicted.requests_per_s * p.predicted.utilisation for p in mine if p.role == role)
+        val = sum(p.predicted.requests_per_s * p.predicted.utilisation * getattr(p.predicted.latency, attr)
+                  for p in mine if p.role == role)
+        return tot, (val / tot if tot > 0 else 1.0)
+
+    n_agg, a_ttft = weighted("aggregated", "ttft_attainment")
+    _, a_tpot = weighted("aggregated", "tpot_attainment")
+    n_pre, d_ttft = weighted("prefill", "ttft_attainment")
+    _, d_tpot = weighted("decode", "tpot_attainment")
+    both_agg = 0.0
+    tot = sum(p.predicted.requests_per_s * p.predicted.utilisation for p in mine if p.role == "aggregated")
+    if tot > 0:
+        both_agg = sum(p.predicted.requests_per_s * p.predicted.utilisation * p.predicted.latency.ttft_attainment
+                       * p.predicted.latency.tpot_attainment for p in mine if p.role == "aggregated") / tot
+    n = n_agg + n_pre
+    if n <= 0:
+        return 1.0, 1.0, 1.0
+    f = n_agg / n
+    return (f * a_ttft + (1 - f) * d_ttft, f * a_tpot + (1 - f) * d_tpot, f * both_agg + (1 - f) * d_ttft * d_tpot)
 
 
 def _objective(workloads, pools: list[Pool], usd: float) -> Objective:
@@ -275,7 +316,8 @@ def _workload_out(w, pools: list[Pool], model: str) -> WorkloadOut:
     mine = [p for p in pools if p.workload == w.name]
     agg, pre, dec = served_requests(pools, w.name)
     ttft = max([p.predicted.ttft_s for p in mine if p.role != "decode"], default=0.0)
-    tpot = max([p.predicted.tpot_s for p in mine if p.role != "prefill"], default=0.0)
+    tpot = max([p.predicted.latency.tpot_slo_s or p.predicted.tpot_s for p in mine if p.role != "prefill"], default=0.0)
+    a_ttft, a_tpot, both = attainment(pools, w.name)
     roles = {p.role for p in mine}
     serving = "aggregated" if roles == {"aggregated"} else "disaggregated" if "aggregated" not in roles else "mixed"
     ws = w.prefix_cache.working_set_gb * 1e9 if w.prefix_cache.hit_rate > 0 else 0.0
@@ -295,6 +337,12 @@ def _workload_out(w, pools: list[Pool], model: str) -> WorkloadOut:
         tpot_s=tpot,
         slo_ttft_s=w.slo.ttft_s,
         slo_tpot_s=w.slo.tpot_s,
+        slo_ttft_quantile=w.slo.ttft_q,
+        slo_tpot_quantile=w.slo.tpot_q,
+        slo_goodput=w.slo.goodput,
+        ttft_attainment=a_ttft,
+        tpot_attainment=a_tpot,
+        goodput=both,
         serving=serving,
         prefix_working_set_bytes=ws,
         prefix_capacity_bytes=sum(p.prefix_cache_bytes_per_replica * p.replicas for p in mine if p.prefix_tier != "none"),

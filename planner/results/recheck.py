@@ -10,11 +10,12 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from planner.catalog.scenario import ResolvedScenario
+from planner.catalog.scenario import ResolvedScenario, quantile_label
 from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
 from planner.model.families import FAMILIES
-from planner.perf.candidates import evaluate_point, packing_domain, planned_load
+from planner.perf.candidates import evaluate_point, packing_domain, planned_load, slo_terms
+from planner.perf.latency import pool_latency, workload_tail
 from planner.perf.layout import Layout, check_layout
 from planner.results.extract import (
     role_loads,
@@ -106,19 +107,21 @@ def _check_pool(p, rs: ResolvedScenario, loads: dict, add) -> float:
     used = ev["weight_bytes_per_chip"] + ev["kv_bytes_per_chip"] + ev["other_bytes_per_chip"]
     add(f"{p.id}: memory", used <= hw.hbm_bytes and ev["host_kv_bytes_per_chip"] <= hw.host_dram_bytes,
         f"{used / 1e9:.1f} of {hw.hbm_bytes / 1e9:.1f} GB HBM per chip")
-    lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_s, sc.utilisation_cap)
+    tail = workload_tail(w)
+    meets_tpot, q_ttft = slo_terms(tail, p.role, ev["tpot_s"], ev["tpot_cv"], w.slo.tpot_s * (1 + REL_TOL))
+    lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_s, sc.utilisation_cap, quantile=q_ttft,
+                              nodes=(np.asarray(tail.x), np.asarray(tail.p)), cs2=tail.cs2)
     rate = float(lam[0]) / p.margin_derate if np.isfinite(lam[0]) else 0.0
+    u = loads.get((p.workload, p.role), 1.0)
+    lat = pool_latency(ev, tail, u * rate, w.slo.ttft_s, w.slo.tpot_s)
     if p.role != "prefill":
-        add(f"{p.id}: tpot", ev["tpot_s"] <= w.slo.tpot_s * (1 + REL_TOL),
-            f"{ev['tpot_s'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
+        add(f"{p.id}: tpot", bool(np.all(meets_tpot)),
+            f"{quantile_label(tail.tpot_q)} {lat['tpot_slo'] * 1e3:.1f} ms <= {w.slo.tpot_ms:g} ms")
     if p.role != "decode":
-        from planner.perf.candidates import queue_wait
-
-        u = loads.get((p.workload, p.role), 1.0)
-        work, servers = ev["queue_work_s"], ev["queue_servers"]
-        at_load = ev["ttft_base_s"] + (float(queue_wait(u * rate * work / servers, servers, work)) if work > 0 else 0.0)
+        at_load = lat["ttft_slo"]
         add(f"{p.id}: ttft", rate > 0 and at_load <= w.slo.ttft_s * (1 + REL_TOL),
-            f"{at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms (open arrivals)")
+            f"{quantile_label(tail.ttft_q)} {at_load * 1e3:.0f} ms at {u:.0%} of capacity <= {w.slo.ttft_ms:g} ms "
+            "(open arrivals)")
     if sc.margin is not None:
         srv = "agg" if p.role == "aggregated" else "disagg"
         want = max(1.0, hw.efficiency.error_ratio(p.engine, srv, sc.margin.quantile))

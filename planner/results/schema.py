@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.catalog.ids import CATALOG_ID, CatalogId, EngineId, FileName, NameId, PoolId
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
 
-SCHEMA_VERSION = "2.5"
+SCHEMA_VERSION = "2.6"
 """2.1: ``software`` (planner, solver and Pyomo versions); 2.2: a ``model`` per pool and workload; 2.3:
-``binding_constraints[].saving_proven``; 2.5: ``day`` (a traffic profile's cost over the day). A change of the contract changes this."""
+``binding_constraints[].saving_proven``; 2.5: ``day`` (a traffic profile's cost over the day); 2.6: percentile SLOs
+(``predicted.latency`` per pool, the SLO quantiles and predicted goodput per workload; ``ttft_s`` is at the SLO's
+quantile). A change of the contract changes this."""
 
 
 REL_TOL = 1e-6
@@ -75,10 +77,37 @@ class LayoutOut(_M):
     """``attn-DP72 EP72 +32 redundant``, ``TP8``, ``TP4 EP4 PP2``."""
 
 
+class Percentiles(_M):
+    """p50, p90 and p99 of one latency, seconds."""
+
+    p50: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+
+
+class Latency(_M):
+    """A pool's latency distribution at its planned load (``perf/latency.py``): TTFT under open arrivals with the
+    workload's prompt-length spread, each request's TPOT, the gap between emissions (ITL), and the share of
+    requests meeting each target."""
+
+    ttft: Percentiles = Percentiles()
+    ttft_mean_s: float = 0.0
+    tpot: Percentiles = Percentiles()
+    tpot_slo_s: float = 0.0
+    """TPOT at the workload's TPOT quantile (the mean where the SLO is on the mean)."""
+    itl: Percentiles = Percentiles()
+    ttft_attainment: float = 1.0
+    """Share of the pool's requests whose TTFT meets the target."""
+    tpot_attainment: float = 1.0
+
+
 class Predicted(_M):
     ttft_s: float
-    """Mean TTFT at the load the plan routes to the pool (open arrivals; 0 for decode pools)."""
+    """TTFT at the workload's TTFT quantile, at the load the plan routes to the pool (open arrivals; the mean where
+    the SLO is on the mean; 0 for decode pools)."""
     tpot_s: float
+    """Mean TPOT (``latency`` holds its quantiles)."""
+    latency: Latency = Latency()
     requests_per_s: float
     """Requests/s the pool is planned to carry at most (its capacity in the plan)."""
     utilisation: float = 1.0
@@ -179,9 +208,21 @@ class WorkloadOut(_M):
     input_tokens: int
     output_tokens: int
     ttft_s: float
+    """The slowest pool's TTFT at the SLO's quantile."""
     tpot_s: float
+    """The slowest pool's TPOT at the SLO's quantile."""
     slo_ttft_s: float
     slo_tpot_s: float
+    slo_ttft_quantile: float | None = 0.9
+    """Quantile the TTFT target is met at (None: the mean)."""
+    slo_tpot_quantile: float | None = 0.9
+    slo_goodput: float | None = None
+    """Share of requests that must meet both targets at once, where the scenario sets one."""
+    ttft_attainment: float = 1.0
+    """Predicted share of the workload's requests whose TTFT meets the target (pools weighted by their traffic)."""
+    tpot_attainment: float = 1.0
+    goodput: float = 1.0
+    """Predicted share meeting both at once (TTFT and TPOT taken as independent)."""
     serving: str
     prefix_working_set_bytes: float
     prefix_capacity_bytes: float

@@ -17,7 +17,7 @@ from planner.model import build_model, prepare
 from planner.model.build import update_parameters
 from planner.model.data import drop_unpowered
 from planner.options import PlanOptions
-from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
+from planner.perf.candidates import evaluate_candidates, scenario_slos, scenario_tails, select_candidates
 from planner.pipeline.diagnose import diagnose_candidates, diagnose_limits
 from planner.results import extract, solution_values
 from planner.solve import Solver
@@ -81,7 +81,7 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
         (pool,) = _POOLS[pool_key]
         grp = _GROUPS.get(model_key)
         if grp is None:
-            table = select_candidates(pool, scenario_slos(rs2.scenario.workloads))
+            table = select_candidates(pool, scenario_slos(rs2.scenario.workloads), tails=scenario_tails(rs2.scenario.workloads))
             diagnose_candidates(rs2, pool, table)
             data = prepare(rs2, table)
             model = build_model(data)
