@@ -117,18 +117,28 @@ class LengthSpread(Strict):
         default=None, min_length=1, max_length=100_000)
     """(tokens, weight) pairs: a histogram read from ``{file: lengths.csv}`` (columns ``tokens,weight``)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _histogram_mean(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("points"), list) and data["points"]:
+            try:
+                w = sum(float(p[1]) for p in data["points"])
+                mean = sum(float(t) * float(p) for t, p in data["points"]) / w if w > 0 else None
+            except (TypeError, ValueError, IndexError):
+                return data  # the field's own validation names what is wrong
+            if mean is not None and data.get("mean") is not None and abs(float(data["mean"]) - mean) > 1e-6 * mean:
+                raise ValueError(f"mean {data['mean']} is not the histogram's mean ({mean:g}); leave it out")
+            if mean is not None:
+                data = {**data, "mean": mean}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> LengthSpread:
         if self.points is not None:
             if self.p90 is not None:
                 raise ValueError("give either mean and p90 or a histogram file, not both")
-            w = sum(p[1] for p in self.points)
-            if w <= 0:
+            if sum(p[1] for p in self.points) <= 0:
                 raise ValueError("a length histogram needs a positive total weight")
-            mean = sum(t * p for t, p in self.points) / w
-            if self.mean is not None and abs(self.mean - mean) > 1e-6 * mean:
-                raise ValueError(f"mean {self.mean:g} is not the histogram's mean ({mean:g}); leave it out")
-            self.mean = mean
             return self
         if self.mean is None or self.p90 is None:
             raise ValueError("a length distribution is {mean: N, p90: M} or {file: lengths.csv}")

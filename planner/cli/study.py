@@ -279,3 +279,57 @@ def validate(
             typer.echo(f"\n{title}\n" + format_table(sm[key], cols))
         typer.echo("")
 
+
+
+@app.command()
+def simulate(
+    plan_dir: Annotated[Path, typer.Argument(help="A plan folder (plan.json) written by `planner plan`.")],
+    requests: Annotated[int, typer.Option("--requests", min=100, max=10_000_000, help="Requests to simulate (split over the workloads by demand).")] = 100_000,
+    seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Simulate the plan's pools (Poisson arrivals, routing, batch slots, prefill queues, chunk steps) and print
+    simulated p50/p90/p99 TTFT, TPOT and ITL and the share meeting the SLOs beside the plan's predictions."""
+    import time
+
+    from planner.export.bundle import read_plan
+    from planner.studies.simulate import simulate as run
+    from planner.studies.simulate import summary
+
+    plan = read_plan(plan_dir)
+    t0 = time.perf_counter()
+    rows = summary(plan, run(plan, requests=requests, seed=seed))
+    wall = time.perf_counter() - t0
+    if as_json:
+        echo_json({"plan": str(plan_dir), "requests": requests, "seed": seed, "wall_s": wall, "rows": rows})
+        return
+    typer.echo(format_simulation(rows) + f"\n{requests:,} requests, seed {seed}, {wall:.1f} s")
+
+
+def format_simulation(rows: list[dict]) -> str:
+    """The simulation's rows as text: per workload, its attainment against the plan's, then each pool's
+    simulated and predicted percentiles."""
+    from planner.catalog.scenario import quantile_label
+
+    def ms(v):
+        return "-" if v is None else f"{v:,.1f}"
+
+    out = []
+    for r in rows:
+        if r["pool"] == "(all)":
+            good = "" if r["slo_goodput"] is None else f" (target {r['slo_goodput']:.0%})"
+            out.append(f"{r['workload']}: {r['requests']:,} requests; within the {quantile_label(r['slo_ttft_quantile'])} "
+                       f"TTFT target {r['ttft_within']:.2%} (predicted {r['pred_ttft_attainment']:.2%}), within the "
+                       f"{quantile_label(r['slo_tpot_quantile'])} TPOT target {r['tpot_within']:.2%} (predicted "
+                       f"{r['pred_tpot_attainment']:.2%}), both {r['goodput']:.2%} (predicted {r['pred_goodput']:.2%}){good}")
+            continue
+        parts = []
+        for k in ("ttft", "tpot"):
+            if r.get(f"{k}_p50_ms") is not None:
+                sim = " / ".join(ms(r[f"{k}_p{q}_ms"]) for q in (50, 90, 99))
+                pred = " / ".join(ms(r.get(f"pred_{k}_p{q}_ms")) for q in (50, 90, 99))
+                parts.append(f"{k.upper()} {sim} ms (predicted {pred})")
+        if r.get("itl_p50_ms") is not None:
+            parts.append("ITL " + " / ".join(ms(r[f"itl_p{q}_ms"]) for q in (50, 90, 99)) + " ms")
+        out.append(f"  {r['pool']} ({r['requests']:,} requests), p50 / p90 / p99: " + "; ".join(parts))
+    return "\n".join(out)

@@ -406,7 +406,7 @@ def _take(v, shape, idx) -> np.ndarray:
     return np.broadcast_to(v, shape)[idx]
 
 
-FILTER_COLUMNS = ("tpot_s", "tpot_cv", "capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers", "slots",
+FILTER_COLUMNS = ("tpot_s", "tpot_cv", "batch", "capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers", "slots",
                   "prefix_bytes_per_replica")
 
 
@@ -426,6 +426,12 @@ def slo_terms(tail: Tail, role: str, tpot, cv, tpot_target) -> tuple[np.ndarray,
     if role == "decode":
         return ok & (a >= np.sqrt(g)), qt
     return ok & (a > g), np.fmax(qt, g / np.maximum(a, 1e-300))
+
+
+def slot_queue(role: str, batch, tail: Tail):
+    """The ``slots`` argument of :func:`planned_load` for rows of one role: an aggregated replica's requests wait
+    for one of its ``batch`` slots; a prefill replica's hand their KV on and hold none."""
+    return (np.asarray(batch, dtype=float), tail.cv2_out) if role == "aggregated" else None
 
 
 def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload: str, levels, cap: float,
@@ -449,7 +455,7 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     lams = planned_load(sub, np.asarray([f for f, _ in keys], dtype=float)[:, None], cap, with_ttft=False,
                         quantile=np.broadcast_to(np.stack([np.broadcast_to(np.asarray(q, dtype=float), cand.shape)
                                                            for q in qs]), (len(keys), cand.size)),
-                        nodes=nodes, cs2=cs2)[0]
+                        nodes=nodes, cs2=cs2, slots=slot_queue(role, chunk["batch"][cand], tail))[0]
     loads: dict[tuple, np.ndarray] = {}
     for key, lam in zip(keys, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
@@ -533,7 +539,10 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
         k = len(tail.x)
         xs[idx, :k], ps[idx, :k], cs2[idx] = tail.x, tail.p, tail.cs2
     bad_tpot = ~good_tpot
-    lam, t = planned_load(r, ttft_lim, pool.utilisation_cap, quantile=qt, nodes=(xs, ps), cs2=cs2)
+    agg = (r["role"] == "aggregated").to_numpy()
+    cv2_out = np.array([tails.get(str(k), Tail()).cv2_out for k in r["workload"].cat.categories])[r["workload"].cat.codes]
+    lam, t = planned_load(r, ttft_lim, pool.utilisation_cap, quantile=qt, nodes=(xs, ps), cs2=cs2,
+                          slots=(np.where(agg, r["batch"].to_numpy(float), 0.0), cv2_out))
     bad_ttft = ~bad_tpot & ~(lam > 0)
     dropped["tpot_slo"] = int(bad_tpot.sum())
     dropped["ttft_slo"] = int(bad_ttft.sum())

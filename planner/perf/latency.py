@@ -5,12 +5,11 @@ the pool's prefill queue. Prompts of different lengths make both vary: a prompt 
 base of ``base + work (x - 1)`` (its prefill work scales with its tokens) and puts ``x`` times the mean work on
 its server, so the queue is M/G/c with service-time squared coefficient of variation ``cs2 = Var(x)``. Its wait
 follows the two-moment approximation of the GI/G/c queue (Whitt, "Approximations for the GI/G/m queue",
-Production and Operations Management 2(2), 1993, sections 2-4): a request waits at all with probability
-``P_W ~= rho^(sqrt(2 (c + 1)) - 1)`` (Sakasegawa's approximation of Erlang's C, Annals of the Institute of
-Statistical Mathematics 29, 1977), and a waiting request waits an exponential time of mean
-``(1 + cs2) / 2 * E[S] / (c (1 - rho))`` (the M/M/c conditional wait scaled by the Allen-Cunneen factor; exact
-for M/M/c and Kingman's heavy-traffic limit for one server). The mean ``P_W * theta`` is the M/D/c wait the
-planner sized pools by before percentiles (``cs2 = 0``). ``tests/test_latency.py`` holds the approximation
+Production and Operations Management 2(2), 1993, sections 2-4): a request waits at all with the M/M/c
+probability ``P_W = C(c, rho)`` (Erlang's C formula, which the probability of delay is nearly insensitive to),
+and a waiting request waits an exponential time of mean ``(1 + cs2) / 2 * E[S] / (c (1 - rho))`` (the M/M/c
+conditional wait scaled by the Allen-Cunneen factor; exact for M/M/c, exact in mean for M/D/1 and Kingman's
+heavy-traffic limit for one server). The mean ``P_W * theta`` is the Allen-Cunneen M/G/c wait. ``tests/test_latency.py`` holds the approximation
 against the exact M/M/c tail and the exact M/D/1 wait distribution (Erlang's formula).
 
 **TPOT** of one request is the mean of its output steps. Each step costs the plain decode step plus, on an
@@ -26,14 +25,37 @@ prefill chunk, a chunk step; with speculative decoding one emission carries the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+
+
+def ndtri(q):
+    """Standard normal quantile, elementwise (scipy is not imported on the planning path: it costs a second)."""
+    q = np.asarray(q, dtype=float)
+    if q.ndim == 0:
+        return NormalDist().inv_cdf(float(q)) if 0 < q < 1 else (-np.inf if q <= 0 else np.inf)
+    out = np.empty(q.shape)
+    u, inv = np.unique(q, return_inverse=True)
+    out.ravel()[:] = np.array([ndtri(v) for v in u])[inv.ravel()]
+    return out
+
+
+def ndtr(z):
+    """Standard normal distribution function, elementwise."""
+    z = np.asarray(z, dtype=float)
+    if z.size <= 64:
+        return np.vectorize(lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)), otypes=[float])(z) if z.ndim else \
+            0.5 * math.erfc(-float(z) / math.sqrt(2.0))
+    from scipy.special import ndtr as fast
+
+    return fast(z)
 
 # Probability edges of the length quadrature: deciles, then finer into the tail the p99 of TTFT comes from.
 _EDGES = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
-Z90 = float(ndtri(0.9))
+Z90 = NormalDist().inv_cdf(0.9)
 
 
 @dataclass(frozen=True)
@@ -115,14 +137,117 @@ def length_nodes(spread) -> tuple[np.ndarray, np.ndarray]:
     return x, hi - lo
 
 
+_LOGIT = np.linspace(-24.0, 24.0, 9601)
+_ERLANG: dict[int, np.ndarray] = {}
+
+
+def _erlang_table(c: int) -> np.ndarray:
+    """ln C(c, rho) of Erlang's C formula over the log-odds grid ``_LOGIT`` (Erlang B by its recursion
+    ``B_k = a B_{k-1} / (k + a B_{k-1})``, then ``C = B / (1 - rho (1 - B))``)."""
+    t = _ERLANG.get(c)
+    if t is None:
+        rho = 1.0 / (1.0 + np.exp(-_LOGIT))
+        a = rho * c
+        b = np.ones_like(a)
+        for k in range(1, c + 1):
+            b = a * b / (k + a * b)
+        t = np.log(np.maximum(b / (1.0 - rho * (1.0 - b)), 1e-300))
+        _ERLANG[c] = t
+    return t
+
+
+def erlang_c(servers, rho) -> np.ndarray:
+    """Probability that an arrival waits in an M/M/c queue at utilisation ``rho`` (Erlang's C formula, exact at
+    whole server counts; tabulated per count and interpolated in the log-odds of ``rho``)."""
+    c = np.maximum(np.rint(np.asarray(servers, dtype=float)), 1.0)
+    rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
+    c, rho = np.broadcast_arrays(c, rho)
+    with np.errstate(divide="ignore"):
+        t = np.log(rho) - np.log1p(-rho)
+    out = np.empty(rho.shape)
+    for cv in np.unique(c):
+        m = c == cv
+        tab = _erlang_table(int(cv))
+        tm = t[m]
+        v = np.exp(np.interp(np.clip(tm, _LOGIT[0], _LOGIT[-1]), _LOGIT, tab))
+        # below the grid C ~ rho^c (every server busy), above it C -> 1
+        low = tm < _LOGIT[0]
+        v = np.where(low, np.exp(tab[0] + cv * (tm - _LOGIT[0])), v)
+        out[m] = np.where(rho[m] <= 0, 0.0, v)
+    return out
+
+
+_DECAY: dict[float, np.ndarray] = {}
+
+
+def _decay_table(cs2: float) -> np.ndarray:
+    """ln u*(rho) over ``_LOGIT``: the root ``u > 0`` of ``rho (M(u) - 1) = u`` where ``M`` is the moment generating
+    function of a service time of mean 1 and squared coefficient of variation ``cs2`` (a gamma law; ``e^u`` for
+    deterministic service), by Newton from the right (``rho (M - 1) - u`` is convex, negative at the root's left)."""
+    t = _DECAY.get(cs2)
+    if t is None:
+        rho = 1.0 / (1.0 + np.exp(-_LOGIT))
+
+        def f(u):
+            # M(u) - 1 through expm1 and log1p: near rho = 1 the root is tiny and the difference is what counts
+            if cs2 <= 1e-12:
+                m1, dm = np.expm1(u), np.exp(u)
+            else:
+                lg = -np.log1p(-u * cs2) / cs2
+                m1, dm = np.expm1(lg), np.exp(lg) / (1.0 - u * cs2)
+            return rho * m1 - u, rho * dm - 1.0
+
+        # a start right of the root: the gamma MGF's pole (or, deterministic, where rho e^u > 1 + u clearly)
+        u = (np.full_like(rho, (1.0 - 1e-9) / cs2) if cs2 > 1e-12 else
+             np.maximum(2.0 * (1.0 - rho) / rho, 0.0) + np.log1p(1.0 / rho) + 1.0)
+        if cs2 > 1e-12:
+            u = np.minimum(u, np.maximum(2.0 * (1.0 - rho) / (rho * (1.0 + cs2)), 1e-12) * 4.0 + np.log1p(1.0 / rho))
+            u = np.minimum(u, (1.0 - 1e-9) / cs2)
+        for _ in range(200):
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                val, der = f(u)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                new = u - val / np.where(der > 0, der, np.inf)
+            new = np.where((der > 0) & np.isfinite(new), new, u * 0.5)
+            if np.all(np.abs(new - u) <= 1e-13 * np.maximum(u, 1e-300)):
+                u = new
+                break
+            u = np.maximum(new, 1e-300)
+        heavy = 2.0 * (1.0 - rho) / (rho * (1.0 + cs2))  # the heavy-traffic root, where Newton ran out of digits
+        u = np.where((u > 1e-250) & np.isfinite(u), u, heavy)
+        t = np.log(u)
+        _DECAY[cs2] = t
+    return t
+
+
+def decay_rate(rho, cs2=0.0) -> np.ndarray:
+    """u*: the exponential decay rate of the wait's tail in units of the per-server mean service (see
+    :func:`wait_tail`)."""
+    rho = np.clip(np.asarray(rho, dtype=float), 1e-300, 1.0 - 1e-12)
+    cs2 = np.asarray(cs2, dtype=float)
+    rho, cs2 = np.broadcast_arrays(rho, cs2)
+    t = np.clip(np.log(rho) - np.log1p(-rho), _LOGIT[0], _LOGIT[-1])
+    out = np.empty(rho.shape)
+    for v in np.unique(np.round(cs2, 9)):
+        m = np.round(cs2, 9) == v
+        out[m] = np.exp(np.interp(t[m], _LOGIT, _decay_table(float(v))))
+    return out
+
+
 def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     """(probability of waiting, mean wait of a request that waits) of an M/G/c queue at utilisation ``rho``
-    with mean service ``work`` on ``servers`` servers (see the module docstring)."""
+    with mean service ``work`` on ``servers`` servers: the tail ``P(W > t) = P_W e^{-t / theta}`` decays at the
+    Cramer-Lundberg rate ``u* c / work`` of the queue with service ``S / c`` (exact for M/M/c and M/D/1), weighted
+    so that the mean is Allen-Cunneen's ``C(c, rho) (1 + cs2) / 2 * work / (c (1 - rho))`` (see the module
+    docstring)."""
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c = np.maximum(np.asarray(servers, dtype=float), 1.0)
-    pw = np.power(rho, np.sqrt(2.0 * (c + 1.0)) - 1.0)
-    theta = (1.0 + np.asarray(cs2, dtype=float)) / 2.0 * np.asarray(work, dtype=float) / (c * (1.0 - rho))
-    return pw, theta
+    cs2 = np.asarray(cs2, dtype=float)
+    m = np.asarray(work, dtype=float) / c
+    u = decay_rate(rho, cs2)
+    pc = erlang_c(c, rho)
+    pw = np.minimum(pc * (1.0 + cs2) / 2.0 * u / (1.0 - rho), 1.0)
+    return np.where(rho > 0, pw, 0.0), m / u
 
 
 def _nodes(x, p, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -130,10 +255,34 @@ def _nodes(x, p, n: int) -> tuple[np.ndarray, np.ndarray]:
     return (np.broadcast_to(x, (n, x.shape[-1])), np.broadcast_to(p, (n, p.shape[-1])))
 
 
-def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0) -> np.ndarray:
+def _sum_tail(s, p1, t1, p2, t2):
+    """P(W1 + W2 > s), ``s >= 0``, of independent waits that are 0 or, with probability ``p``, exponential of mean
+    ``t`` (the hypoexponential tail where both wait)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        e1 = np.where(t1 > 0, np.exp(-s / np.where(t1 > 0, t1, 1.0)), 0.0)
+        e2 = np.where(t2 > 0, np.exp(-s / np.where(t2 > 0, t2, 1.0)), 0.0)
+        close = np.abs(t1 - t2) <= 1e-9 * np.maximum(t1, t2)
+        both = np.where(close, (1.0 + s / np.where(t1 > 0, t1, 1.0)) * e1,
+                        (t1 * e1 - t2 * e2) / np.where(close, 1.0, t1 - t2))
+    both = np.where((t1 > 0) & (t2 > 0), both, np.where(t1 > 0, e1, e2))
+    return p1 * (1.0 - p2) * e1 + p2 * (1.0 - p1) * e2 + p1 * p2 * both
+
+
+def slot_tail(rho_slot, batch, hold, cs2_out=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(probability of waiting, mean wait of a request that waits) for one of a replica's ``batch`` slots, each
+    held ``hold`` seconds on average (from admission to the last token), at slot utilisation ``rho_slot``: the
+    same M/G/c approximation with the output-length spread as service variability (no slots, ``batch`` 0: no
+    wait)."""
+    b = np.asarray(batch, dtype=float)
+    pw, th = wait_tail(rho_slot, np.maximum(b, 1.0), hold, cs2_out)
+    return np.where(b > 0, pw, 0.0), np.where(b > 0, th, 0.0)
+
+
+def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot=None) -> np.ndarray:
     """P(TTFT > ``limit``) of requests at a pool whose mean-length prompt has TTFT ``base`` without waiting and
     prefill ``work``, at utilisation ``rho`` (elementwise over rows; ``x``, ``p`` the length nodes, one set for
-    all rows or one row each)."""
+    all rows or one row each). ``slot``: (probability, mean) of the wait for a batch slot (:func:`slot_tail`),
+    added to the prefill queue's wait."""
     base = np.atleast_1d(np.asarray(base, dtype=float))
     n = base.shape[0]
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
@@ -141,23 +290,42 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
     pw, th = wait_tail(np.broadcast_to(rho, (n,)), np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
     X, Pr = _nodes(x, p, n)
     s = lim[:, None] - (base[:, None] + work[:, None] * (X - 1.0))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        tail = np.where(th[:, None] > 0, pw[:, None] * np.exp(-np.maximum(s, 0.0) / th[:, None]), 0.0)
+    sp = np.maximum(s, 0.0)
+    if slot is None:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            tail = np.where(th[:, None] > 0, pw[:, None] * np.exp(-sp / th[:, None]), 0.0)
+    else:
+        p2, t2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in slot)
+        tail = _sum_tail(sp, pw[:, None], th[:, None], p2, t2)
     tail = np.where(s < 0, 1.0, tail)
     return np.sum(Pr * tail, axis=1)
 
 
-def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0) -> np.ndarray:
+def _slot_at(rho, servers, work, slots):
+    """(probability, mean) of the slot wait at prefill utilisation ``rho`` for ``slots = (batch, hold, cs2_out)``
+    (the slot utilisation is the arrival rate ``rho c / work`` times ``hold / batch``), or None."""
+    if slots is None:
+        return None
+    batch, hold, cs2_out = (np.asarray(v, dtype=float) for v in slots)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho2 = np.where(batch > 0, np.asarray(rho, dtype=float) * np.maximum(np.asarray(servers, dtype=float), 1.0)
+                        * hold / (np.maximum(np.asarray(work, dtype=float), 1e-30) * np.maximum(batch, 1.0)), 0.0)
+    return slot_tail(np.minimum(rho2, 1.0 - 1e-9), batch, hold, cs2_out)
+
+
+def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slots=None) -> np.ndarray:
     """TTFT at quantile ``q`` (NaN: the mean) of the requests at a pool (arguments as
-    :func:`ttft_exceedance`)."""
+    :func:`ttft_exceedance`; ``slots``: ``(batch, hold, cs2_out)`` of the batch-slot queue, or None)."""
     base = np.atleast_1d(np.asarray(base, dtype=float))
     n = base.shape[0]
     q = np.broadcast_to(np.asarray(q, dtype=float), (n,))
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
-    pw, th = wait_tail(np.broadcast_to(rho, (n,)), np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
+    rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
+    pw, th = wait_tail(rho, np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
     X, Pr = _nodes(x, p, n)
-    mean = base + pw * th  # the nodes keep the mean length, so the mean base is ``base``
-    if X.shape[1] == 1:
+    slot = _slot_at(rho, servers, work, slots)
+    mean = base + pw * th + (0.0 if slot is None else slot[0] * slot[1])
+    if X.shape[1] == 1 and slot is None:
         with np.errstate(divide="ignore", invalid="ignore"):
             extra = np.where((pw > 0) & (th > 0), th * np.log(np.maximum(pw / np.maximum(1.0 - q, 1e-300), 1.0)), 0.0)
         b = base + work * (X[:, 0] - 1.0)
@@ -165,70 +333,66 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0) -> n
     b = base[:, None] + work[:, None] * (X - 1.0)
     lo = b.min(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        hi = b.max(axis=1) + np.where(th > 0, th * np.log(np.maximum(pw / np.maximum(1.0 - q, 1e-300), 1.0)), 0.0)
+        span = th + (0.0 if slot is None else slot[1])
+        hi = b.max(axis=1) + np.where(span > 0, span * (np.log(np.maximum(2.0 / np.maximum(1.0 - q, 1e-300), 1.0)) + 2.0),
+                                      0.0)
+    if np.all(np.isnan(q)):
+        return mean
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        over = ttft_exceedance(mid, base, work, rho, servers, x, p, cs2) > 1.0 - q
+        over = ttft_exceedance(mid, base, work, rho, servers, x, p, cs2, slot) > 1.0 - q
         lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
     return np.where(np.isnan(q), mean, hi)
 
 
-def _rho_for_tail(c, work, slack, q, cs2) -> np.ndarray:
-    """Fixed lengths: the highest utilisation whose wait exceeds ``slack`` with probability at most ``1 - q``:
-    the root of ``g(rho) = a ln rho - k (1 - rho) - ln(1 - q)``, ``a = sqrt(2 (c + 1)) - 1``,
-    ``k = 2 c slack / ((1 + cs2) work)``. ``g`` is increasing and concave, so Newton's iterates from the left
-    climb to the root and never pass it (the answer never breaks the quantile)."""
-    c = np.maximum(np.asarray(c, dtype=float), 1.0)
-    a = np.sqrt(2.0 * (c + 1.0)) - 1.0
-    k = 2.0 * c * np.asarray(slack, dtype=float) / ((1.0 + np.asarray(cs2, dtype=float)) * np.asarray(work, dtype=float))
-    L = np.log(1.0 - np.asarray(q, dtype=float))
-    # a start left of the root: g(rho0) <= a ln rho0 - L <= 0 at rho0 = exp(L / a) (where k (1 - rho0) >= 0)
-    rho = np.minimum(np.exp(L / a), 1.0 - 1e-12)
-    for _ in range(100):
-        g = a * np.log(rho) - k * (1.0 - rho) - L
-        step = g / (a / rho + k)
-        new = np.minimum(rho - step, 1.0 - 1e-12)
-        done = np.abs(new - rho) <= 1e-13 * np.maximum(rho, 1e-300)
-        rho = new
-        if np.all(done):
-            break
-    return np.clip(rho, 0.0, 1.0 - 1e-12)
-
-
-def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0) -> np.ndarray:
+def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0, slots=None) -> np.ndarray:
     """The highest utilisation (at most ``cap_rho``) at which TTFT stays within ``limit`` for a share ``q`` of
-    requests; NaN where even an idle pool misses (the long prompts alone exceed ``1 - q``). Rows with
-    ``work`` > 0 only."""
+    requests (NaN ``q``: the mean TTFT within it); NaN where even an idle pool misses (the long prompts alone
+    exceed ``1 - q``). ``slots``: ``(batch, hold, cs2_out)`` per row of the batch-slot queue whose wait adds to the
+    prefill queue's (see :func:`ttft_quantile`). Rows with ``work`` > 0 only."""
     base = np.asarray(base, dtype=float)
     n = base.shape[0]
-    work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
-    c = np.broadcast_to(np.asarray(servers, dtype=float), (n,))
-    lim = np.broadcast_to(np.asarray(limit, dtype=float), (n,))
-    q = np.broadcast_to(np.asarray(q, dtype=float), (n,))
-    cap_rho = np.broadcast_to(np.asarray(cap_rho, dtype=float), (n,))
+    bc = (lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))  # noqa: E731
+    work, c, lim, q, cap_rho, cs2 = (bc(v) for v in (work, servers, limit, q, cap_rho, cs2))
+    slots = None if slots is None else tuple(bc(v) for v in slots)
+    mean = np.isnan(q)
     X, Pr = _nodes(x, p, n)
     idle_miss = np.sum(Pr * ((lim[:, None] - (base[:, None] + work[:, None] * (X - 1.0))) < 0), axis=1)
-    ok = (idle_miss <= 1.0 - q + 1e-12) & (q < 1.0)
-    at_cap = ttft_exceedance(lim, base, work, cap_rho, c, x, p, cs2) <= 1.0 - q
+    ok = np.where(mean, base <= lim, (idle_miss <= 1.0 - q + 1e-12) & (q < 1.0))
+
+    def meets(r, sel):
+        sl = None if slots is None else tuple(v[sel] for v in slots)
+        qq = q[sel]
+        xs, ps = (X[sel], Pr[sel])
+        slot = _slot_at(r, c[sel], work[sel], sl)
+        out = np.empty(sel.size, dtype=bool)
+        m = np.isnan(qq)
+        if m.any():
+            pw, th = wait_tail(r[m] if np.ndim(r) else r, c[sel][m], work[sel][m], cs2[sel][m])
+            extra = 0.0 if slot is None else slot[0][m] * slot[1][m]
+            out[m] = base[sel][m] + pw * th + extra <= lim[sel][m]
+        if (~m).any():
+            k = ~m
+            out[k] = ttft_exceedance(lim[sel][k], base[sel][k], work[sel][k], r[k] if np.ndim(r) else r, c[sel][k],
+                                     xs[k], ps[k], cs2[sel][k],
+                                     None if slot is None else (slot[0][k], slot[1][k])) <= 1.0 - qq[k]
+        return out
+
+    allr = np.arange(n)
+    at_cap = meets(cap_rho, allr)
     rho = np.where(at_cap, cap_rho, 0.0)
     need = ok & ~at_cap
     if need.any():
-        idx = np.flatnonzero(need)
-        if X.shape[1] == 1:
-            slack = lim[idx] - base[idx] - work[idx] * (X[idx, 0] - 1.0)
-            rho[idx] = np.minimum(_rho_for_tail(c[idx], work[idx], slack, q[idx],
-                                                np.broadcast_to(cs2, (n,))[idx]), cap_rho[idx])
-        else:
-            # bisection on the log-odds of the utilisation; ``lo`` always meets the quantile
-            lo, hi = np.full(idx.size, -40.0), np.log(cap_rho[idx] / (1.0 - cap_rho[idx]))
-            xs, ps = X[idx], Pr[idx]
-            cs = np.broadcast_to(cs2, (n,))[idx]
-            for _ in range(50):
-                mid = 0.5 * (lo + hi)
-                r = 1.0 / (1.0 + np.exp(-mid))
-                good = ttft_exceedance(lim[idx], base[idx], work[idx], r, c[idx], xs, ps, cs) <= 1.0 - q[idx]
-                lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
-            rho[idx] = 1.0 / (1.0 + np.exp(-lo))
+        i = np.flatnonzero(need)
+        # bisection on the log-odds of the utilisation; ``lo`` always meets the target
+        hi = np.log(cap_rho[i] / (1.0 - cap_rho[i]))
+        lo = hi - 14.0
+        lo = np.where(meets(1.0 / (1.0 + np.exp(-lo)), i), lo, -40.0)
+        for _ in range(34):
+            mid = 0.5 * (lo + hi)
+            good = meets(1.0 / (1.0 + np.exp(-mid)), i)
+            lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+        rho[i] = 1.0 / (1.0 + np.exp(-lo))
     return np.where(ok, rho, np.nan)
 
 
@@ -312,12 +476,14 @@ QS = (0.5, 0.9, 0.99)
 """The quantiles plans report: p50, p90, p99."""
 
 
-def pool_latency(row, tail: Tail, rate_per_replica: float, ttft_target_s: float, tpot_target_s: float) -> dict:
+def pool_latency(row, tail: Tail, rate_per_replica: float, ttft_target_s: float, tpot_target_s: float,
+                 batch: float = 0.0) -> dict:
     """Latency of one pool's requests at ``rate_per_replica`` requests/s per replica, from its candidate row
     (``ttft_base_s``, ``queue_work_s``, ``queue_servers``, ``tpot_s``, ``tpot_cv``, ``itl_plain_s``, ``itl_chunk_s``,
     ``chunk_share``): TTFT, TPOT and ITL at p50/p90/p99 (``*_p``: three values), the mean TTFT, TTFT and TPOT at the
     SLO's quantiles (``ttft_slo``, ``tpot_slo``), and the share of requests meeting each target (``ttft_ok``,
-    ``tpot_ok``; 1 for a role that has no such latency)."""
+    ``tpot_ok``; 1 for a role that has no such latency). ``batch``: the slots an aggregated replica's requests wait
+    for (0: none)."""
     base, work, c = (float(row[k]) for k in ("ttft_base_s", "queue_work_s", "queue_servers"))
     c = max(c, 1.0)
     x, p, cs2 = np.asarray(tail.x), np.asarray(tail.p), tail.cs2
@@ -325,10 +491,11 @@ def pool_latency(row, tail: Tail, rate_per_replica: float, ttft_target_s: float,
     if work > 0:
         rho = min(rate_per_replica * work / c, 1.0 - 1e-9)
         args = (base, work, rho, c, x, p, cs2)
-        out["ttft_p"] = [float(ttft_quantile(q, *args)[0]) for q in QS]
-        out["ttft_mean"] = float(ttft_quantile(np.nan, *args)[0])
-        out["ttft_slo"] = float(ttft_quantile(np.nan if tail.ttft_q is None else tail.ttft_q, *args)[0])
-        out["ttft_ok"] = 1.0 - float(ttft_exceedance(ttft_target_s, base, work, rho, c, x, p, cs2)[0])
+        slots = (batch, batch / max(float(row["capacity_rps"]), 1e-30), tail.cv2_out) if batch > 0 else None
+        out["ttft_p"] = [float(ttft_quantile(q, *args, slots=slots)[0]) for q in QS]
+        out["ttft_mean"] = float(ttft_quantile(np.nan, *args, slots=slots)[0])
+        out["ttft_slo"] = float(ttft_quantile(np.nan if tail.ttft_q is None else tail.ttft_q, *args, slots=slots)[0])
+        out["ttft_ok"] = 1.0 - float(ttft_exceedance(ttft_target_s, *args, slot=_slot_at(rho, c, work, slots))[0])
     else:
         out["ttft_p"] = [base] * len(QS)
         out["ttft_mean"] = out["ttft_slo"] = base

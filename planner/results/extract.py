@@ -245,13 +245,17 @@ def _apply_load(workloads, pools: list[Pool], queue: dict) -> None:
         p.predicted.utilisation = u
         w = by_name[p.workload]
         lam = u * p.predicted.requests_per_s_per_replica
-        lat = pool_latency(queue[p.id], workload_tail(w), lam, w.slo.ttft_s, w.slo.tpot_s)
+        lat = pool_latency(queue[p.id], workload_tail(w), lam, w.slo.ttft_s, w.slo.tpot_s,
+                           p.batch if p.role == "aggregated" else 0)
         first = p.role != "decode"
         p.predicted.latency = Latency(
             ttft=_pct(lat["ttft_p"]) if first else Percentiles(), ttft_mean_s=lat["ttft_mean"] if first else 0.0,
             tpot=_pct(lat["tpot_p"]), tpot_slo_s=lat["tpot_slo"], itl=_pct(lat["itl_p"]),
             ttft_attainment=lat["ttft_ok"] if p.role != "decode" else 1.0,
-            tpot_attainment=lat["tpot_ok"] if p.role != "prefill" else 1.0)
+            tpot_attainment=lat["tpot_ok"] if p.role != "prefill" else 1.0,
+            ttft_base_s=float(queue[p.id]["ttft_base_s"]), prefill_work_s=float(queue[p.id]["queue_work_s"]),
+            prefill_servers=float(queue[p.id]["queue_servers"]), tpot_cv=float(queue[p.id]["tpot_cv"]),
+            chunk_share=float(queue[p.id]["chunk_share"]))
         if p.role != "decode":
             p.predicted.ttft_s = lat["ttft_slo"]
 
@@ -340,6 +344,8 @@ def _workload_out(w, pools: list[Pool], model: str) -> WorkloadOut:
         slo_ttft_quantile=w.slo.ttft_q,
         slo_tpot_quantile=w.slo.tpot_q,
         slo_goodput=w.slo.goodput,
+        input_spread=w.input_spread,
+        output_spread=w.output_spread,
         ttft_attainment=a_ttft,
         tpot_attainment=a_tpot,
         goodput=both,

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.ids import CATALOG_ID, CatalogId, EngineId, FileName, NameId, PoolId
+from planner.catalog.scenario import LengthSpread
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
 
 SCHEMA_VERSION = "2.6"
@@ -99,6 +100,16 @@ class Latency(_M):
     ttft_attainment: float = 1.0
     """Share of the pool's requests whose TTFT meets the target."""
     tpot_attainment: float = 1.0
+    ttft_base_s: float = 0.0
+    """TTFT of a mean-length prompt that does not wait (what ``planner simulate`` starts from)."""
+    prefill_work_s: float = 0.0
+    """Prefill time one mean-length prompt holds a server of the pool's queue (0: no queue, a decode pool)."""
+    prefill_servers: float = 1.0
+    """Prompts a replica prefills at once (its attention data-parallel ranks)."""
+    tpot_cv: float = 0.0
+    """Coefficient of variation of a request's TPOT."""
+    chunk_share: float = 0.0
+    """Share of decode steps that carry a prefill chunk (aggregated pools)."""
 
 
 class Predicted(_M):
@@ -218,6 +229,9 @@ class WorkloadOut(_M):
     slo_tpot_quantile: float | None = 0.9
     slo_goodput: float | None = None
     """Share of requests that must meet both targets at once, where the scenario sets one."""
+    input_spread: LengthSpread | None = None
+    """How prompt lengths spread around ``input_tokens`` (None: every prompt that long)."""
+    output_spread: LengthSpread | None = None
     ttft_attainment: float = 1.0
     """Predicted share of the workload's requests whose TTFT meets the target (pools weighted by their traffic)."""
     tpot_attainment: float = 1.0

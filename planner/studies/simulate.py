@@ -1,0 +1,287 @@
+"""``planner simulate``: a discrete-event simulation of a plan's pools, to check its latency formulas.
+
+Requests arrive as a Poisson stream at each workload's demand, with prompt and output lengths drawn from the
+workload's spread. The router sends each to an aggregated or prefill pool in proportion to the traffic the plan
+gives the pool (disaggregated requests then to a decode pool the same way), and to one of the pool's replicas at
+random (a random split of a Poisson stream is Poisson). Each replica is simulated request by request:
+
+- **Admission**: a request holds one of the replica's ``batch`` slots from admission to its last token (an
+  aggregated replica) or from the hand-over to its last token (a decode replica); it waits while all are held.
+- **Prefill**: first come, first served on the replica's ``prefill_servers`` ranks; a prompt ``x`` times the mean
+  length holds a rank ``x`` times the mean prefill work. Its first token comes the pool's fixed overheads and
+  iteration waits later (``ttft_base_s - prefill_work_s``); a disaggregated request's then waits for a decode slot.
+- **Decode**: each prompt prefilled on an aggregated replica delays every sequence decoding there by its chunk
+  steps (``x`` times the mean prompt's share of the step, as the performance model prices it), so a request's
+  TPOT is the plain step plus the prompts that actually arrived while it decoded, over its tokens. With
+  speculative decoding each step yields 1 + the accepted drafts (each accepted with the probability that gives
+  the plan's tokens per step), drawn per request.
+- **ITL**: the steps a request sees are plain or carry a prefill chunk, in the share the prompts around it make.
+
+Step times come from the plan (the performance model's numbers for each pool at its batch); the simulation
+checks the queueing, the routing, the slot limits and the tails, not the step physics.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import InputError
+from planner.results.schema import SCHEMA_VERSION, Plan
+
+
+@dataclass
+class SimResult:
+    """Per request: workload, entry pool, decode pool ('' for aggregated), TTFT, TPOT and the ITL samples."""
+
+    workload: np.ndarray
+    pool: np.ndarray
+    decode_pool: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
+    itl: dict
+    """(workload, pool) -> (plain ITL, chunk ITL, share of chunk steps) over the simulated requests."""
+
+
+def fcfs(arrivals: np.ndarray, services: np.ndarray, servers: int, slots: int | None = None,
+         hold: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(service start, admission) of requests in arrival order at ``servers`` first-come-first-served servers;
+    with ``slots``, a request is admitted only while fewer than ``slots`` requests are held, each held from its
+    admission for ``hold`` after its service ends."""
+    n = len(arrivals)
+    start = np.empty(n)
+    admit = np.empty(n)
+    free = [0.0] * max(int(servers), 1)
+    held: list[float] = []
+    cap = None if slots is None else max(int(slots), 1)
+    for i in range(n):
+        t = arrivals[i]
+        if cap is not None and len(held) >= cap:
+            t = max(t, heapq.heappop(held))
+        admit[i] = t
+        s = max(t, free[0])
+        start[i] = s
+        heapq.heapreplace(free, s + services[i])
+        if cap is not None:
+            heapq.heappush(held, s + services[i] + hold[i])
+    return start, admit
+
+
+def slot_wait(ready: np.ndarray, hold: np.ndarray, slots: int) -> np.ndarray:
+    """When each request (sorted by ``ready``) gets one of ``slots`` slots it then holds for ``hold``."""
+    n = len(ready)
+    got = np.empty(n)
+    held: list[float] = []
+    cap = max(int(slots), 1)
+    for i in range(n):
+        t = ready[i]
+        if len(held) >= cap:
+            t = max(t, heapq.heappop(held))
+        got[i] = t
+        heapq.heappush(held, t + hold[i])
+    return got
+
+
+def _accept_for(tokens_per_step: float, spec: int) -> float:
+    """The per-draft acceptance ``a`` with ``1 + a + ... + a^spec = tokens_per_step`` (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        a = (lo + hi) / 2
+        if 1.0 + sum(a ** j for j in range(1, spec + 1)) < tokens_per_step:
+            lo = a
+        else:
+            hi = a
+    return lo
+
+
+def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int) -> np.ndarray:
+    """Per request, its steps times the mean tokens per step over its tokens (1 without drafts): the factor its
+    TPOT differs from the mean by, from the drafts each step accepts."""
+    if spec <= 0 or tokens_per_step <= 1.0:
+        return np.ones(len(out_tokens))
+    a = _accept_for(tokens_per_step, spec)
+    # tokens per step: 1 + min(geometric run of accepted drafts, spec); mean and variance of one step
+    p_ge = a ** np.arange(1, spec + 1)
+    mean = 1.0 + p_ge.sum()
+    second = 1.0 + np.sum((2.0 * np.arange(2, spec + 2) - 1.0) * p_ge)
+    var = max(second - mean * mean, 0.0)
+    steps_mean = out_tokens / mean
+    # steps to emit O tokens (renewal count): mean O / m, variance O var / m^3
+    steps = np.maximum(rng.normal(steps_mean, np.sqrt(out_tokens * var / mean ** 3)), 1.0)
+    return steps * mean / out_tokens
+
+
+def _lengths(rng, spread, mean_tokens: float, n: int) -> np.ndarray:
+    """``n`` lengths over their mean, drawn from a workload's spread (all 1 without one)."""
+    if spread is None:
+        return np.ones(n)
+    if spread.points is not None:
+        pts = np.asarray(spread.points, dtype=float)
+        w = pts[:, 1] / pts[:, 1].sum()
+        return pts[rng.choice(len(pts), size=n, p=w), 0] / spread.mean
+    from planner.perf.latency import lognormal_sigma
+
+    s = lognormal_sigma(spread.mean, spread.p90)
+    return np.exp(rng.normal(-s * s / 2.0, s, size=n))
+
+
+def simulate(plan: Plan, requests: int = 100_000, seed: int = 0) -> SimResult:
+    """Simulate ``requests`` requests over the plan's workloads (split by demand) through its pools."""
+    if plan.schema_version != SCHEMA_VERSION:
+        raise InputError(f"plan schema {plan.schema_version} is not {SCHEMA_VERSION}: re-plan with `planner plan`")
+    rng = np.random.default_rng(seed)
+    demand = np.array([w.requests_per_s for w in plan.workloads], dtype=float)
+    counts = np.maximum(np.round(requests * demand / demand.sum()).astype(int), 1)
+    cols: dict[str, list] = {k: [] for k in ("workload", "pool", "decode_pool", "ttft", "tpot")}
+    itl: dict = {}
+    for w, n in zip(plan.workloads, counts, strict=True):
+        _simulate_workload(plan, w, int(n), rng, cols, itl)
+    return SimResult(*(np.concatenate(cols[k]) if cols[k] else np.array([]) for k in cols), itl)
+
+
+def _carried(p) -> float:
+    return p.predicted.requests_per_s * p.predicted.utilisation
+
+
+def _pick(rng, pools, n) -> np.ndarray:
+    share = np.array([_carried(p) for p in pools], dtype=float)
+    return rng.choice(len(pools), size=n, p=share / share.sum())
+
+
+def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict) -> None:
+    arrivals = np.cumsum(rng.exponential(1.0 / w.requests_per_s, size=n))
+    x = _lengths(rng, w.input_spread, w.input_tokens, n)
+    out = np.maximum(np.round(_lengths(rng, w.output_spread, w.output_tokens, n) * w.output_tokens), 1.0)
+    entry = [p for p in plan.pools if p.workload == w.name and p.role in ("aggregated", "prefill")]
+    decode = [p for p in plan.pools if p.workload == w.name and p.role == "decode"]
+    if not entry:
+        raise InputError(f"workload {w.name}: the plan has no pool that takes its prompts")
+    which = _pick(rng, entry, n)
+    ttft, tpot = np.zeros(n), np.zeros(n)
+    dec_of = np.full(n, "", dtype=object)
+    handover: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, p in enumerate(entry):
+        idx = np.flatnonzero(which == k)
+        replica = rng.integers(0, p.replicas, size=idx.size)
+        for r in range(p.replicas):
+            mine = idx[replica == r]
+            if not mine.size:
+                continue
+            t1, t2, chunk = _replica(rng, p, arrivals[mine], x[mine], out[mine], float(w.output_tokens))
+            ttft[mine] = t1 - arrivals[mine]
+            if p.role == "aggregated":
+                tpot[mine] = t2
+                plain, ch = p.predicted.latency.itl.p50, p.predicted.latency.itl.p99
+                acc = itl.setdefault((w.name, p.id), [plain, max(plain, ch), []])
+                acc[2].append(chunk)
+            else:
+                handover.append((mine, t1))
+    if handover:
+        if not decode:
+            raise InputError(f"workload {w.name}: the plan prefills it in a pool but has no decode pool")
+        mine = np.concatenate([m for m, _ in handover])
+        ready = np.concatenate([t for _, t in handover])
+        dsel = _pick(rng, decode, mine.size)
+        for k, p in enumerate(decode):
+            sel = np.flatnonzero(dsel == k)
+            rep = rng.integers(0, p.replicas, size=sel.size)
+            spec = _spec_factor(rng, out[mine[sel]], p.tokens_per_step, p.spec_tokens)
+            step = p.predicted.tpot_s * spec
+            for r in range(p.replicas):
+                s2 = sel[rep == r]
+                if not s2.size:
+                    continue
+                order = np.argsort(ready[s2], kind="stable")
+                s2 = s2[order]
+                got = slot_wait(ready[s2], out[mine[s2]] * step[np.searchsorted(sel, s2)], p.batch)
+                req = mine[s2]
+                ttft[req] += got - ready[s2]
+                tpot[req] = step[np.searchsorted(sel, s2)]
+                dec_of[req] = p.id
+            itl.setdefault((w.name, p.id), [p.predicted.tpot_s * p.tokens_per_step] * 2 + [[np.zeros(1)]])
+    cols["workload"].append(np.full(n, w.name, dtype=object))
+    cols["pool"].append(np.array([entry[k].id for k in which], dtype=object))
+    cols["decode_pool"].append(dec_of)
+    cols["ttft"].append(ttft)
+    cols["tpot"].append(tpot)
+
+
+def _replica(rng, p, arrivals: np.ndarray, x: np.ndarray, out: np.ndarray, mean_out: float):
+    """(first-token times, TPOT per request, share of chunk steps each saw) of one replica of an aggregated or
+    prefill pool."""
+    lt = p.predicted.latency
+    work, base = lt.prefill_work_s, lt.ttft_base_s
+    service = work * x
+    tpot_mean = p.predicted.tpot_s
+    if p.role == "prefill":
+        start, _ = fcfs(arrivals, service, round(lt.prefill_servers))
+        return start + service + (base - work), None, None
+    hold = out * tpot_mean + (base - work)
+    start, _ = fcfs(arrivals, service, round(lt.prefill_servers), slots=p.batch, hold=hold)
+    first = start + service + (base - work)
+    # Decode: the plain step, plus the delay of each prompt prefilled while the request decodes. The model prices
+    # a mean prompt at ``input_share * tpot`` per token over the ``O / B`` steps a prompt arrives in at full batch,
+    # i.e. ``input_share * tpot * O / B`` of delay to every running sequence; a prompt x times longer, x times that.
+    share = p.input_share
+    plain = tpot_mean * (1.0 - share)
+    per_prompt = share * tpot_mean * mean_out / max(p.batch, 1)
+    order = np.argsort(start, kind="stable")
+    s_sorted, cum = start[order], np.concatenate([[0.0], np.cumsum(x[order])])
+    end = first + out * tpot_mean
+    lo, hi = np.searchsorted(s_sorted, first, side="left"), np.searchsorted(s_sorted, end, side="right")
+    prompts = cum[hi] - cum[lo]
+    spec = _spec_factor(rng, out, p.tokens_per_step, p.spec_tokens)
+    tpot = (plain + prompts * per_prompt / out) * spec
+    # the share of its steps that carry a chunk: the design's share (B prompts over a request's O steps at full
+    # batch) scaled by the prompts it actually saw
+    expected = max(p.batch, 1) * out / mean_out
+    chunk = np.clip(lt.chunk_share * prompts / np.maximum(expected, 1e-30), 0.0, 1.0)
+    return first, tpot, chunk
+
+
+def summary(plan: Plan, res: SimResult) -> list[dict]:
+    """Per workload and pool: simulated p50/p90/p99 of TTFT, TPOT and ITL and the share meeting each target and
+    both (goodput), beside the plan's predictions."""
+    rows = []
+    slo = {w.name: w for w in plan.workloads}
+    pools = {p.id: p for p in plan.pools}
+    for wname in dict.fromkeys(res.workload):
+        w = slo[wname]
+        m = res.workload == wname
+        keys = [("(all)", m)] + [(pid, m & ((res.pool == pid) | (res.decode_pool == pid)))
+                                 for pid in dict.fromkeys(np.concatenate([res.pool[m], res.decode_pool[m]])) if pid]
+        for pid, sel in keys:
+            if not sel.any():
+                continue
+            p = pools.get(pid)
+            tt, tp = res.ttft[sel], res.tpot[sel]
+            row = {"workload": wname, "pool": pid, "requests": int(sel.sum())}
+            first = p is None or p.role != "decode"
+            last = p is None or p.role != "prefill"
+            for name, v, ok in (("ttft", tt, first), ("tpot", tp, last)):
+                for q in (50, 90, 99):
+                    row[f"{name}_p{q}_ms"] = float(np.percentile(v, q)) * 1e3 if ok else None
+            row["ttft_within"] = float(np.mean(tt <= w.slo_ttft_s * (1 + 1e-9)))
+            row["tpot_within"] = float(np.mean(tp <= w.slo_tpot_s * (1 + 1e-9)))
+            row["goodput"] = float(np.mean((tt <= w.slo_ttft_s * (1 + 1e-9)) & (tp <= w.slo_tpot_s * (1 + 1e-9))))
+            if p is not None:
+                lt = p.predicted.latency
+                if first:
+                    row.update(pred_ttft_p50_ms=lt.ttft.p50 * 1e3, pred_ttft_p90_ms=lt.ttft.p90 * 1e3,
+                               pred_ttft_p99_ms=lt.ttft.p99 * 1e3)
+                if last:
+                    row.update(pred_tpot_p50_ms=lt.tpot.p50 * 1e3, pred_tpot_p90_ms=lt.tpot.p90 * 1e3,
+                               pred_tpot_p99_ms=lt.tpot.p99 * 1e3)
+                    acc = res.itl.get((wname, pid))
+                    if acc is not None:
+                        share = float(np.mean(np.concatenate(acc[2]))) if acc[2] else 0.0
+                        for q in (50, 90, 99):
+                            row[f"itl_p{q}_ms"] = (acc[1] if share > 1 - q / 100 else acc[0]) * 1e3
+            else:
+                row.update(pred_ttft_attainment=w.ttft_attainment, pred_tpot_attainment=w.tpot_attainment,
+                           pred_goodput=w.goodput, slo_ttft_quantile=w.slo_ttft_quantile,
+                           slo_tpot_quantile=w.slo_tpot_quantile, slo_goodput=w.slo_goodput)
+            rows.append(row)
+    return rows

@@ -1,0 +1,218 @@
+"""Percentile SLOs: the queue's wait distribution against closed forms, the simulator against the same closed
+forms, sizing at a quantile, and the length distributions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.catalog.scenario import LengthSpread, Slo, quantile_label
+from planner.perf.latency import (
+    Tail,
+    length_nodes,
+    lognormal_attainment,
+    lognormal_quantile,
+    spec_step_spread,
+    tail_load,
+    ttft_exceedance,
+    ttft_quantile,
+    wait_tail,
+)
+from planner.perf.queueing import planned_load
+from planner.studies.simulate import fcfs
+
+
+def erlang_c_ref(c: int, a: float) -> float:
+    """Probability of waiting in M/M/c with offered load ``a = lambda / mu``."""
+    rho = a / c
+    top = a ** c / math.factorial(c) / (1 - rho)
+    return top / (sum(a ** k / math.factorial(k) for k in range(c)) + top)
+
+
+def mmc_wait_quantile(q: float, c: int, rho: float, s: float) -> float:
+    """Exact M/M/c wait quantile: P(W > t) = C e^{-(c mu - lambda) t}."""
+    pc = erlang_c_ref(c, rho * c)
+    if 1 - q >= pc:
+        return 0.0
+    return math.log(pc / (1 - q)) / (c / s * (1 - rho))
+
+
+def md1_wait_cdf(t: float, rho: float, d: float = 1.0) -> float:
+    """Exact M/D/1 wait distribution (Erlang 1909): P(W <= t) = (1 - rho) sum_{k=0}^{floor(t/D)}
+    (lambda (k D - t))^k / k! e^{-lambda (k D - t)}."""
+    lam = rho / d
+    tot = 0.0
+    for k in range(int(math.floor(t / d)) + 1):
+        x = lam * (k * d - t)
+        tot += x ** k / math.factorial(k) * math.exp(-x)
+    return (1 - rho) * tot
+
+
+def md1_wait_quantile(q: float, rho: float) -> float:
+    if md1_wait_cdf(0.0, rho) >= q:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while md1_wait_cdf(hi, rho) < q:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if md1_wait_cdf(mid, rho) < q else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("c", [1, 2, 4, 8])
+@pytest.mark.parametrize("rho", [0.5, 0.7, 0.9])
+def test_ttft_tail_against_exact_mmc(c, rho):
+    # exponential service: cs2 = 1; TTFT = base + wait. The approximation stays within 15% of the exact TTFT
+    # quantile (base 0.5 s, mean service 1 s) at p90 and p99.
+    base, s = 0.5, 1.0
+    for q in (0.9, 0.99):
+        exact = base + mmc_wait_quantile(q, c, rho, s)
+        approx = float(ttft_quantile(q, base, s, rho, c, cs2=1.0)[0])
+        assert approx == pytest.approx(exact, rel=0.15), (q, exact, approx)
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6, 0.8, 0.9])
+def test_ttft_tail_against_exact_md1(rho):
+    base = 1.0
+    for q in (0.9, 0.99):
+        exact = base + md1_wait_quantile(q, rho)
+        approx = float(ttft_quantile(q, base, 1.0, rho, 1)[0])
+        assert approx == pytest.approx(exact, rel=0.15), (q, exact, approx)
+
+
+def test_md1_closed_form_itself():
+    # Erlang's formula reproduces the Pollaczek-Khinchine mean rho D / (2 (1 - rho)) (sanity of the reference)
+    rho = 0.7
+    grid = np.linspace(0, 25, 2501)
+    cdf = np.array([md1_wait_cdf(t, rho) for t in grid])
+    mean = float(np.sum((1 - cdf[1:] + 1 - cdf[:-1]) / 2 * np.diff(grid)))
+    assert mean == pytest.approx(rho / (2 * (1 - rho)), rel=0.01)
+
+
+def test_mean_is_allen_cunneen():
+    # the distribution's mean is Allen-Cunneen's: Erlang's C times (1 + cs2) / 2 times the M/M/c conditional wait
+    from planner.perf.latency import erlang_c
+    from planner.perf.queueing import queue_wait
+
+    for c in (1, 3, 8):
+        for cs2 in (0.0, 0.5):
+            pw, th = wait_tail(0.75, c, 0.2, cs2)
+            want = float(erlang_c(c, 0.75)) * (1 + cs2) / 2 * 0.2 / (c * 0.25)
+            assert float(pw * th) == pytest.approx(want, rel=1e-6)
+    # M/D/1: Pollaczek-Khinchine, rho D / (2 (1 - rho))
+    assert float(queue_wait(0.75, 1, 0.2)) == pytest.approx(0.75 * 0.2 / 0.5, rel=1e-6)
+
+
+def test_erlang_c_exact():
+    from planner.perf.latency import erlang_c
+
+    for c in (1, 2, 5, 16):
+        for rho in (0.2, 0.6, 0.95):
+            assert float(erlang_c(c, rho)) == pytest.approx(erlang_c_ref(c, rho * c), rel=1e-5)
+
+
+@pytest.mark.parametrize(("kind", "c"), [("det", 1), ("exp", 1), ("exp", 4)])
+def test_simulator_queue_against_closed_forms(kind, c):
+    rng = np.random.default_rng(7)
+    rho, n = 0.8, 200_000
+    arr = np.cumsum(rng.exponential(1.0 / (rho * c), size=n))
+    svc = np.ones(n) if kind == "det" else rng.exponential(1.0, size=n)
+    start, _ = fcfs(arr, svc, c)
+    w = (start - arr)[n // 10:]
+    for q in (0.9, 0.99):
+        exact = md1_wait_quantile(q, rho) if kind == "det" else mmc_wait_quantile(q, c, rho, 1.0)
+        assert float(np.quantile(w, q)) == pytest.approx(exact, rel=0.05), (q, exact)
+
+
+def test_planned_load_meets_its_quantile_exactly():
+    rows = {"capacity_rps": np.array([20.0, 20.0]), "ttft_base_s": np.array([0.4, 0.4]),
+            "queue_work_s": np.array([0.1, 0.1]), "queue_servers": np.array([1.0, 4.0])}
+    for q in (0.5, 0.9, 0.99):
+        lam, t = planned_load(rows, 1.0, 0.95, quantile=q)
+        for i in range(2):
+            rho = lam[i] * 0.1 / rows["queue_servers"][i]
+            if rho < 0.95 * 20 * 0.1 / rows["queue_servers"][i] - 1e-9:  # queue-bound: the quantile is the limit
+                assert float(ttft_quantile(q, 0.4, 0.1, rho, rows["queue_servers"][i])[0]) == pytest.approx(1.0, rel=1e-6)
+            assert t[i] <= 1.0 + 1e-9
+
+
+def test_load_falls_as_the_quantile_rises():
+    rows = {"capacity_rps": np.array([50.0]), "ttft_base_s": np.array([0.3]), "queue_work_s": np.array([0.05]),
+            "queue_servers": np.array([2.0])}
+    loads = [float(planned_load(rows, 0.6, 0.99, quantile=q)[0][0]) for q in (0.5, 0.9, 0.99, 0.999)]
+    assert loads == sorted(loads, reverse=True) and loads[0] > loads[-1]
+
+
+def test_slot_queue_lowers_the_load():
+    # an aggregated replica whose 8 slots are held 10 s each: waiting for a slot counts in TTFT
+    rows = {"capacity_rps": np.array([0.8]), "ttft_base_s": np.array([0.3]), "queue_work_s": np.array([0.05]),
+            "queue_servers": np.array([1.0])}
+    free = float(planned_load(rows, 2.0, 0.9, quantile=0.9)[0][0])
+    held = float(planned_load(rows, 2.0, 0.9, quantile=0.9, slots=(np.array([8.0]), 0.0))[0][0])
+    assert held < free
+    rho = held * 0.05
+    t = float(ttft_quantile(0.9, 0.3, 0.05, rho, 1.0, slots=(8.0, 8.0 / 0.8, 0.0))[0])
+    assert t == pytest.approx(2.0, rel=1e-4)
+
+
+def test_length_nodes_keep_the_mean_and_the_p90():
+    x, p = length_nodes(LengthSpread(mean=1000, p90=2000))
+    assert float(np.sum(x * p)) == pytest.approx(1.0, rel=1e-12)
+    assert float(np.sum(p)) == pytest.approx(1.0)
+    # the 90th percentile lies between the node below and the node above 0.9 of the probability
+    cum = np.cumsum(p)
+    assert x[np.searchsorted(cum, 0.9 - 1e-12)] <= 2.0 <= x[np.searchsorted(cum, 0.9 - 1e-12) + 1]
+    hx, hp = length_nodes(LengthSpread(points=[(t, 1.0) for t in range(100, 5100, 100)]))
+    assert float(np.sum(hx * hp)) == pytest.approx(1.0, rel=1e-12)
+    assert length_nodes(None) == (pytest.approx(np.ones(1)), pytest.approx(np.ones(1)))
+
+
+def test_long_prompts_raise_the_tail():
+    x, p = length_nodes(LengthSpread(mean=1000, p90=2000))
+    cs2 = float(np.sum(p * x * x) - 1)
+    fixed = float(ttft_quantile(0.99, 0.5, 0.2, 0.5, 2)[0])
+    spread = float(ttft_quantile(0.99, 0.5, 0.2, 0.5, 2, x, p, cs2)[0])
+    assert spread > fixed
+    # the exceedance at the quantile is the quantile's complement
+    assert float(ttft_exceedance(spread, 0.5, 0.2, 0.5, 2, x, p, cs2)[0]) == pytest.approx(0.01, abs=1e-6)
+
+
+def test_tail_load_refuses_prompts_too_long_for_the_target():
+    x, p = length_nodes(LengthSpread(mean=1000, p90=2200))
+    # the base grows with the prompt: the longest 5% alone miss a 1.0 s target at any load
+    r = tail_load(np.array([0.6]), np.array([0.3]), np.array([1.0]), np.array([1.0]), np.array([0.99]),
+                  np.array([0.8]), x, p, 0.0)
+    assert np.isnan(r[0])
+
+
+def test_lognormal_tpot():
+    assert float(lognormal_quantile(0.03, 0.0, 0.99)) == pytest.approx(0.03)
+    q = float(lognormal_quantile(0.03, 0.1, 0.9))
+    assert float(lognormal_attainment(0.03, 0.1, q)) == pytest.approx(0.9, rel=1e-6)
+    assert float(lognormal_quantile(0.03, 0.1, np.nan)) == pytest.approx(0.03)
+
+
+def test_spec_step_spread_matches_enumeration():
+    a, k = 0.7, 3
+    probs = {1: 1 - a, 2: a * (1 - a), 3: a * a * (1 - a), 4: a ** 3}
+    mean = sum(t * pr for t, pr in probs.items())
+    var = sum(t * t * pr for t, pr in probs.items()) - mean ** 2
+    m, v = spec_step_spread(k, a)
+    assert float(m) == pytest.approx(mean) and float(v) == pytest.approx(var)
+
+
+def test_slo_quantiles_and_names():
+    s = Slo(ttft_ms=1000, tpot_ms=50)
+    assert (s.ttft_q, s.tpot_q) == (0.9, 0.9)
+    s = Slo(ttft_ms=1000, tpot_ms=50, quantile="p99", tpot_quantile="mean", goodput=0.95)
+    assert (s.ttft_q, s.tpot_q, s.goodput) == (0.99, None, 0.95)
+    assert s.describe() == "p99 TTFT 1000 ms, mean TPOT 50 ms, goodput 0.95"
+    assert quantile_label(0.999) == "p99.9" and quantile_label(0.5) == "median"
+
+
+def test_goodput_split_for_disaggregated_pools():
+    t = Tail(ttft_q=0.9, tpot_q=0.9, goodput=0.95)
+    assert t.ttft_sizing_q == pytest.approx(math.sqrt(0.95))
