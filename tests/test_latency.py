@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from planner.analysis.simulate import fcfs
 from planner.catalog.scenario import LengthSpread, Slo, quantile_label
 from planner.perf.latency import (
     Tail,
@@ -21,7 +22,6 @@ from planner.perf.latency import (
     wait_tail,
 )
 from planner.perf.queueing import planned_load
-from planner.studies.simulate import fcfs
 
 
 def erlang_c_ref(c: int, a: float) -> float:

@@ -14,6 +14,7 @@ from planner.catalog.scenario import Scenario, resolve_scenario
 from planner.errors import InputError
 from planner.options import PlanOptions
 from planner.pipeline.plan import make_plan
+from planner.results.schema import SCHEMA_VERSION
 
 CHAT = {"name": "chat", "requests_per_s": 6, "input_tokens": 1500, "output_tokens": 300,
         "slo": {"ttft_ms": 2000, "tpot_ms": 40}}
@@ -112,4 +113,4 @@ def test_exported_pools_launch_their_own_model(catalog, tmp_path):
         text = (tmp_path / "out" / p.id / "launch-vllm.sh").read_text()
         assert f"--served-model-name {p.model}" in text
         assert catalog.get_model(p.model).hf_ids[0] in text
-    assert json.loads(plan.model_dump_json())["schema_version"] == "2.5"
+    assert json.loads(plan.model_dump_json())["schema_version"] == SCHEMA_VERSION

@@ -292,9 +292,9 @@ def simulate(
     simulated p50/p90/p99 TTFT, TPOT and ITL and the share meeting the SLOs beside the plan's predictions."""
     import time
 
+    from planner.analysis.simulate import simulate as run
+    from planner.analysis.simulate import summary
     from planner.export.bundle import read_plan
-    from planner.studies.simulate import simulate as run
-    from planner.studies.simulate import summary
 
     plan = read_plan(plan_dir)
     t0 = time.perf_counter()

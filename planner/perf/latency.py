@@ -172,7 +172,7 @@ def erlang_c(servers, rho) -> np.ndarray:
         v = np.exp(np.interp(np.clip(tm, _LOGIT[0], _LOGIT[-1]), _LOGIT, tab))
         # below the grid C ~ rho^c (every server busy), above it C -> 1
         low = tm < _LOGIT[0]
-        v = np.where(low, np.exp(tab[0] + cv * (tm - _LOGIT[0])), v)
+        v = np.where(low, np.exp(tab[0] + cv * np.minimum(tm - _LOGIT[0], 0.0)), v)
         out[m] = np.where(rho[m] <= 0, 0.0, v)
     return out
 

@@ -65,6 +65,15 @@ def variants(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str, 
         yield tags, var, idx
 
 
+def _tails(setup: Setup, tpot, step, itl, cv) -> dict:
+    """A decode or aggregated row's spread columns: its TPOT's coefficient of variation, and the gap between
+    emissions of a plain step and of one carrying a prefill chunk, with the share of chunk steps (host-spilled KV
+    adds ``tpot - step`` per token to both)."""
+    extra = (tpot - step) * np.asarray(setup.tokens_per_step, dtype=float)
+    return {"tpot_s": tpot, "tpot_cv": cv, "itl_plain_s": itl[0] + extra, "itl_chunk_s": itl[1] + extra,
+            "chunk_share": np.broadcast_to(itl[2], np.shape(tpot))}
+
+
 def _spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray]:
     """(mean, variance) of the tokens a step yields per sequence (1 and 0 without drafts)."""
     if not np.any(spec > 0):
@@ -199,17 +208,11 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 share = 0.0
             if spread is None:
                 spread = _spec_spread(setup, spec, O)
-            cv = tpot_cv(share, B, cv2_in, O, *spread)
             var = {
                 **base,
                 "host_kv_bytes_per_chip": spill,
                 "kv_bytes_per_chip": kv - spill,
-                "tpot_s": tpot,
-                "tpot_cv": cv,
-                # the gap between emissions: a plain step or one carrying a prefill chunk (its share of steps)
-                "itl_plain_s": itl[0] + (tpot - step) * np.asarray(setup.tokens_per_step, dtype=float),
-                "itl_chunk_s": itl[1] + (tpot - step) * np.asarray(setup.tokens_per_step, dtype=float),
-                "chunk_share": np.broadcast_to(itl[2], np.shape(tpot)),
+                **_tails(setup, tpot, step, itl, tpot_cv(share, B, cv2_in, O, *spread)),
                 "ttft_base_s": tb,
                 "queue_work_s": work,
                 "queue_servers": servers,
