@@ -138,43 +138,67 @@ def length_nodes(spread) -> tuple[np.ndarray, np.ndarray]:
 
 
 _LOGIT = np.linspace(-24.0, 24.0, 9601)
-_ERLANG: dict[int, np.ndarray] = {}
+_DT = float(_LOGIT[1] - _LOGIT[0])
+EXACT_SERVERS = 256
+"""Erlang's C is exact (tabulated) up to this many servers; beyond, the Halfin-Whitt limit."""
+_ERLANG = np.full((EXACT_SERVERS + 1, _LOGIT.size), np.nan)
+_HW_BETA = np.linspace(0.0, 40.0, 4001)
+_HW: np.ndarray | None = None
 
 
-def _erlang_table(c: int) -> np.ndarray:
-    """ln C(c, rho) of Erlang's C formula over the log-odds grid ``_LOGIT`` (Erlang B by its recursion
+def _erlang_rows(cs: np.ndarray) -> None:
+    """Fill the table's rows ``cs``: ln C(c, rho) over the log-odds grid (Erlang B by its recursion
     ``B_k = a B_{k-1} / (k + a B_{k-1})``, then ``C = B / (1 - rho (1 - B))``)."""
-    t = _ERLANG.get(c)
-    if t is None:
-        rho = 1.0 / (1.0 + np.exp(-_LOGIT))
+    rho = 1.0 / (1.0 + np.exp(-_LOGIT))
+    for c in cs:
         a = rho * c
         b = np.ones_like(a)
-        for k in range(1, c + 1):
+        for k in range(1, int(c) + 1):
             b = a * b / (k + a * b)
-        t = np.log(np.maximum(b / (1.0 - rho * (1.0 - b)), 1e-300))
-        _ERLANG[c] = t
-    return t
+        _ERLANG[int(c)] = np.log(np.maximum(b / (1.0 - rho * (1.0 - b)), 1e-300))
+
+
+def _halfin_whitt(beta: np.ndarray) -> np.ndarray:
+    """ln C of many servers at ``beta = (1 - rho) sqrt(c)`` (Halfin and Whitt, Operations Research 29(3), 1981):
+    ``C = 1 / (1 + beta Phi(beta) / phi(beta))``, tabulated over beta."""
+    global _HW
+    if _HW is None:
+        log_ratio = np.array([math.log(b * 0.5 * math.erfc(-b / math.sqrt(2.0)) * math.sqrt(2.0 * math.pi)) + b * b / 2.0
+                              if b > 0 else -np.inf for b in _HW_BETA])
+        _HW = -np.logaddexp(0.0, log_ratio)
+    far = beta > _HW_BETA[-1]
+    out = np.interp(np.minimum(beta, _HW_BETA[-1]), _HW_BETA, _HW)
+    # beyond the table: ratio ~ beta sqrt(2 pi) e^{beta^2 / 2}
+    return np.where(far, -np.log(np.maximum(beta, 1e-300) * math.sqrt(2.0 * math.pi)) - beta * beta / 2.0, out)
 
 
 def erlang_c(servers, rho) -> np.ndarray:
-    """Probability that an arrival waits in an M/M/c queue at utilisation ``rho`` (Erlang's C formula, exact at
-    whole server counts; tabulated per count and interpolated in the log-odds of ``rho``)."""
+    """Probability that an arrival waits in an M/M/c queue at utilisation ``rho``: Erlang's C formula, exact at
+    whole server counts up to :data:`EXACT_SERVERS` (tabulated per count, interpolated in the log-odds of
+    ``rho``), the Halfin-Whitt limit beyond."""
     c = np.maximum(np.rint(np.asarray(servers, dtype=float)), 1.0)
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c, rho = np.broadcast_arrays(c, rho)
+    shape = c.shape
+    c, rho = c.ravel(), rho.ravel()
     with np.errstate(divide="ignore"):
         t = np.log(rho) - np.log1p(-rho)
-    out = np.empty(rho.shape)
-    for cv in np.unique(c):
-        m = c == cv
-        tab = _erlang_table(int(cv))
-        tm = t[m]
-        v = np.exp(np.interp(np.clip(tm, _LOGIT[0], _LOGIT[-1]), _LOGIT, tab))
-        # below the grid C ~ rho^c (every server busy), above it C -> 1
-        low = tm < _LOGIT[0]
-        v = np.where(low, np.exp(tab[0] + cv * np.minimum(tm - _LOGIT[0], 0.0)), v)
-        out[m] = np.where(rho[m] <= 0, 0.0, v)
-    return out
+    small = c <= EXACT_SERVERS
+    ci = np.where(small, c, 1).astype(np.int64)
+    if np.isnan(_ERLANG[ci, 0]).any():
+        rows = np.unique(ci)
+        _erlang_rows(rows[np.isnan(_ERLANG[rows, 0])])
+    pos = (np.clip(t, _LOGIT[0], _LOGIT[-1]) - _LOGIT[0]) / _DT
+    i = np.minimum(pos.astype(np.int64), _LOGIT.size - 2)
+    f = pos - i
+    v = (1.0 - f) * _ERLANG[ci, i] + f * _ERLANG[ci, i + 1]
+    # below the grid C ~ rho^c (every server busy); above it C -> 1
+    v = np.where(t < _LOGIT[0], _ERLANG[ci, 0] + ci * np.minimum(t - _LOGIT[0], 0.0), v)
+    if not small.all():
+        big = ~small
+        v[big] = _halfin_whitt((1.0 - rho[big]) * np.sqrt(c[big]))
+    out = np.where(rho <= 0, 0.0, np.exp(np.minimum(v, 0.0)))
+    return out.reshape(shape)
 
 
 _DECAY: dict[float, np.ndarray] = {}
@@ -227,10 +251,18 @@ def decay_rate(rho, cs2=0.0) -> np.ndarray:
     cs2 = np.asarray(cs2, dtype=float)
     rho, cs2 = np.broadcast_arrays(rho, cs2)
     t = np.clip(np.log(rho) - np.log1p(-rho), _LOGIT[0], _LOGIT[-1])
+    pos = (t - _LOGIT[0]) / _DT
+    i = np.minimum(pos.astype(np.int64), _LOGIT.size - 2)
+    f = pos - i
+    if cs2.size and cs2.min() == cs2.max():
+        tab = _decay_table(round(float(cs2.flat[0]), 9))
+        return np.exp((1.0 - f) * tab[i] + f * tab[i + 1])
     out = np.empty(rho.shape)
-    for v in np.unique(np.round(cs2, 9)):
-        m = np.round(cs2, 9) == v
-        out[m] = np.exp(np.interp(t[m], _LOGIT, _decay_table(float(v))))
+    key = np.round(cs2, 9)
+    for v in np.unique(key):
+        m = key == v
+        tab = _decay_table(float(v))
+        out[m] = np.exp((1.0 - f[m]) * tab[i[m]] + f[m] * tab[i[m] + 1])
     return out
 
 
@@ -345,7 +377,8 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
     return np.where(np.isnan(q), mean, hi)
 
 
-def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0, slots=None) -> np.ndarray:
+def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0, slots=None, *,
+              _table: bool = True) -> np.ndarray:
     """The highest utilisation (at most ``cap_rho``) at which TTFT stays within ``limit`` for a share ``q`` of
     requests (NaN ``q``: the mean TTFT within it); NaN where even an idle pool misses (the long prompts alone
     exceed ``1 - q``). ``slots``: ``(batch, hold, cs2_out)`` per row of the batch-slot queue whose wait adds to the
@@ -360,40 +393,142 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
     idle_miss = np.sum(Pr * ((lim[:, None] - (base[:, None] + work[:, None] * (X - 1.0))) < 0), axis=1)
     ok = np.where(mean, base <= lim, (idle_miss <= 1.0 - q + 1e-12) & (q < 1.0))
 
-    def meets(r, sel):
+    def gap(r, sel):
+        """How far each row misses its target at utilisation ``r`` (<= 0: it meets it): the mean TTFT over the
+        limit, or the log of the exceedance over ``1 - q``; increasing in ``r``."""
         sl = None if slots is None else tuple(v[sel] for v in slots)
-        qq = q[sel]
-        xs, ps = (X[sel], Pr[sel])
-        slot = _slot_at(r, c[sel], work[sel], sl)
-        out = np.empty(sel.size, dtype=bool)
+        r = np.broadcast_to(np.asarray(r, dtype=float), sel.shape)
+        qq, cc, ww, cs, bb, ll = q[sel], c[sel], work[sel], cs2[sel], base[sel], lim[sel]
+        slot = _slot_at(r, cc, ww, sl)
+        out = np.empty(sel.size)
         m = np.isnan(qq)
         if m.any():
-            pw, th = wait_tail(r[m] if np.ndim(r) else r, c[sel][m], work[sel][m], cs2[sel][m])
+            pw, th = wait_tail(r[m], cc[m], ww[m], cs[m])
             extra = 0.0 if slot is None else slot[0][m] * slot[1][m]
-            out[m] = base[sel][m] + pw * th + extra <= lim[sel][m]
+            out[m] = bb[m] + pw * th + extra - ll[m]
         if (~m).any():
             k = ~m
-            out[k] = ttft_exceedance(lim[sel][k], base[sel][k], work[sel][k], r[k] if np.ndim(r) else r, c[sel][k],
-                                     xs[k], ps[k], cs2[sel][k],
-                                     None if slot is None else (slot[0][k], slot[1][k])) <= 1.0 - qq[k]
+            ex = ttft_exceedance(ll[k], bb[k], ww[k], r[k], cc[k], X[sel][k], Pr[sel][k], cs[k],
+                                 None if slot is None else (slot[0][k], slot[1][k]))
+            out[k] = np.log(np.maximum(ex, 1e-300)) - np.log(1.0 - qq[k])
         return out
 
-    allr = np.arange(n)
-    at_cap = meets(cap_rho, allr)
+    at_cap = gap(cap_rho, np.arange(n)) <= 0
     rho = np.where(at_cap, cap_rho, 0.0)
     need = ok & ~at_cap
     if need.any():
         i = np.flatnonzero(need)
-        # bisection on the log-odds of the utilisation; ``lo`` always meets the target
         hi = np.log(cap_rho[i] / (1.0 - cap_rho[i]))
-        lo = hi - 14.0
-        lo = np.where(meets(1.0 / (1.0 + np.exp(-lo)), i), lo, -40.0)
-        for _ in range(34):
-            mid = 0.5 * (lo + hi)
-            good = meets(1.0 / (1.0 + np.exp(-mid)), i)
-            lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
-        rho[i] = 1.0 / (1.0 + np.exp(-lo))
+        if X.shape[1] == 1 and _table:
+            # fixed lengths: the root without slots is a function of (servers, slack / work) for the quantile, read
+            # from a table; it bounds the root with slots from above (waiting for a slot only adds)
+            t0 = np.minimum(hi, _root_table(c[i], (lim[i] - base[i]) / work[i], q[i], cs2[i]))
+            g0 = gap(1.0 / (1.0 + np.exp(-t0)), i)
+            done = (g0 <= 0) & (g0 >= -_CLOSE)  # the table's root holds as it is (no slot wait to speak of)
+            rho[i[done]] = 1.0 / (1.0 + np.exp(-t0[done]))
+            # below the root (the table's interpolation was cautious): the root lies between it and the cap
+            up = (g0 < -_CLOSE) & (t0 < hi)
+            if up.any():
+                j = i[up]
+                rho[j] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), hi[up], lo=(t0[up], g0[up]))
+            rest = ~done & ~up & (g0 > 0)
+            i, hi, near = i[rest], t0[rest], True
+        else:
+            near = False
+        if i.size:
+            rho[i] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), i[sel]), hi, near=near)
     return np.where(ok, rho, np.nan)
+
+
+_SIGMA = np.linspace(-12.0, 14.0, 2601)
+"""ln(slack / work) of the root tables."""
+_ROOTS: dict[tuple, np.ndarray] = {}
+
+
+def _root_table(servers, sigma, q, cs2) -> np.ndarray:
+    """Log-odds of the highest utilisation at which a queue without slots, with fixed lengths, keeps the wait
+    within ``sigma`` times the mean service at quantile ``q`` (NaN: in mean), read from a table per (servers,
+    quantile, variability) over ``ln sigma``, interpolated (the caller checks the value and refines it)."""
+    out = np.empty(np.shape(sigma))
+    c = np.maximum(np.rint(servers), 1.0)
+    key_q = np.where(np.isnan(q), -1.0, q)
+    ls = np.log(np.maximum(sigma, 1e-300))
+    pos = np.clip((ls - _SIGMA[0]) / (_SIGMA[1] - _SIGMA[0]), -1.0, _SIGMA.size - 1.0)
+    keys = np.stack([c, key_q, np.round(cs2, 9)], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    for j, (cv, qv, sv) in enumerate(uniq):
+        tab = _ROOTS.get((cv, qv, sv))
+        if tab is None:
+            m = _SIGMA.size
+            qq = np.full(m, np.nan if qv < 0 else qv)
+            tab = np.log(tail_load(np.zeros(m), np.ones(m), np.full(m, cv), np.exp(_SIGMA), qq,
+                                   np.full(m, 1.0 - 1e-10), cs2=np.full(m, sv), _table=False))
+            tab = tab - np.log1p(-np.exp(tab))
+            _ROOTS[(cv, qv, sv)] = tab
+        sel = inv.ravel() == j
+        out[sel] = np.where(pos[sel] < 0, -40.0, np.interp(pos[sel], np.arange(_SIGMA.size), tab))
+    return out
+
+
+_CLOSE = 1e-7
+"""A load is taken once its miss ``g`` is this close below zero: the exceedance within 1e-7 of ``1 - q`` (relative)
+or the mean TTFT within 0.1 us of its limit."""
+
+
+def _illinois(g, hi: np.ndarray, tol: float = 1e-8, near: bool = False, lo=None) -> np.ndarray:
+    """The utilisation at the root of the increasing ``g(t, rows)`` (``t`` the log-odds of the utilisation), from
+    below (``g(hi) > 0``): a bracket found on a grid of log-odds evaluated at once, narrowed by the Illinois variant of false position, so the lower end always meets
+    the target (``g <= 0``) and is returned (``near``: a grid of offsets below ``hi`` instead; ``lo``: a bracket's
+    lower end and its ``g``, no grid). It stops when the lower end is within :data:`_CLOSE` of the root in
+    ``g`` or the bracket is ``tol`` wide. Rows that miss at every utilisation (``g(-40) > 0``) come back at ~0."""
+    n = hi.size
+    # one evaluation over a grid of log-odds per row brackets the root within one unit where pools run
+    grid = np.array([-40.0, -20.0, -14.0, -10.0, -7.0, -5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0,
+                     6.0, 8.0, 11.0, 15.0])
+    if lo is not None:  # a bracket given: ``lo`` meets the target (its ``g`` given), ``hi`` does not
+        a, ga = lo[0].copy(), lo[1].copy()
+        b = hi.copy()
+        gb = g(b, np.arange(n))
+        return _narrow(g, a, ga, b, gb, tol)
+    if near:  # ``hi`` is close to the root (a table's): look just below it first
+        grid = np.array([-40.0, -2.0, -0.3, -0.03])
+        ts = hi[:, None] + grid[None, :]
+    else:
+        ts = np.minimum(grid[None, :], hi[:, None])
+    ts = np.concatenate([ts, hi[:, None]], axis=1)
+    m = ts.shape[1]
+    gs = g(ts.ravel(), np.repeat(np.arange(n), m)).reshape(n, m)
+    # the last grid point that meets the target (g increases along the row), and the next one
+    j = np.maximum(np.sum(gs <= 0, axis=1) - 1, 0)
+    j = np.minimum(j, m - 2)
+    rows = np.arange(n)
+    a, ga, b, gb = ts[rows, j], gs[rows, j], ts[rows, j + 1], gs[rows, j + 1]
+    return _narrow(g, a, ga, b, gb, tol)
+
+
+def _narrow(g, a, ga, b, gb, tol):
+    """Illinois false position on the brackets ``[a, b]`` (``g(a) <= 0 < g(b)``); the lower ends, as
+    utilisations."""
+    n = a.size
+    side = np.zeros(n)
+    live = (b - a > tol) & (ga < -_CLOSE)
+    for _ in range(100):
+        if not live.any():
+            break
+        k = np.flatnonzero(live)
+        t = b[k] - gb[k] * (b[k] - a[k]) / (gb[k] - ga[k])
+        bad = ~((t > a[k]) & (t < b[k]))
+        t[bad] = 0.5 * (a[k][bad] + b[k][bad])
+        gt = g(t, k)
+        low = gt <= 0
+        # the lower end moves: halve the upper end's weight if it moved last time too (Illinois)
+        kl, kh = k[low], k[~low]
+        gb[kl] = np.where(side[kl] == -1, gb[kl] / 2.0, gb[kl])
+        a[kl], ga[kl], side[kl] = t[low], gt[low], -1
+        ga[kh] = np.where(side[kh] == 1, ga[kh] / 2.0, ga[kh])
+        b[kh], gb[kh], side[kh] = t[~low], gt[~low], 1
+        live[k] = (b[k] - a[k] > tol * np.maximum(1.0, np.abs(a[k]))) & (ga[k] < -_CLOSE)
+    return 1.0 / (1.0 + np.exp(-a))
 
 
 def lognormal_quantile(mean, cv, q) -> np.ndarray:
