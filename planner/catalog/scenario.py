@@ -143,8 +143,7 @@ class LengthSpread(Strict):
         if self.mean is None or self.p90 is None:
             raise ValueError("a length distribution is {mean: N, p90: M} or {file: lengths.csv}")
         if self.p90 < self.mean:
-            raise ValueError(f"p90 ({self.p90:g}) is below the mean ({self.mean:g}); a p90 is at least the mean "
-                             "of lengths that spread this little")
+            raise ValueError(f"p90 ({self.p90:g}) is below the mean ({self.mean:g}): give a p90 at or above the mean")
         if self.p90 > self.mean * LOGNORMAL_MAX_P90_RATIO:
             raise ValueError(f"p90 ({self.p90:g}) is over {LOGNORMAL_MAX_P90_RATIO:.3g}x the mean ({self.mean:g}): no "
                              "lognormal has such a tail; give the lengths as a histogram file")
@@ -188,7 +187,13 @@ class Workload(Strict):
             for k in ("input", "output"):
                 v = data.get(f"{k}_tokens")
                 if isinstance(v, dict):
-                    spread = LengthSpread.model_validate(v)
+                    try:
+                        spread = LengthSpread.model_validate(v)
+                    except ValidationError as err:
+                        e = err.errors()[0]
+                        where = ".".join(str(x) for x in e["loc"])
+                        msg = str(e["msg"]).removeprefix("Value error, ")
+                        raise ValueError(f"{k}_tokens{'.' + where if where else ''}: {msg}") from None
                     data = {**data, f"{k}_tokens": max(1, round(spread.mean)), f"{k}_spread": spread}
         return data
 

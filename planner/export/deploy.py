@@ -73,6 +73,9 @@ class Deployment:
     unit_kind: str
     unit_chips: int
     host_dram_bytes_per_chip: float = 0.0
+    slo_ttft_quantile: float | None = 0.9
+    """Quantile the TTFT target holds at (None: the mean); the exported alerts fire at it."""
+    slo_tpot_quantile: float | None = 0.9
     """Host memory per chip (the catalog's ``host_dram_gb``): what a pod may ask of its node."""
     lose_units: int = 0
     """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
@@ -183,6 +186,7 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         requests_per_s_per_replica=p.predicted.requests_per_s_per_replica, utilisation=p.predicted.utilisation,
         demand_requests_per_s=w.requests_per_s, slo_ttft_s=w.slo_ttft_s, slo_tpot_s=w.slo_tpot_s,
         predicted_ttft_s=p.predicted.ttft_s, predicted_tpot_s=p.predicted.tpot_s,
+        slo_ttft_quantile=w.slo_ttft_quantile, slo_tpot_quantile=w.slo_tpot_quantile,
         scale_up_domain_chips=hw.scale_up_domain_chips, unit_kind=hw.purchase_unit.kind,
         unit_chips=hw.purchase_unit.chips_per_unit, host_dram_bytes_per_chip=hw.host_dram_bytes,
         lose_units=plan.resilience.lose_units if plan.resilience is not None else 0, router_share=p.router_share,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from planner.catalog.loader import Catalog
+from planner.catalog.scenario import quantile_label
 from planner.export.deploy import PORT, Deployment
 
 IMAGES = {
@@ -257,26 +258,31 @@ def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:
 
 
 def alerts(deps: list[Deployment], catalog: Catalog, plan_name: str, namespace: str) -> dict:
-    """TTFT and TPOT alerts per workload at the plan's targets (p90 over 5 minutes), in each engine's names."""
+    """TTFT and TPOT alerts per workload at the plan's targets, at the quantile each was sized for (over 5
+    minutes; the mean where the SLO is on the mean), in each engine's names."""
     rules = []
     seen = set()
     for d in deps:
         eng = catalog.get_engine(d.engine)
         if eng.metrics is None:
             continue
-        for which, metric, slo in (("TTFT", eng.metrics.ttft_histogram, d.slo_ttft_s),
-                                   ("TPOT", eng.metrics.tpot_histogram, d.slo_tpot_s)):
+        for which, metric, slo, q in (("TTFT", eng.metrics.ttft_histogram, d.slo_ttft_s, d.slo_ttft_quantile),
+                                      ("TPOT", eng.metrics.tpot_histogram, d.slo_tpot_s, d.slo_tpot_quantile)):
             key = (d.workload, which, metric)
             if key in seen:
                 continue
             seen.add(key)
-            expr = (f'histogram_quantile(0.9, sum by (le) (rate({metric}_bucket{{namespace="{namespace}"}}[5m]))) '
-                    f"> {slo:g}")
+            sel = f'{{namespace="{namespace}"}}'
+            if q is None:
+                expr = f"sum(rate({metric}_sum{sel}[5m])) / sum(rate({metric}_count{sel}[5m])) > {slo:g}"
+            else:
+                expr = f"histogram_quantile({q:g}, sum by (le) (rate({metric}_bucket{sel}[5m]))) > {slo:g}"
             rules.append({
                 "alert": f"{_camel(d.workload)}{which}AboveTarget",
                 "expr": expr, "for": "10m",
                 "labels": {"severity": "page", "workload": d.workload},
-                "annotations": {"summary": f"{d.workload}: p90 {which} above the plan's target of {slo * 1e3:g} ms",
+                "annotations": {"summary": f"{d.workload}: {quantile_label(q)} {which} above the plan's target of "
+                                           f"{slo * 1e3:g} ms",
                                 "runbook": "runbook.md#when-an-alert-fires"},
             })
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",

@@ -75,7 +75,8 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
                         "autoscaler adds replicas" if short else ", still above demand") + ".")
         L.append(line)
     L += ["", "## What to watch", "",
-          "- p90 TTFT and TPOT per workload against the targets (alerts in `k8s/alerts.yaml`, 10 minutes over target).",
+          "- TTFT and TPOT per workload against the targets, at the quantile the plan was sized for (alerts in "
+          "`k8s/alerts.yaml`, 10 minutes over target).",
           "- Requests in flight per replica against the autoscaling target: sustained above it means demand beyond "
           "the plan's sizing.",
           "- KV-cache usage and preemptions (each engine's gauges): a pool that preempts runs a smaller batch than planned.",

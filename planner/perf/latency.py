@@ -410,7 +410,7 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
             k = ~m
             ex = ttft_exceedance(ll[k], bb[k], ww[k], r[k], cc[k], X[sel][k], Pr[sel][k], cs[k],
                                  None if slot is None else (slot[0][k], slot[1][k]))
-            out[k] = np.log(np.maximum(ex, 1e-300)) - np.log(1.0 - qq[k])
+            out[k] = np.log(np.maximum(ex, 1e-300)) - np.log(np.maximum(1.0 - qq[k], 1e-300))
         return out
 
     at_cap = gap(cap_rho, np.arange(n)) <= 0

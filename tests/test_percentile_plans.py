@@ -1,0 +1,159 @@
+"""Percentile SLOs through the whole pipeline: cost monotone in the quantile, goodput targets, length spreads,
+the plan simulator against the plan, alerts at the plan's quantile, and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.analysis.simulate import simulate, summary
+from planner.catalog.scenario import Scenario, resolve_scenario
+from planner.cli import main
+from planner.export.bundle import read_plan
+from planner.options import PlanOptions
+from planner.pipeline.plan import make_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = PlanOptions(analysis=False)
+
+
+def _scenario(catalog, slo: dict, **wl):
+    # one small dense model whose TTFT binds: prompts long against a tight TTFT, so the queue sizes the pools
+    w = {"name": "chat", "requests_per_s": 400, "input_tokens": 4000, "output_tokens": 150,
+         "slo": {"ttft_ms": 300, "tpot_ms": 40, **slo}, **wl}
+    doc = {"name": "t", "model": "llama-3.1-8b", "weights": ["fp8"], "kv_cache": ["fp8"], "hardware": ["h100-sxm"],
+           "workloads": [w]}
+    return resolve_scenario(Scenario.model_validate(doc), catalog)
+
+
+def test_cost_rises_with_the_quantile(catalog):
+    costs = {}
+    for q in ("median", "p90", "p99", "p99.9"):
+        plan = make_plan(_scenario(catalog, {"quantile": q}), QUICK).plan
+        assert plan.status == "optimal" and plan.recheck.ok, [c for c in plan.recheck.checks if not c.ok]
+        costs[q] = plan.objective.usd_per_hour
+    assert costs["median"] <= costs["p90"] <= costs["p99"] <= costs["p99.9"]
+    assert costs["median"] < costs["p90"] < costs["p99"] < costs["p99.9"], costs
+
+
+def test_predicted_percentiles_are_ordered_and_meet_the_target(catalog):
+    plan = make_plan(_scenario(catalog, {"quantile": "p99"}), QUICK).plan
+    w = plan.workloads[0]
+    assert w.slo_ttft_quantile == 0.99 and w.ttft_attainment >= 0.99 - 1e-6
+    for p in plan.pools:
+        lt = p.predicted.latency
+        assert lt.ttft.p50 <= lt.ttft.p90 <= lt.ttft.p99 <= w.slo_ttft_s * (1 + 1e-6)
+        assert lt.tpot.p50 <= lt.tpot.p90 <= lt.tpot.p99
+        assert p.predicted.ttft_s == pytest.approx(lt.ttft.p99, rel=1e-9)
+
+
+def test_goodput_target_is_met_and_simulated(catalog):
+    plan = make_plan(_scenario(catalog, {"quantile": "mean", "goodput": 0.95}), QUICK).plan
+    w = plan.workloads[0]
+    assert w.goodput >= 0.95 - 1e-6
+    rows = summary(plan, simulate(plan, requests=40_000, seed=3))
+    assert rows[0]["goodput"] >= 0.95 - 0.01, rows[0]
+
+
+def test_prompt_spread_costs_more_than_fixed_lengths(catalog):
+    spread = make_plan(_scenario(catalog, {"quantile": "p99", "ttft_ms": 600},
+                                 input_tokens={"mean": 4000, "p90": 7000}), QUICK).plan
+    fixed = make_plan(_scenario(catalog, {"quantile": "p99", "ttft_ms": 600}), QUICK).plan
+    assert spread.workloads[0].input_spread is not None
+    assert spread.objective.usd_per_hour >= fixed.objective.usd_per_hour
+    assert spread.objective.usd_per_hour > fixed.objective.usd_per_hour
+    assert max(p.predicted.latency.ttft.p99 for p in spread.pools) <= 0.6 * (1 + 1e-6)
+    rows = summary(spread, simulate(spread, requests=40_000, seed=1))
+    assert rows[0]["ttft_within"] >= 0.99 - 0.01, rows[0]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "plans").iterdir() if (p / "plan.json").exists()))
+def test_bundled_plans_meet_their_quantiles_in_simulation(name):
+    plan = read_plan(ROOT / "plans" / name)
+    for row in summary(plan, simulate(plan, requests=50_000, seed=0)):
+        if row["pool"] != "(all)":
+            continue
+        assert row["ttft_within"] >= (row["slo_ttft_quantile"] or 0.5) - 0.01, row
+        assert row["tpot_within"] >= (row["slo_tpot_quantile"] or 0.5) - 0.01, row
+        if row["slo_goodput"] is not None:
+            assert row["goodput"] >= row["slo_goodput"] - 0.01, row
+
+
+def test_alerts_fire_at_the_plan_quantile(catalog, tmp_path):
+    from planner.export.bundle import export_plan
+
+    for q, want in (("p99", "histogram_quantile(0.99,"), ("mean", "_sum{")):
+        plan = make_plan(_scenario(catalog, {"quantile": q}), QUICK)
+        folder = tmp_path / q
+        folder.mkdir()
+        (folder / "plan.json").write_text(plan.plan.model_dump_json())
+        export_plan(folder, ["k8s"], folder / "export", catalog)
+        rules = yaml.safe_load((folder / "export" / "k8s" / "alerts.yaml").read_text())["spec"]["groups"][0]["rules"]
+        assert rules and all(want in r["expr"] for r in rules), [r["expr"] for r in rules]
+        label = "p99" if q == "p99" else "mean"
+        assert all(r["annotations"]["summary"].split(": ")[1].startswith(label) for r in rules)
+
+
+def _run(args) -> tuple[int, str]:
+    try:
+        main([str(a) for a in args])
+        return 0, ""
+    except SystemExit as exc:
+        return int(exc.code or 0), ""
+
+
+BAD = [
+    ({"slo": {"ttft_ms": 1000, "tpot_ms": 40, "quantile": 1.5}}, "slo.quantile"),
+    ({"slo": {"ttft_ms": 1000, "tpot_ms": 40, "quantile": "p42"}}, "slo.quantile"),
+    ({"slo": {"ttft_ms": 1000, "tpot_ms": 40, "goodput": 1.2}}, "slo.goodput"),
+    ({"input_tokens": {"mean": 2000, "p90": 1500}}, "input_tokens"),
+    ({"input_tokens": {"mean": 2000, "p90": 9000}}, "input_tokens"),
+    ({"output_tokens": {"mean": -5, "p90": 10}}, "output_tokens"),
+]
+
+
+@pytest.mark.parametrize(("change", "field"), BAD)
+def test_bad_percentile_input_names_the_field(tmp_path, capsys, change, field):
+    doc = yaml.safe_load((ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml").read_text())
+    doc["workloads"][0].update(change)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _ = _run(["plan", path, "--out", tmp_path / "out"])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err
+    assert field.split(".")[0] in err and str(path) in err, err
+
+
+def test_bad_histogram_file(tmp_path, capsys):
+    doc = yaml.safe_load((ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml").read_text())
+    doc["workloads"][0]["input_tokens"] = {"file": "lengths.csv"}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+    for text, says in (("tokens,count\n100,1\n", "tokens,weight"), ("tokens,weight\n-3,1\n", "positive"),
+                       ("tokens,weight\n100,x\n", "number")):
+        (tmp_path / "lengths.csv").write_text(text)
+        code, _ = _run(["plan", tmp_path / "s.yaml", "--out", tmp_path / "out"])
+        err = capsys.readouterr().err
+        assert code == 1 and "lengths.csv" in err and says in err and "Traceback" not in err, err
+    (tmp_path / "lengths.csv").write_text("tokens,weight\n500,3\n1500,1\n")
+    code, _ = _run(["plan", tmp_path / "s.yaml", "--out", tmp_path / "out", "--no-analysis"])
+    assert code == 0
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["workloads"][0]["input_tokens"] == 750
+
+
+def test_simulate_cli_and_other_schema(tmp_path, capsys):
+    src = tmp_path / "plan"
+    shutil.copytree(ROOT / "plans" / "llama-70b-chat", src)
+    code, _ = _run(["simulate", src, "--requests", "5000", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["rows"][0]["pool"] == "(all)"
+    doc = json.loads((src / "plan.json").read_text())
+    doc["schema_version"] = "2.5"
+    (src / "plan.json").write_text(json.dumps(doc))
+    code, _ = _run(["simulate", src])
+    err = capsys.readouterr().err
+    assert code == 1 and "schema" in err and "Traceback" not in err
