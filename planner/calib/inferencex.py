@@ -168,6 +168,11 @@ def normalise_runs(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out["m_ttft"] = pd.to_numeric(df["metrics.median_ttft"], errors="coerce") * 1e3
     out["m_tpot"] = pd.to_numeric(df["metrics.median_tpot"], errors="coerce") * 1e3
     out["m_otpg"] = pd.to_numeric(df["metrics.output_tput_per_gpu"], errors="coerce")
+    # the tails beside the medians, where the run records them (ms)
+    for col, src in (("m_ttft_p99", "p99_ttft"), ("m_tpot_p99", "p99_tpot"), ("m_itl_p50", "median_itl"),
+                     ("m_itl_p99", "p99_itl")):
+        key = f"metrics.{src}"
+        out[col] = pd.to_numeric(df[key], errors="coerce") * 1e3 if key in df.columns else np.nan
     reason = out.pop("reason")
     return finish(out, reason, catalog, names=_NAMES)
 

@@ -9,6 +9,9 @@ import pandas as pd
 CONC_BANDS = ([0, 8, 64, 512, np.inf], ["1-8", "9-64", "65-512", ">512"])
 """Concurrency bands (requests in flight) the report groups by."""
 METRICS = (("tpot", "TPOT"), ("ttft", "TTFT"), ("otpg", "output tok/s/GPU"))
+TAIL_METRICS = (("ttft_p99", "p99 TTFT"), ("tpot_p99", "p99 TPOT"), ("itl_p50", "median ITL"), ("itl_p99", "p99 ITL"))
+"""The tails a benchmark run records beside its medians (InferenceX), predicted by ``perf/latency.py``'s
+closed-loop distributions."""
 
 
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:
@@ -48,6 +51,12 @@ def evaluation_frame(meas, pred: pd.DataFrame, note: pd.Series | None = None) ->
     f["predicted_otpg"] = pred["predicted_output_tput_per_gpu"]
     for key, _ in METRICS:
         f[f"ape_{key}"] = ape(f[f"predicted_{key}"], f[f"measured_{key}"])
+    for key, _ in TAIL_METRICS:
+        if f"m_{key}" in n.columns and f"predicted_{key}_ms" in pred.columns:
+            f[f"measured_{key}"] = pd.to_numeric(n[f"m_{key}"], errors="coerce")
+            f[f"predicted_{key}"] = pred[f"predicted_{key}_ms"]
+            f[f"ape_{key}"] = ape(f[f"predicted_{key}"], f[f"measured_{key}"])
+            f[f"ratio_{key}"] = pd.to_numeric(f[f"predicted_{key}"], errors="coerce") / f[f"measured_{key}"]
     f["note"] = note if note is not None else n["reason"]
     return f
 
@@ -62,10 +71,15 @@ def summary_rows(frame: pd.DataFrame, by: list[str] | None) -> list[dict]:
         pred_ok = g["ape_tpot"].notna() & g["ape_ttft"].notna()
         row = {k: v for k, v in zip(by or [], key, strict=False)}
         row.update(rows=int(len(g)), predicted=int(pred_ok.sum()), coverage=float(pred_ok.mean()) if len(g) else float("nan"))
-        for m, _ in METRICS:
+        for m, _ in METRICS + TAIL_METRICS:
+            if f"ape_{m}" not in g.columns and (m, _) in TAIL_METRICS:
+                continue
             col = g[f"ape_{m}"] if f"ape_{m}" in g.columns else pd.Series(dtype=float)
             row[f"{m}_median_ape"] = float(col.median()) if col.notna().any() else float("nan")
             row[f"{m}_p90_ape"] = float(col.quantile(0.9)) if col.notna().any() else float("nan")
+            if f"ratio_{m}" in g.columns:
+                r = g[f"ratio_{m}"]
+                row[f"{m}_median_ratio"] = float(r.median()) if r.notna().any() else float("nan")
         rows.append(row)
     return rows
 
@@ -132,3 +146,21 @@ def format_table(rows: list[dict], key_cols: list[str]) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def format_tail_table(rows: list[dict], key_cols: list[str]) -> str:
+    """Markdown table of the tails' errors (median and p90 APE, and the median predicted / measured) where the
+    rows carry them; empty where none does."""
+    have = [(m, label) for m, label in TAIL_METRICS if any(f"{m}_median_ape" in r for r in rows)]
+    if not have:
+        return ""
+    head = key_cols + ["rows"] + [f"{label} {x}" for _, label in have for x in ("median", "p90", "pred/meas")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        vals = [str(r[k]) for k in key_cols] + [str(r["rows"])]
+        for m, _ in have:
+            ratio = r.get(f"{m}_median_ratio", float("nan"))
+            vals += [_pct(r.get(f"{m}_median_ape")), _pct(r.get(f"{m}_p90_ape")),
+                     "n/a" if not np.isfinite(ratio) else f"{ratio:.2f}"]
+        lines.append("| " + " | ".join(vals) + " |")
+    return "\n".join(lines)

@@ -16,7 +16,7 @@ import pandas as pd
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, ENGINES
 from planner.perf.layout import expert_copies
-from planner.perf.roofline import Setup
+from planner.perf.roofline import Setup, prefill_time
 from planner.perf.serving import (
     admission_wait,
     agg_decode,
@@ -54,7 +54,8 @@ def catalog_efficiency(catalog: Catalog) -> EffFor:
 
 def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
     """Return ``predicted_ttft_ms``, ``predicted_tpot_ms`` and ``predicted_output_tput_per_gpu`` (NaN where
-    ``reason`` is set).
+    ``reason`` is set), and the tails of a measured benchmark run (``predicted_ttft_p99_ms``,
+    ``predicted_tpot_p99_ms``, ``predicted_itl_p50_ms``, ``predicted_itl_p99_ms``; see :func:`_closed_tails`).
 
     Rows that record their whole deployment are evaluated as recorded. Disaggregated rows without
     worker counts (``n_workers_assumed``) leave the deployment open, so they are evaluated as the
@@ -69,6 +70,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     eff_for = eff_for or catalog_efficiency(catalog)
     ttft_ms = pd.Series(np.nan, index=norm.index)
     tpot_ms = pd.Series(np.nan, index=norm.index)
+    tails_ms = {k: pd.Series(np.nan, index=norm.index) for k in TAILS}
     unheld = pd.Series(False, index=norm.index)
     ok = norm[norm["reason"] == ""]
     for col in ("n_spec", "a_red", "p_red", "d_red"):
@@ -81,11 +83,14 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
                        prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS,
                        engine=eng)
+        tails: dict = {}
         if mode == "agg":
-            t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
+            t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng, tails)
         else:
-            t1, st = _disagg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng)
+            t1, st = _disagg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng, tails)
             assumed = g["n_workers_assumed"].to_numpy(bool)
+            for v in tails.values():
+                v[assumed] = np.nan  # the tuned variant's tails are not computed
             if assumed.any():
                 g = g.copy()
                 g.loc[g.index[assumed]] = _holding_layout(make(), g[assumed], eng)
@@ -93,12 +98,16 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
                 t1[assumed], st[assumed] = _tuned(make, g[assumed], eng)
         tpot_ms.loc[g.index] = st * 1e3
         ttft_ms.loc[g.index] = t1 * 1e3
+        for k, v in tails.items():
+            tails_ms[k].loc[g.index] = v * 1e3
         roles = ("a",) if mode == "agg" else ("p", "d")
         unheld.loc[g.index] = np.any([_capacity(make(), g, r, eng) < 1.0 for r in roles], axis=0)
     # A layout that cannot hold the weights with room for one sequence (as recorded, or for open rows even
     # at the largest TP the heads allow) did not run: no number for it.
     ttft_ms[unheld] = np.nan
     tpot_ms[unheld] = np.nan
+    for v in tails_ms.values():
+        v[unheld] = np.nan
     O = norm["n_osl"].astype(float)
     batch = pd.Series(np.where(norm["n_mode"] == "agg", norm["a_batch"], norm["d_batch"] * norm["d_workers"]), index=norm.index)
     conc = norm["n_conc"].astype(float).fillna(batch.astype(float))
@@ -106,7 +115,37 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     gpus = norm["n_gpus_out"].astype(float) if "n_gpus_out" in norm.columns else pd.Series(np.nan, index=norm.index)
     otpg = conc * O / e2el / gpus
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms,
-                         "predicted_output_tput_per_gpu": otpg, "layout_cannot_hold": unheld})
+                         "predicted_output_tput_per_gpu": otpg, "layout_cannot_hold": unheld,
+                         **{f"predicted_{k}_ms": v for k, v in tails_ms.items()}})
+
+
+TAILS = ("ttft_p99", "tpot_p99", "itl_p50", "itl_p99")
+WAVE_SHARE = 0.9
+"""Where in the first wave the p99 request of a benchmark run sits: the InferenceX client (InferenceMAX's
+``benchmark_serving.py --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf``) releases ``conc``
+requests at once and runs ten times as many, so the slowest 1% of all are the slowest 10% of the first wave, which
+waits behind the prompts released with it."""
+BENCH_LENGTH_CV2 = (0.2 / 0.9) ** 2 / 12.0
+"""Squared coefficient of variation of the benchmark's lengths, uniform over ``[0.8 L, L]``."""
+
+
+def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:
+    """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
+    steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
+    :data:`WAVE_SHARE` into the wave); each request's TPOT is lognormal around the mean with the spread of the
+    prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
+    drafts its steps accept; ITL is a plain step or one carrying a prefill chunk (per emission)."""
+    from planner.perf.latency import itl_quantiles, lognormal_quantile, tpot_cv
+    from planner.perf.variants import spec_spread
+
+    m, v = spec_spread(setup, np.broadcast_to(np.asarray(setup.spec_tokens, dtype=float), np.shape(st.step_s)), O)
+    cv = tpot_cv(input_share, batch, BENCH_LENGTH_CV2, O, m, v, closed=True)
+    plain, chunk, share = st.itl_steps
+    i50, i99 = itl_quantiles(plain, chunk, share, (0.5, 0.99))
+    shape = np.shape(st.step_s)
+    return {k: np.array(np.broadcast_to(v, shape), dtype=float) for k, v in (
+        ("ttft_p99", np.maximum(t_mean, t_wave)), ("tpot_p99", lognormal_quantile(st.step_s, cv, 0.99)),
+        ("itl_p50", i50), ("itl_p99", i99))}
 
 
 def _role_setup(setup: Setup, g: pd.DataFrame, role: str) -> Setup:
@@ -177,8 +216,9 @@ def _held(eng: str, I, O):
     return I + ADMIT_OUTPUT_SHARE.get(eng, 0.5) * O
 
 
-def _agg(setup: Setup, g: pd.DataFrame, eng: str):
-    """(TTFT, TPOT) in seconds of aggregated rows."""
+def _agg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
+    """(TTFT, TPOT) in seconds of aggregated rows (``tails``: filled with their p99 and ITL, see
+    :func:`_closed_tails`)."""
     setup = _role_setup(setup, g, "a")
     I = g["n_isl"].to_numpy(float)
     O = g["n_osl"].to_numpy(float)
@@ -190,13 +230,21 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str):
     B = np.minimum(C, np.maximum(cap, 1.0))
     st = agg_decode(setup, *L, B, I, O, prompt_share=others_share(B))
     per_rank = B / L[3]
-    t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s, think_s=_think(g, O, st.step_s)) + admission_wait(
-        C, cap, O, st.step_s)
+    adm = admission_wait(C, cap, O, st.step_s)
+    t1 = ttft(setup, *L, I, per_rank, step_s=st.step_s, think_s=_think(g, O, st.step_s)) + adm
+    if tails is not None:
+        # the first wave: each rank prefills its share of the clients back to back, a prompt's prefill plus the
+        # decode steps it rides (one per chunk)
+        plain = st.itl_steps[0]
+        unit = prefill_time(setup, *L, I, 1.0) + np.ceil(I / setup.prefill_chunk_tokens) * plain
+        base = ttft(setup, *L, I, 1.0, step_s=st.step_s)
+        share = np.clip(1.0 - plain / np.asarray(st.tokens_per_step) / st.step_s, 0.0, 1.0)
+        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * (per_rank - 1.0) * unit + adm, share))
     return t1, st.step_s
 
 
-def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
-    """(TTFT, TPOT) in seconds of disaggregated rows."""
+def _disagg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
+    """(TTFT, TPOT) in seconds of disaggregated rows (``tails``: as :func:`_agg`)."""
     pre, setup = _role_setup(setup, g, "p"), _role_setup(setup, g, "d")
     I = g["n_isl"].to_numpy(float)
     O = g["n_osl"].to_numpy(float)
@@ -224,7 +272,12 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str):
     same = setup.hw.scale_up_domain_chips >= 72
     t1 = ttft(pre, *Lp, I, per_rank, transfer_s=kv_transfer_time(setup, I, same), think_s=_think(g, O, st.step_s),
               decode_step_s=st.step_s)
-    t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + admission_wait(Bd, kv_cap, O, st.step_s)
+    adm = admission_wait(Bd, kv_cap, O, st.step_s)
+    t1 = closed_loop_ttft(t1, conc, O, st.step_s, cap) + adm
+    if tails is not None:
+        # the first wave drains through the prefill pool at its capacity
+        base = ttft(pre, *Lp, I, 1.0, transfer_s=kv_transfer_time(setup, I, same), decode_step_s=st.step_s)
+        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0))
     return t1, st.step_s
 
 
@@ -245,7 +298,7 @@ def predict_frame(df: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = N
 def predict_measured(meas, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
     """Predictions for a :class:`planner.calib.data.Measured` file, as ``planner predict`` writes them:
     the silicon format keeps its columns and adds the predicted ones; an InferenceX file gives one row per
-    run in file order (``run_index``, the three predictions and ``note``)."""
+    run in file order (``run_index``, the predictions with their tails, and ``note``)."""
     pred = predict_normalised(meas.norm, catalog, eff_for)
     note = notes(meas.norm, pred, catalog, meas.fmt)
     if meas.fmt == "silicon":
@@ -259,6 +312,7 @@ def predict_measured(meas, catalog: Catalog, eff_for: EffFor | None = None) -> p
         "predicted_ttft_ms": pred["predicted_ttft_ms"].to_numpy(),
         "predicted_tpot_ms": pred["predicted_tpot_ms"].to_numpy(),
         "predicted_output_tput_per_gpu": pred["predicted_output_tput_per_gpu"].to_numpy(),
+        **{f"predicted_{k}_ms": pred[f"predicted_{k}_ms"].to_numpy() for k in TAILS},
         "note": note.to_numpy(),
     })
 

@@ -252,7 +252,7 @@ def validate(
     """Median and p90 absolute percentage error of TPOT, TTFT and output throughput per GPU: overall, per
     system, engine, serving mode, speculative decoding and concurrency band."""
     from planner.calib.data import load_measured
-    from planner.calib.metrics import evaluation_frame, format_table, frame_summary
+    from planner.calib.metrics import evaluation_frame, format_table, format_tail_table, frame_summary
     from planner.calib.predict import notes, predict_normalised
 
     cat = cli_catalog()
@@ -277,6 +277,11 @@ def validate(
                                  ("by_mode", ["mode"], "Per serving mode"), ("by_spec", ["spec"], "Speculative decoding"),
                                  ("by_concurrency", ["conc_band"], "Per concurrency band")):
             typer.echo(f"\n{title}\n" + format_table(sm[key], cols))
+        tails = format_tail_table([sm["overall"]], [])
+        if tails:
+            typer.echo("\nTails (p99 and ITL beside the medians)\n" + tails)
+            for key, cols in (("by_mode", ["mode"]), ("by_spec", ["spec"]), ("by_system", ["system"])):
+                typer.echo("\n" + format_tail_table(sm[key], cols))
         typer.echo("")
 
 

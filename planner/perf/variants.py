@@ -74,7 +74,7 @@ def _tails(setup: Setup, tpot, step, itl, cv) -> dict:
             "chunk_share": np.broadcast_to(itl[2], np.shape(tpot))}
 
 
-def _spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray]:
+def spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray]:
     """(mean, variance) of the tokens a step yields per sequence (1 and 0 without drafts)."""
     if not np.any(spec > 0):
         return np.ones_like(spec), np.zeros_like(spec)
@@ -207,7 +207,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 tb, work, servers = np.zeros_like(B), np.zeros_like(B), np.ones_like(B)
                 share = 0.0
             if spread is None:
-                spread = _spec_spread(setup, spec, O)
+                spread = spec_spread(setup, spec, O)
             var = {
                 **base,
                 "host_kv_bytes_per_chip": spill,
