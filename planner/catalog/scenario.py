@@ -402,19 +402,24 @@ def load_scenario(path: Path | str) -> Scenario:
         raise InputError(format_validation_error(path, err)) from None
 
 
-def read_profile(spec: dict, path: Path, field: str) -> list[float]:
-    """``{file: traffic.csv}`` -> requests/s per period (CSV columns ``period,requests_per_s``, periods
-    0..n-1 or 1..n, each once, in any order)."""
+def _two_columns(spec: dict, path: Path, field: str, cols: tuple[str, str], example: str):
+    """The two numeric columns ``cols`` of the CSV a ``{file: ...}`` field names (relative to the scenario), or
+    :class:`InputError` naming the file and what to fix (NaN where a value is not a number)."""
     from planner.catalog.inputs import read_csv
 
     if set(spec) != {"file"} or not isinstance(spec["file"], str):
-        raise InputError(f"{path}: field '{field}': a profile file is written {{file: traffic.csv}}")
+        raise InputError(f"{path}: field '{field}': a file is written {{file: {example}}}")
     f = (path.parent / spec["file"]) if not Path(spec["file"]).is_absolute() else Path(spec["file"])
     df = read_csv(f)
-    if list(df.columns)[:2] != ["period", "requests_per_s"]:
-        raise InputError(f"{f}: expected the columns period,requests_per_s")
-    per = pd.to_numeric(df["period"], errors="coerce")
-    rps = pd.to_numeric(df["requests_per_s"], errors="coerce")
+    if list(df.columns)[:2] != list(cols):
+        raise InputError(f"{f}: expected the columns {','.join(cols)}")
+    return f, pd.to_numeric(df[cols[0]], errors="coerce"), pd.to_numeric(df[cols[1]], errors="coerce")
+
+
+def read_profile(spec: dict, path: Path, field: str) -> list[float]:
+    """``{file: traffic.csv}`` -> requests/s per period (CSV columns ``period,requests_per_s``, periods
+    0..n-1 or 1..n, each once, in any order)."""
+    f, per, rps = _two_columns(spec, path, field, ("period", "requests_per_s"), "traffic.csv")
     if per.isna().any() or rps.isna().any() or not np.isfinite(rps).all():
         raise InputError(f"{f}: every row needs a whole period number and a finite requests_per_s")
     if (rps < 0).any():
@@ -429,16 +434,7 @@ def read_profile(spec: dict, path: Path, field: str) -> list[float]:
 def read_lengths(spec: dict, path: Path, field: str) -> dict:
     """``{file: lengths.csv}`` -> ``{points: [(tokens, weight), ...]}`` (CSV columns ``tokens,weight``; weights
     need not sum to one)."""
-    from planner.catalog.inputs import read_csv
-
-    if set(spec) != {"file"} or not isinstance(spec["file"], str):
-        raise InputError(f"{path}: field '{field}': a length histogram is written {{file: lengths.csv}}")
-    f = (path.parent / spec["file"]) if not Path(spec["file"]).is_absolute() else Path(spec["file"])
-    df = read_csv(f)
-    if list(df.columns)[:2] != ["tokens", "weight"]:
-        raise InputError(f"{f}: expected the columns tokens,weight")
-    tok = pd.to_numeric(df["tokens"], errors="coerce")
-    wt = pd.to_numeric(df["weight"], errors="coerce")
+    f, tok, wt = _two_columns(spec, path, field, ("tokens", "weight"), "lengths.csv")
     if tok.isna().any() or wt.isna().any() or not (np.isfinite(tok).all() and np.isfinite(wt).all()):
         raise InputError(f"{f}: every row needs a number of tokens and a finite weight")
     if (tok <= 0).any() or (wt < 0).any():
