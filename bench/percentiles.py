@@ -62,7 +62,7 @@ def plans() -> None:
     from planner.export.bundle import read_plan
 
     print("\n## Bundled plans, 100,000 simulated requests each (seed 0)\n")
-    print("| plan | pool | utilisation | p90 TTFT pred / sim | p99 TTFT pred / sim | workload | within TTFT (q) "
+    print("| plan | pool | queue utilisation | p90 TTFT pred / sim | p99 TTFT pred / sim | workload | within TTFT (q) "
           "| within TPOT (q) | goodput | wall s |")
     print("|---|---|---:|---:|---:|---|---|---|---|---:|")
     ratios = []
@@ -83,7 +83,13 @@ def plans() -> None:
             p = pools[r["pool"]]
             if r.get("ttft_p90_ms") is None or p.role == "decode":
                 continue
-            u = p.predicted.utilisation
+            # the queues' utilisation: the prefill ranks', and (aggregated) the batch slots'
+            lt, pr = p.predicted.latency, p.predicted
+            lam = pr.requests_per_s_per_replica * pr.utilisation
+            u = lam * lt.prefill_work_s / max(lt.prefill_servers, 1.0)
+            if p.role == "aggregated":
+                hold = lt.ttft_base_s + next(w.output_tokens for w in plan.workloads if w.name == p.workload) * pr.tpot_s
+                u = max(u, lam * hold / max(p.batch, 1))
             a90 = r["pred_ttft_p90_ms"] / r["ttft_p90_ms"]
             a99 = r["pred_ttft_p99_ms"] / r["ttft_p99_ms"]
             if u <= 0.9 and r["requests"] >= 2000:

@@ -92,18 +92,20 @@ def test_md1_closed_form_itself():
     assert mean == pytest.approx(rho / (2 * (1 - rho)), rel=0.01)
 
 
-def test_mean_is_allen_cunneen():
-    # the distribution's mean is Allen-Cunneen's: Erlang's C times (1 + cs2) / 2 times the M/M/c conditional wait
-    from planner.perf.latency import erlang_c
+def test_mean_wait():
+    # one server: Pollaczek-Khinchine; several: Erlang's C times the M/M/c conditional wait times Cosmetatos'
+    # factor for deterministic service (1 for exponential service: M/M/c exactly)
+    from planner.perf.latency import erlang_c, mean_wait_factor
     from planner.perf.queueing import queue_wait
 
-    for c in (1, 3, 8):
-        for cs2 in (0.0, 0.5):
-            pw, th = wait_tail(0.75, c, 0.2, cs2)
-            want = float(erlang_c(c, 0.75)) * (1 + cs2) / 2 * 0.2 / (c * 0.25)
-            assert float(pw * th) == pytest.approx(want, rel=1e-6)
-    # M/D/1: Pollaczek-Khinchine, rho D / (2 (1 - rho))
     assert float(queue_wait(0.75, 1, 0.2)) == pytest.approx(0.75 * 0.2 / 0.5, rel=1e-6)
+    for c in (2, 3, 8):
+        pw, th = wait_tail(0.75, c, 0.2, 1.0)
+        assert float(pw * th) == pytest.approx(float(erlang_c(c, 0.75)) * 0.2 / (c * 0.25), rel=1e-6)
+        pw, th = wait_tail(0.75, c, 0.2, 0.0)
+        k = 0.25 * (c - 1) * (math.sqrt(4 + 5 * c) - 2) / (16 * 0.75 * c)
+        assert float(mean_wait_factor(c, 0.75, 0.0)) == pytest.approx(0.5 * (1 + k))
+        assert float(pw * th) == pytest.approx(float(erlang_c(c, 0.75)) * 0.5 * (1 + k) * 0.2 / (c * 0.25), rel=1e-6)
 
 
 def test_erlang_c_exact():

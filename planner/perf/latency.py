@@ -266,20 +266,43 @@ def decay_rate(rho, cs2=0.0) -> np.ndarray:
     return out
 
 
+def mean_wait_factor(servers, rho, cs2) -> np.ndarray:
+    """The mean wait of an M/G/c queue over that of M/M/c: Cosmetatos' correction for deterministic service,
+    ``(1 + K) / 2`` with ``K = (1 - rho) (c - 1) (sqrt(4 + 5 c) - 2) / (16 rho c)`` (Cosmetatos, Operational
+    Research Quarterly 27(3), 1976; at most 1), interpolated linearly in ``cs2`` to M/M/c's 1, and Allen-Cunneen's
+    ``(1 + cs2) / 2`` above it."""
+    c = np.maximum(np.asarray(servers, dtype=float), 1.0)
+    rho = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
+    cs2 = np.asarray(cs2, dtype=float)
+    k = (1.0 - rho) * (c - 1.0) * (np.sqrt(4.0 + 5.0 * c) - 2.0) / (16.0 * rho * c)
+    det = np.minimum(0.5 * (1.0 + k), 1.0)  # never above M/M/c's (the correction grows without bound as rho -> 0)
+    return np.where(cs2 <= 1.0, cs2 + (1.0 - cs2) * det, (1.0 + cs2) / 2.0)
+
+
 def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     """(probability of waiting, mean wait of a request that waits) of an M/G/c queue at utilisation ``rho``
-    with mean service ``work`` on ``servers`` servers: the tail ``P(W > t) = P_W e^{-t / theta}`` decays at the
-    Cramer-Lundberg rate ``u* c / work`` of the queue with service ``S / c`` (exact for M/M/c and M/D/1), weighted
-    so that the mean is Allen-Cunneen's ``C(c, rho) (1 + cs2) / 2 * work / (c (1 - rho))`` (see the module
-    docstring)."""
+    with mean service ``work`` on ``servers`` servers; the tail is ``P(W > t) = P_W e^{-t / theta}``. One server:
+    it decays at the Cramer-Lundberg rate ``u* / work`` (exact in the tail of M/D/1 and M/M/1), weighted so that the
+    mean is Pollaczek-Khinchine's. Several: ``P_W`` is Erlang's C and ``theta`` gives the mean of
+    :func:`mean_wait_factor` times M/M/c's. Against simulation of M/D/c and M/G/c at 1-256 servers and
+    utilisation 0.3-0.9 the p90 and p99 stay within about 15% (``tests/test_latency.py``)."""
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c = np.maximum(np.asarray(servers, dtype=float), 1.0)
     cs2 = np.asarray(cs2, dtype=float)
-    m = np.asarray(work, dtype=float) / c
-    u = decay_rate(rho, cs2)
-    pc = erlang_c(c, rho)
-    pw = np.minimum(pc * (1.0 + cs2) / 2.0 * u / (1.0 - rho), 1.0)
-    return np.where(rho > 0, pw, 0.0), m / u
+    work = np.asarray(work, dtype=float)
+    rho, c, cs2, work = np.broadcast_arrays(rho, c, cs2, work)
+    pw = erlang_c(c, rho)
+    # several servers: Erlang's C and the mean
+    th = mean_wait_factor(c, rho, cs2) * work / (c * (1.0 - rho))
+    one = np.rint(c) <= 1.0
+    if one.any():
+        # one server: the Cramer-Lundberg decay, the mean matched (Erlang's C is rho)
+        u = decay_rate(rho[one], cs2[one])
+        pw = np.array(pw, dtype=float)
+        th = np.array(th, dtype=float)
+        pw[one] = np.minimum(rho[one] * (1.0 + cs2[one]) / 2.0 * u / (1.0 - rho[one]), 1.0)
+        th[one] = work[one] / u
+    return np.where(rho > 0, pw, 0.0), th
 
 
 def _nodes(x, p, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -423,20 +446,29 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
             # fixed lengths: the root without slots is a function of (servers, slack / work) for the quantile, read
             # from a table; it bounds the root with slots from above (waiting for a slot only adds)
             t0 = np.minimum(hi, _root_table(c[i], (lim[i] - base[i]) / work[i], q[i], cs2[i]))
-            g0 = gap(1.0 / (1.0 + np.exp(-t0)), i)
-            done = (g0 <= 0) & (g0 >= -_CLOSE)  # the table's root holds as it is (no slot wait to speak of)
-            rho[i[done]] = 1.0 / (1.0 + np.exp(-t0[done]))
-            # below the root (the table's interpolation was cautious): the root lies between it and the cap
-            up = (g0 < -_CLOSE) & (t0 < hi)
-            if up.any():
-                j = i[up]
-                rho[j] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), hi[up], lo=(t0[up], g0[up]))
-            rest = ~done & ~up & (g0 > 0)
-            i, hi, near = i[rest], t0[rest], True
+            # the table's root is within a few thousandths of the log-odds of the root without slots: bracket it
+            # there and narrow (slot rows whose wait moves the root further fall back to the search below)
+            lo_t, hi_t = t0 - 0.01, np.minimum(t0 + 0.01, hi)
+            both = gap(1.0 / (1.0 + np.exp(-np.concatenate([lo_t, hi_t]))), np.concatenate([i, i]))
+            g_lo, g_hi = both[: i.size], both[i.size:]
+            at_top = (g_hi <= 0) & (hi_t >= hi)  # meets up to the cap (the table's root is the cap's)
+            rho[i[at_top]] = 1.0 / (1.0 + np.exp(-hi[at_top]))
+            inside = (g_lo <= 0) & (g_hi > 0)
+            if inside.any():
+                j = i[inside]
+                rho[j] = _narrow(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), lo_t[inside], g_lo[inside],
+                                 hi_t[inside], g_hi[inside], 1e-8)
+            below = ~inside & ~at_top & (g_lo > 0)  # slots moved the root under the bracket: search below it
+            if below.any():
+                j = i[below]
+                rho[j] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), lo_t[below], near=True)
+            above = ~inside & ~at_top & ~below  # the table was cautious by more than the bracket: up to the cap
+            if above.any():
+                j = i[above]
+                rho[j] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), hi[above],
+                                   lo=(hi_t[above], g_hi[above]))
         else:
-            near = False
-        if i.size:
-            rho[i] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), i[sel]), hi, near=near)
+            rho[i] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), i[sel]), hi)
     return np.where(ok, rho, np.nan)
 
 
