@@ -16,7 +16,7 @@ import pandas as pd
 
 from planner.calib.data import QUANT, Measured, load_measured
 from planner.calib.fit import MIN_ROWS, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
-from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, summary_rows
+from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, format_tail_table, summary_rows
 from planner.calib.predict import SPEC_TOKENS_ASSUMED, notes, predict_normalised
 from planner.catalog import Catalog
 from planner.catalog.writer import atomic_write_text
@@ -141,6 +141,12 @@ def _tables(frame: pd.DataFrame, fmt: str) -> list[str]:
         groups.insert(0, ("configuration recorded", ["complete"]))
     for title, cols in groups:
         parts += [f"Per {title}:", "", format_table(summary_rows(frame, cols), cols), ""]
+    tails = format_tail_table(summary_rows(frame, None), [])
+    if tails:
+        parts += ["Tails beside the medians (p99 TTFT and TPOT, median and p99 ITL; `perf/latency.py` and "
+                  "`calib/predict.py::_closed_tails`):", "", tails, ""]
+        for cols in (["mode"], ["spec"], ["framework"]):
+            parts += [format_tail_table(summary_rows(frame, cols), cols), ""]
     return parts
 
 
@@ -398,6 +404,9 @@ def write_report(catalog: Catalog, data, out: Path | str, *, cross_validate: boo
         for name, f in hw_cv.items():
             parts += [f"{name}:", "", format_table(summary_rows(f, None), []), "",
                       format_table(summary_rows(f, ["system"]), ["system"]), ""]
+            tails = format_tail_table(summary_rows(f, None), [])
+            if tails:
+                parts += ["Its tails:", "", tails, "", format_tail_table(summary_rows(f, ["system"]), ["system"]), ""]
     if cross_validate and "model" in folds:
         sil = [m for m in sets if m.fmt == "silicon"]
         if sil:
