@@ -218,3 +218,23 @@ def test_slo_quantiles_and_names():
 def test_goodput_split_for_disaggregated_pools():
     t = Tail(ttft_q=0.9, tpot_q=0.9, goodput=0.95)
     assert t.ttft_sizing_q == pytest.approx(math.sqrt(0.95))
+
+
+@pytest.mark.parametrize("cs2", [0.0, 0.3, 1.0, 2.0])
+def test_decay_rate_solves_its_equation_at_every_load(cs2):
+    from planner.perf.latency import decay_rate
+
+    rho = 1.0 / (1.0 + np.exp(-np.linspace(-12, 12, 241)))
+    u = decay_rate(rho, cs2)
+    assert (np.diff(u) < 0).all()  # a busier queue's tail decays more slowly
+    m = np.exp(u) if cs2 == 0 else (1 - u * cs2) ** (-1 / cs2)
+    assert np.allclose(rho * (m - 1), u, rtol=1e-4)
+
+
+def test_tail_load_is_monotone_in_the_slack():
+    # more slack, more load: the root, never a grid point
+    sig = 10.0 ** np.linspace(-3, 1, 200)
+    for c in (1.0, 4.0):
+        r = tail_load(np.full(200, 10.0), np.full(200, 5.0), np.full(200, c), 10.0 + 5.0 * sig, np.full(200, 0.9),
+                      np.full(200, 1 - 1e-9))
+        assert (np.diff(r) >= -1e-12).all() and r[0] > 0

@@ -207,36 +207,30 @@ _DECAY: dict[float, np.ndarray] = {}
 def _decay_table(cs2: float) -> np.ndarray:
     """ln u*(rho) over ``_LOGIT``: the root ``u > 0`` of ``rho (M(u) - 1) = u`` where ``M`` is the moment generating
     function of a service time of mean 1 and squared coefficient of variation ``cs2`` (a gamma law; ``e^u`` for
-    deterministic service), by Newton from the right (``rho (M - 1) - u`` is convex, negative at the root's left)."""
+    deterministic service). Solved in ``v = ln M(u)``, where ``u = (1 - e^{-cs2 v}) / cs2`` (``v`` itself for
+    ``cs2 = 0``) and ``F(v) = rho (e^v - 1) - u(v)`` is convex with ``F(0) = 0`` and ``F'(0) < 0``: Newton from the
+    right of the root (``v0 = 2 ln(1 + 1 / rho) + 2``, where ``rho e^v0 ~ e^2 / rho`` exceeds ``u(v0) <= v0``) climbs
+    down to it monotonically."""
     t = _DECAY.get(cs2)
     if t is None:
         rho = 1.0 / (1.0 + np.exp(-_LOGIT))
 
-        def f(u):
-            # M(u) - 1 through expm1 and log1p: near rho = 1 the root is tiny and the difference is what counts
-            if cs2 <= 1e-12:
-                m1, dm = np.expm1(u), np.exp(u)
-            else:
-                lg = -np.log1p(-u * cs2) / cs2
-                m1, dm = np.expm1(lg), np.exp(lg) / (1.0 - u * cs2)
-            return rho * m1 - u, rho * dm - 1.0
+        def u_of(v):
+            return v if cs2 <= 1e-12 else -np.expm1(-cs2 * v) / cs2
 
-        # a start right of the root: the gamma MGF's pole (or, deterministic, where rho e^u > 1 + u clearly)
-        u = (np.full_like(rho, (1.0 - 1e-9) / cs2) if cs2 > 1e-12 else
-             np.maximum(2.0 * (1.0 - rho) / rho, 0.0) + np.log1p(1.0 / rho) + 1.0)
-        if cs2 > 1e-12:
-            u = np.minimum(u, np.maximum(2.0 * (1.0 - rho) / (rho * (1.0 + cs2)), 1e-12) * 4.0 + np.log1p(1.0 / rho))
-            u = np.minimum(u, (1.0 - 1e-9) / cs2)
+        def du_of(v):
+            return np.ones_like(v) if cs2 <= 1e-12 else np.exp(-cs2 * v)
+
+        v = 2.0 * np.log1p(1.0 / rho) + 2.0
         for _ in range(200):
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                val, der = f(u)
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                new = u - val / np.where(der > 0, der, np.inf)
-            new = np.where((der > 0) & np.isfinite(new), new, u * 0.5)
-            if np.all(np.abs(new - u) <= 1e-13 * np.maximum(u, 1e-300)):
-                u = new
+            f = rho * np.expm1(v) - u_of(v)
+            step = f / (rho * np.exp(v) - du_of(v))
+            new = v - step
+            if np.all(np.abs(new - v) <= 1e-14 * np.maximum(v, 1e-300)):
+                v = new
                 break
-            u = np.maximum(new, 1e-300)
+            v = np.maximum(new, 1e-300)
+        u = u_of(v)
         heavy = 2.0 * (1.0 - rho) / (rho * (1.0 + cs2))  # the heavy-traffic root, where Newton ran out of digits
         u = np.where((u > 1e-250) & np.isfinite(u), u, heavy)
         t = np.log(u)
