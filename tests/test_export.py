@@ -16,6 +16,7 @@ from planner.cli import main
 from planner.export import launch
 from planner.export.bundle import export_plan, read_plan
 from planner.export.deploy import deployments
+from planner.results.schema import SCHEMA_VERSION
 from tests.conftest import ROOT, crd_schema, engine_flags
 
 PLANS = ["deepseek-skewed", "llama-70b-chat", "multi-workload", "deepseek-chat", "long-context"]
@@ -282,7 +283,7 @@ def test_cli_export_and_schema(tmp_path, capsys):
 def test_plan_records_software_versions():
     plan = read_plan(ROOT / "plans" / "llama-70b-chat")
     assert {"planner", "pyomo", "highspy"} <= set(plan.software)
-    assert plan.schema_version == "2.5"
+    assert plan.schema_version == SCHEMA_VERSION == "2.6"
 
 
 def test_deployment_sizes(catalog):

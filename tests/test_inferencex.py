@@ -63,7 +63,9 @@ def test_runs_that_cannot_be_predicted_get_a_note_naming_the_field(tmp_path, cat
         "not a run",
     ]
     out = predict_measured(load_measured(_write(tmp_path, [RUN, *bad]), catalog), catalog)
-    assert list(out.columns) == ["run_index", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_output_tput_per_gpu", "note"]
+    assert list(out.columns) == ["run_index", "predicted_ttft_ms", "predicted_tpot_ms", "predicted_output_tput_per_gpu",
+                                 "predicted_ttft_p99_ms", "predicted_tpot_p99_ms", "predicted_itl_p50_ms",
+                                 "predicted_itl_p99_ms", "note"]
     assert out["run_index"].tolist() == list(range(8))
     notes = out["note"].tolist()
     assert notes[0] == "" and out["predicted_tpot_ms"][0] > 0 and out["predicted_output_tput_per_gpu"][0] > 0
