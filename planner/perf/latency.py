@@ -387,11 +387,28 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
                                       0.0)
     if np.all(np.isnan(q)):
         return mean
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        over = ttft_exceedance(mid, base, work, rho, servers, x, p, cs2, slot) > 1.0 - q
-        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
-    return np.where(np.isnan(q), mean, hi)
+    # the exceedance falls with t: false position on ln(1 - q) - ln P(TTFT > t), which rises through zero
+    sel = np.flatnonzero(~np.isnan(q))
+    target = np.log(np.maximum(1.0 - q[sel], 1e-300))
+    X_, P_ = _nodes(x, p, n)
+    srv = np.broadcast_to(np.asarray(servers, dtype=float), (n,))
+    c2 = np.broadcast_to(np.asarray(cs2, dtype=float), (n,))
+    sl = None if slot is None else tuple(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in slot)
+
+    def g(t, k):
+        r = sel[k]
+        ex = ttft_exceedance(t, base[r], work[r], rho[r], srv[r], X_[r], P_[r], c2[r],
+                             None if sl is None else (sl[0][r], sl[1][r]))
+        return target[k] - np.log(np.maximum(ex, 1e-300))
+
+    a, b = lo[sel].copy(), hi[sel].copy()
+    k = np.arange(sel.size)
+    ga = g(a, k)
+    lo_end, hi_end, g_lo = _narrow_raw(g, a, ga, b, g(b, k), 1e-10, close=1e-10)
+    out = mean.copy()
+    # the lowest t whose exceedance is within the quantile: the lower end where it is (already) there
+    out[sel] = np.where(g_lo >= -1e-10, lo_end, hi_end)
+    return out
 
 
 def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0, slots=None, *,
@@ -455,7 +472,18 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
             below = ~inside & ~at_top & (g_lo > 0)  # slots moved the root under the bracket: search below it
             if below.any():
                 j = i[below]
-                rho[j] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), j[sel]), lo_t[below], near=True)
+                # one secant step down from the bracket (half as far again, to land below the root), then narrow
+                slope = np.maximum((g_hi[below] - g_lo[below]) / (hi_t[below] - lo_t[below]), 1e-6)
+                t1 = lo_t[below] - 1.5 * g_lo[below] / slope - 1e-3
+                g1 = gap(1.0 / (1.0 + np.exp(-t1)), j)
+                hit = g1 <= 0
+                if hit.any():
+                    jj = j[hit]
+                    rho[jj] = _narrow(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), jj[sel]), t1[hit], g1[hit],
+                                      lo_t[below][hit], g_lo[below][hit], 1e-8)
+                if (~hit).any():
+                    jj = j[~hit]
+                    rho[jj] = _illinois(lambda t, sel: gap(1.0 / (1.0 + np.exp(-t)), jj[sel]), t1[~hit], near=True)
             above = ~inside & ~at_top & ~below  # the table was cautious by more than the bracket: up to the cap
             if above.any():
                 j = i[above]
@@ -533,11 +561,19 @@ def _illinois(g, hi: np.ndarray, tol: float = 1e-8, near: bool = False, lo=None)
 
 
 def _narrow(g, a, ga, b, gb, tol):
-    """Illinois false position on the brackets ``[a, b]`` (``g(a) <= 0 < g(b)``); the lower ends, as
+    """Illinois false position on the brackets ``[a, b]`` (``g(a) <= 0 < g(b)``) of log-odds; the lower ends, as
     utilisations."""
+    return 1.0 / (1.0 + np.exp(-_narrow_raw(g, a, ga, b, gb, tol)[0]))
+
+
+def _narrow_raw(g, a, ga, b, gb, tol, close: float = _CLOSE):
+    """Illinois false position on the brackets ``[a, b]`` of an increasing ``g(t, rows)`` with ``g(a) <= 0 < g(b)``:
+    the final (lower, upper) ends and the lower end's ``g``, narrowed until that is within ``close`` of zero or the
+    bracket is ``tol`` wide (relative)."""
+    a, ga, b, gb = (np.array(v, dtype=float) for v in (a, ga, b, gb))
     n = a.size
     side = np.zeros(n)
-    live = (b - a > tol) & (ga < -_CLOSE)
+    live = (b - a > tol * np.maximum(1.0, np.abs(a))) & (ga < -close) & (gb > 0)
     for _ in range(100):
         if not live.any():
             break
@@ -553,8 +589,8 @@ def _narrow(g, a, ga, b, gb, tol):
         a[kl], ga[kl], side[kl] = t[low], gt[low], -1
         ga[kh] = np.where(side[kh] == 1, ga[kh] / 2.0, ga[kh])
         b[kh], gb[kh], side[kh] = t[~low], gt[~low], 1
-        live[k] = (b[k] - a[k] > tol * np.maximum(1.0, np.abs(a[k]))) & (ga[k] < -_CLOSE)
-    return 1.0 / (1.0 + np.exp(-a))
+        live[k] = (b[k] - a[k] > tol * np.maximum(1.0, np.abs(a[k]))) & (ga[k] < -close)
+    return a, b, ga
 
 
 def lognormal_quantile(mean, cv, q) -> np.ndarray:
@@ -653,9 +689,14 @@ def pool_latency(row, tail: Tail, rate_per_replica: float, ttft_target_s: float,
         rho = min(rate_per_replica * work / c, 1.0 - 1e-9)
         args = (base, work, rho, c, x, p, cs2)
         slots = (batch, batch / max(float(row["capacity_rps"]), 1e-30), tail.cv2_out) if batch > 0 else None
-        out["ttft_p"] = [float(ttft_quantile(q, *args, slots=slots)[0]) for q in QS]
-        out["ttft_mean"] = float(ttft_quantile(np.nan, *args, slots=slots)[0])
-        out["ttft_slo"] = float(ttft_quantile(np.nan if tail.ttft_q is None else tail.ttft_q, *args, slots=slots)[0])
+        # every quantile in one evaluation (rows of the same pool), the mean last
+        qs = np.array([*QS, np.nan if tail.ttft_q is None else tail.ttft_q, np.nan])
+        k = qs.size
+        rows = (np.full(k, base), np.full(k, work), np.full(k, rho), np.full(k, c))
+        t = ttft_quantile(qs, *rows, x, p, np.full(k, cs2),
+                          slots=None if slots is None else tuple(np.full(k, v) for v in slots))
+        out["ttft_p"] = [float(v) for v in t[: len(QS)]]
+        out["ttft_slo"], out["ttft_mean"] = float(t[len(QS)]), float(t[-1])
         out["ttft_ok"] = 1.0 - float(ttft_exceedance(ttft_target_s, *args, slot=_slot_at(rho, c, work, slots))[0])
     else:
         out["ttft_p"] = [base] * len(QS)
