@@ -216,8 +216,12 @@ def test_slo_quantiles_and_names():
 
 
 def test_goodput_split_for_disaggregated_pools():
+    from planner.perf.latency import HANDOVER_SHARE
+
     t = Tail(ttft_q=0.9, tpot_q=0.9, goodput=0.95)
-    assert t.ttft_sizing_q == pytest.approx(math.sqrt(0.95))
+    # each role meets sqrt(g); the prefill pool leaves a share of its misses to the wait for a decode slot
+    assert t.ttft_sizing_q == pytest.approx(1 - (1 - HANDOVER_SHARE) * (1 - math.sqrt(0.95)))
+    assert t.handover_miss == pytest.approx(HANDOVER_SHARE * (1 - math.sqrt(0.95)))
 
 
 @pytest.mark.parametrize("cs2", [0.0, 0.3, 1.0, 2.0])
@@ -238,3 +242,20 @@ def test_tail_load_is_monotone_in_the_slack():
         r = tail_load(np.full(200, 10.0), np.full(200, 5.0), np.full(200, c), 10.0 + 5.0 * sig, np.full(200, 0.9),
                       np.full(200, 1 - 1e-9))
         assert (np.diff(r) >= -1e-12).all() and r[0] > 0
+
+
+def test_decode_pools_keep_the_handover_wait_within_its_share():
+    from planner.perf.latency import HANDOVER_SHARE, decode_slot_rho, erlang_c
+
+    t = Tail(ttft_q=0.9)
+    assert t.handover_miss == pytest.approx(HANDOVER_SHARE * 0.1)
+    assert t.ttft_sizing_q == pytest.approx(1 - (1 - HANDOVER_SHARE) * 0.1)
+    b = np.array([4.0, 16.0, 64.0, 512.0])
+    rho = decode_slot_rho(b, t.handover_miss, 0.8)
+    assert (erlang_c(b, rho) <= t.handover_miss * (1 + 1e-9)).all()
+    assert (np.diff(rho) >= 0).all() and rho[-1] == pytest.approx(0.8)  # a large batch runs at the cap
+    # a decode row's load: capped by its slots (no prefill queue of its own)
+    rows = {"capacity_rps": np.full(4, 10.0), "ttft_base_s": np.zeros(4), "queue_work_s": np.zeros(4),
+            "queue_servers": np.ones(4)}
+    lam, _ = planned_load(rows, 1.0, 0.8, handover=(b, t.handover_miss))
+    assert lam == pytest.approx(rho * 10.0)

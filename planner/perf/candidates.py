@@ -434,6 +434,14 @@ def slot_queue(role: str, batch, tail: Tail):
     return (np.asarray(batch, dtype=float), tail.cv2_out) if role == "aggregated" else None
 
 
+def handover_queue(role: str, batch, tail: Tail):
+    """The ``handover`` argument of :func:`planned_load` for rows of one role: a disaggregated decode replica's
+    ``batch`` slots and the chance a handed-over request may find them all held (:attr:`Tail.handover_miss`)."""
+    if role != "decode" or tail.handover_miss is None:
+        return None
+    return np.asarray(batch, dtype=float), tail.handover_miss
+
+
 def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload: str, levels, cap: float,
                    derate: float, share: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, int]]:
     """Rows of one evaluated chunk (one workload, role, hardware, prefix tier) that some SLO level needs (see
@@ -455,7 +463,8 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     lams = planned_load(sub, np.asarray([f for f, _ in keys], dtype=float)[:, None], cap, with_ttft=False,
                         quantile=np.broadcast_to(np.stack([np.broadcast_to(np.asarray(q, dtype=float), cand.shape)
                                                            for q in qs]), (len(keys), cand.size)),
-                        nodes=nodes, cs2=cs2, slots=slot_queue(role, chunk["batch"][cand], tail))[0]
+                        nodes=nodes, cs2=cs2, slots=slot_queue(role, chunk["batch"][cand], tail),
+                        handover=handover_queue(role, chunk["batch"][cand], tail))[0]
     loads: dict[tuple, np.ndarray] = {}
     for key, lam in zip(keys, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
@@ -541,8 +550,12 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     bad_tpot = ~good_tpot
     agg = (r["role"] == "aggregated").to_numpy()
     cv2_out = np.array([tails.get(str(k), Tail()).cv2_out for k in r["workload"].cat.categories])[r["workload"].cat.codes]
+    dec = (r["role"] == "decode").to_numpy()
+    miss = np.array([np.nan if tails.get(str(k), Tail()).handover_miss is None else tails[str(k)].handover_miss
+                     for k in r["workload"].cat.categories])[r["workload"].cat.codes]
     lam, t = planned_load(r, ttft_lim, pool.utilisation_cap, quantile=qt, nodes=(xs, ps), cs2=cs2,
-                          slots=(np.where(agg, r["batch"].to_numpy(float), 0.0), cv2_out))
+                          slots=(np.where(agg, r["batch"].to_numpy(float), 0.0), cv2_out),
+                          handover=(np.where(dec, r["batch"].to_numpy(float), 0.0), miss))
     bad_ttft = ~bad_tpot & ~(lam > 0)
     dropped["tpot_slo"] = int(bad_tpot.sum())
     dropped["ttft_slo"] = int(bad_ttft.sum())

@@ -26,7 +26,7 @@ def queue_wait(rho, servers, work_s):
 
 
 def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quantile=None, nodes=None,
-                 cs2=0.0, slots=None) -> tuple[np.ndarray, np.ndarray | None]:
+                 cs2=0.0, slots=None, handover=None) -> tuple[np.ndarray, np.ndarray | None]:
     """(requests/s per replica, TTFT at that load) of each row: the highest request rate whose TTFT under
     open arrivals stays within ``ttft_limit_s`` and whose utilisation stays within ``cap`` (NaN rate where
     even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap. Elementwise: the
@@ -38,7 +38,9 @@ def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quan
     probabilities; fixed lengths without) and prefill service variability ``cs2`` (see
     :mod:`planner.perf.latency`); the TTFT returned is then at that quantile. ``slots``: ``(batch, cs2_out)`` per
     row, the batch slots an aggregated replica's requests wait for (held from admission to the last token, the
-    replica's ``batch / capacity_rps`` seconds on average, output-length spread ``cs2_out``); batch 0: none."""
+    replica's ``batch / capacity_rps`` seconds on average, output-length spread ``cs2_out``); batch 0: none.
+    ``handover``: ``(batch, miss)`` per row of a disaggregated decode pool, whose load keeps the chance that a
+    handed-over request finds every slot held within ``miss`` (:func:`planner.perf.latency.decode_slot_rho`)."""
     full, base, work, c = (np.asarray(rows[k], dtype=float)
                            for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers"))
     lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
@@ -65,6 +67,15 @@ def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quan
         lam_slo = np.where(queued, np.where(np.isnan(lt), 0.0, lt), lam_slo)
         feasible = np.where(queued, ~np.isnan(lt), feasible)
     lam = np.minimum(cap * full, lam_slo)
+    if handover is not None:
+        from planner.perf.latency import decode_slot_rho
+
+        hb = np.broadcast_to(np.asarray(handover[0], dtype=float), base.shape)
+        miss = np.broadcast_to(np.asarray(handover[1], dtype=float), base.shape)
+        dec = ~queued & (hb > 0) & ~np.isnan(miss)
+        if dec.any():
+            lam = np.array(lam, dtype=float)
+            lam[dec] = np.minimum(lam[dec], decode_slot_rho(hb[dec], miss[dec], cap) * full[dec])
     lam = np.where(feasible, lam, np.nan)
     if not with_ttft:
         return lam, None

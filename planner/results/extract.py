@@ -246,12 +246,12 @@ def _apply_load(workloads, pools: list[Pool], queue: dict) -> None:
         w = by_name[p.workload]
         lam = u * p.predicted.requests_per_s_per_replica
         lat = pool_latency(queue[p.id], workload_tail(w), lam, w.slo.ttft_s, w.slo.tpot_s,
-                           p.batch if p.role == "aggregated" else 0)
+                           p.batch if p.role == "aggregated" else 0, p.batch if p.role == "decode" else 0)
         first = p.role != "decode"
         p.predicted.latency = Latency(
             ttft=_pct(lat["ttft_p"]) if first else Percentiles(), ttft_mean_s=lat["ttft_mean"] if first else 0.0,
             tpot=_pct(lat["tpot_p"]), tpot_slo_s=lat["tpot_slo"], itl=_pct(lat["itl_p"]),
-            ttft_attainment=lat["ttft_ok"] if p.role != "decode" else 1.0,
+            ttft_attainment=lat["ttft_ok"],
             tpot_attainment=lat["tpot_ok"] if p.role != "prefill" else 1.0,
             ttft_base_s=float(queue[p.id]["ttft_base_s"]), prefill_work_s=float(queue[p.id]["queue_work_s"]),
             prefill_servers=float(queue[p.id]["queue_servers"]), tpot_cv=float(queue[p.id]["tpot_cv"]),
@@ -280,6 +280,8 @@ def attainment(pools: list[Pool], workload: str) -> tuple[float, float, float]:
     n_agg, a_ttft = weighted("aggregated", "ttft_attainment")
     _, a_tpot = weighted("aggregated", "tpot_attainment")
     n_pre, d_ttft = weighted("prefill", "ttft_attainment")
+    _, d_slot = weighted("decode", "ttft_attainment")  # the hand-over finds a decode slot free at once
+    d_ttft *= d_slot
     _, d_tpot = weighted("decode", "tpot_attainment")
     both_agg = 0.0
     tot = sum(p.predicted.requests_per_s * p.predicted.utilisation for p in mine if p.role == "aggregated")

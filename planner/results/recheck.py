@@ -14,7 +14,14 @@ from planner.catalog.scenario import ResolvedScenario, quantile_label
 from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
 from planner.model.families import FAMILIES
-from planner.perf.candidates import evaluate_point, packing_domain, planned_load, slo_terms, slot_queue
+from planner.perf.candidates import (
+    evaluate_point,
+    handover_queue,
+    packing_domain,
+    planned_load,
+    slo_terms,
+    slot_queue,
+)
 from planner.perf.latency import pool_latency, workload_tail
 from planner.perf.layout import Layout, check_layout
 from planner.results.extract import (
@@ -111,7 +118,7 @@ def _check_pool(p, rs: ResolvedScenario, loads: dict, add) -> float:
     meets_tpot, q_ttft = slo_terms(tail, p.role, ev["tpot_s"], ev["tpot_cv"], w.slo.tpot_s * (1 + REL_TOL))
     lam, t_cap = planned_load(pd.DataFrame([ev]), w.slo.ttft_s, sc.utilisation_cap, quantile=q_ttft,
                               nodes=(np.asarray(tail.x), np.asarray(tail.p)), cs2=tail.cs2,
-                              slots=slot_queue(p.role, p.batch, tail))
+                              slots=slot_queue(p.role, p.batch, tail), handover=handover_queue(p.role, p.batch, tail))
     rate = float(lam[0]) / p.margin_derate if np.isfinite(lam[0]) else 0.0
     u = loads.get((p.workload, p.role), 1.0)
     lat = pool_latency(ev, tail, u * rate, w.slo.ttft_s, w.slo.tpot_s, p.batch if p.role == "aggregated" else 0)

@@ -98,7 +98,8 @@ class Latency(_M):
     """TPOT at the workload's TPOT quantile (the mean where the SLO is on the mean)."""
     itl: Percentiles = Percentiles()
     ttft_attainment: float = 1.0
-    """Share of the pool's requests whose TTFT meets the target."""
+    """Share of the pool's requests whose TTFT meets the target (a decode pool: the share of hand-overs that find a
+    slot free at once)."""
     tpot_attainment: float = 1.0
     ttft_base_s: float = 0.0
     """TTFT of a mean-length prompt that does not wait (what ``planner simulate`` starts from)."""
