@@ -101,12 +101,9 @@ def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int)
     TPOT differs from the mean by, from the drafts each step accepts."""
     if spec <= 0 or tokens_per_step <= 1.0:
         return np.ones(len(out_tokens))
-    a = _accept_for(tokens_per_step, spec)
-    # tokens per step: 1 + min(geometric run of accepted drafts, spec); mean and variance of one step
-    p_ge = a ** np.arange(1, spec + 1)
-    mean = 1.0 + p_ge.sum()
-    second = 1.0 + np.sum((2.0 * np.arange(2, spec + 2) - 1.0) * p_ge)
-    var = max(second - mean * mean, 0.0)
+    from planner.perf.latency import spec_step_spread
+
+    mean, var = (float(v) for v in spec_step_spread(spec, _accept_for(tokens_per_step, spec)))
     steps_mean = out_tokens / mean
     # steps to emit O tokens (renewal count): mean O / m, variance O var / m^3
     steps = np.maximum(rng.normal(steps_mean, np.sqrt(out_tokens * var / mean ** 3)), 1.0)
