@@ -38,7 +38,7 @@ def main() -> None:
             for rho in (0.3, 0.6, 0.8, 0.9):
                 n, work, base = a.arrivals, 1.0, 1.5
                 arr = np.cumsum(rng.exponential(work / (rho * c), size=n))
-                xs = np.ones(n) if spread is None else _lengths(rng, spread, 1000, n)
+                xs = np.ones(n) if spread is None else _lengths(rng, spread, n)
                 start, _ = fcfs(arr, work * xs, c)
                 t = ((start - arr) + base + work * (xs - 1.0))[n // 10:]
                 row = []

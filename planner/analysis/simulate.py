@@ -110,7 +110,7 @@ def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int)
     return steps * mean / out_tokens
 
 
-def _lengths(rng, spread, mean_tokens: float, n: int) -> np.ndarray:
+def _lengths(rng, spread, n: int) -> np.ndarray:
     """``n`` lengths over their mean, drawn from a workload's spread (all 1 without one)."""
     if spread is None:
         return np.ones(n)
@@ -149,8 +149,8 @@ def _pick(rng, pools, n) -> np.ndarray:
 
 def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict) -> None:
     arrivals = np.cumsum(rng.exponential(1.0 / w.requests_per_s, size=n))
-    x = _lengths(rng, w.input_spread, w.input_tokens, n)
-    out = np.maximum(np.round(_lengths(rng, w.output_spread, w.output_tokens, n) * w.output_tokens), 1.0)
+    x = _lengths(rng, w.input_spread, n)
+    out = np.maximum(np.round(_lengths(rng, w.output_spread, n) * w.output_tokens), 1.0)
     entry = [p for p in plan.pools if p.workload == w.name and p.role in ("aggregated", "prefill")]
     decode = [p for p in plan.pools if p.workload == w.name and p.role == "decode"]
     if not entry:

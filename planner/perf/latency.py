@@ -89,10 +89,6 @@ class Tail:
         return float(max(np.sum(p * x * x) - 1.0, 0.0))
 
     @property
-    def fixed_lengths(self) -> bool:
-        return len(self.x) == 1
-
-    @property
     def _disagg_q(self) -> float | None:
         """The TTFT quantile of a disaggregated request: the SLO's, or with a goodput target ``g`` at least
         ``sqrt(g)`` (its TPOT is another pool's, sized for ``sqrt(g)`` too)."""
