@@ -49,14 +49,19 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'planner' has no attribute {name!r}")
 
 
-def load_scenario(path: str | Path, catalog: Catalog | None = None, *, engine: str | None = None) -> ResolvedScenario:
+def load_scenario(path: str | Path, catalog: Catalog | None = None, *, engine: str | None = None,
+                  existing: str | Path | None = None) -> ResolvedScenario:
     """Read a scenario YAML and bind it to ``catalog`` (the bundled one by default); ``engine`` runs every pool
-    on that engine. Bad input raises :class:`planner.errors.InputError` naming the file and field."""
+    on that engine; ``existing`` (a plan folder) re-plans from that plan's fleet with the scenario's change costs
+    (``planner plan --from``). Bad input raises :class:`planner.errors.InputError` naming the file and field."""
     from planner.catalog.loader import load_catalog
     from planner.catalog.scenario import load_scenario as read_scenario
     from planner.catalog.scenario import resolve_scenario, with_engine
 
-    rs = resolve_scenario(read_scenario(path), catalog if catalog is not None else load_catalog(), path)
+    sc = read_scenario(path)
+    if existing is not None:
+        sc = sc.model_copy(update={"existing": str(Path(existing).resolve())})
+    rs = resolve_scenario(sc, catalog if catalog is not None else load_catalog(), path)
     return with_engine(rs, engine) if engine is not None else rs
 
 

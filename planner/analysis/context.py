@@ -143,7 +143,7 @@ class AnalysisContext:
         slos = scenario_slos(self.rs.scenario.workloads)
         for k in which:
             slos = relaxed_slos(slos, workload, 1 if k == "tpot" else 0)
-        table = select_candidates(self.pool, slos)
+        table = select_candidates(self.pool, slos, keep=None if self.rs.fleet is None else self.rs.fleet.keys())
         if table.rows.empty:
             return None
         mine = self.data.rows
@@ -243,6 +243,13 @@ def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
 
 
 def fleet_cost(m, data: PlanData) -> float:
+    """The solved fleet's $/h: its units at the price, or, from a deployed fleet, what the horizon's units and
+    changes cost per hour (:mod:`planner.model.brownfield`)."""
+    if hasattr(m, "bf_add"):
+        from planner.model.brownfield import change_usd
+        from planner.model.terms import fleet_usd_per_hour
+
+        return float(pyo.value(fleet_usd_per_hour(m, 0) + change_usd(m)))
     return float(sum(round(pyo.value(m.u[h])) * data.hardware[h].usd_per_unit_hour for h in m.H))
 
 

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, ValidationError, model_validator
 
+from planner.catalog.fields import AsOf
+from planner.catalog.fleet import DEFAULT_HORIZON_MONTHS, ChangeCosts, ExistingFleet, Fleet, fleet_hardware, resolve_fleet
 from planner.catalog.ids import CatalogId, NameId
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
 from planner.catalog.schemas import Dtype, EngineSpec, HardwareSpec, ModelSpec, Strict
@@ -310,6 +312,15 @@ class Scenario(Strict):
     """MoE only: routed-token skew over the experts of the scenario's ``model``; sets the imbalance of every
     expert-parallel layout and lets the planner buy redundant expert slots (default: uniform routing)."""
     workloads: list[Workload] = Field(min_length=1)
+    existing: str | ExistingFleet | None = None
+    """The deployed fleet to re-plan from: a plan folder, or its units (with their commitments) and pools
+    (:mod:`planner.catalog.fleet`); default none: a plan from scratch."""
+    change_costs: ChangeCosts = ChangeCosts()
+    """What changing the deployed fleet costs (units added or released, pools reconfigured or re-engined)."""
+    horizon_months: Annotated[float, Field(gt=0, le=120)] = DEFAULT_HORIZON_MONTHS
+    """Months over which a change must pay for itself (the change costs are spread over them)."""
+    start: AsOf | None = None
+    """The plan's first day (default: today), against which commitments' end dates are read."""
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -362,6 +373,8 @@ class ResolvedScenario:
     """What resolution left out and why (reported in the plan's assumptions)."""
     workload_models: dict[str, ModelSpec] | None = None
     """Model of each workload by name (None: every workload is served by ``model``)."""
+    fleet: Fleet | None = None
+    """The deployed fleet the plan starts from (``existing``), or None: a plan from scratch."""
 
     def model_for(self, workload: str) -> ModelSpec:
         """The model a workload is served by."""
@@ -495,6 +508,12 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                 f"({', '.join(ids)}); drop require_validated or add measured hardware"
             )
         ids = kept
+    base = Path(path).parent if path else Path(".")
+    deployed = fleet_hardware(sc, catalog, where, base)
+    if any(h not in ids for h in deployed):
+        extra = [h for h in deployed if h not in ids]
+        notes.append(f"kept among the candidates: the deployed fleet holds {', '.join(extra)}")
+        ids += extra
     if not ids:
         raise InputError(f"{where}: field 'hardware': no candidate hardware")
     overrides = {catalog.hardware_id(k): v for k, v in sc.prices.items()}
@@ -516,8 +535,11 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                 f"{where}: field 'margin.quantile': no measured error for {', '.join(bare)} (efficiency.error_quantiles "
                 "is empty); run `planner calibrate margins --data FILE --write`, or drop the margin"
             )
+    fleet = resolve_fleet(sc, catalog, where, base, prices)
+    if fleet is not None:
+        notes += list(fleet.notes)
     return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
-                            weights, load, engines, tuple(notes), workload_models)
+                            weights, load, engines, tuple(notes), workload_models, fleet)
 
 
 def _runnable(ids: list[str], engine: EngineSpec, catalog, where: str, what: str) -> tuple[list[str], list[str]]:

@@ -47,6 +47,9 @@ def plan(
     export: Annotated[
         list[str] | None, typer.Option("--export", help="Also export the plan for ops into OUT/export: sglang, vllm, trtllm, k8s or all (repeatable).")
     ] = None,
+    from_plan: Annotated[
+        Path | None, typer.Option("--from", help="Re-plan from this plan folder's deployed fleet (its units reserved over the horizon, the scenario's change_costs or their defaults): keep what pays, and write the migration.")
+    ] = None,
 ) -> None:
     """Plan the cheapest deployment that meets a scenario's traffic and SLOs; write plan.md and plan.json."""
     import planner
@@ -55,7 +58,7 @@ def plan(
     from planner.pipeline.plan import input_hash
 
     engine = check_engine(engine)
-    rs = planner.load_scenario(scenario, cli_catalog(), engine=engine)
+    rs = planner.load_scenario(scenario, cli_catalog(), engine=engine, existing=from_plan)
     target = out or Path("plans") / f"{rs.scenario.name}-{input_hash(rs, engine or rs.scenario.engine)[:8]}"
     check_folder(target, option="--out")
     if not force:
@@ -82,6 +85,10 @@ def plan(
     head = (f"${p.day.usd_per_day:,.2f}/day, ${p.day.usd_per_mtok:,.4f}/M tokens over the day (peak period "
             f"${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens)" if p.day is not None else
             f"${p.objective.usd_per_hour:,.2f}/h, ${p.objective.usd_per_mtok:,.4f}/M tokens")
+    if p.migration is not None and p.migration.cost is not None:
+        c = p.migration.cost
+        head += (f"; from the deployed fleet ${c.usd_per_hour:,.2f}/h over {c.horizon_months:g} months, "
+                 f"changes ${c.change_usd:,.0f}")
     typer.echo(
         f"{p.status}: {head}; "
         f"wrote {md} and {js} (candidates {res.timings['candidates_s']:.2f} s, solve {res.timings['solve_s']:.2f} s, "
@@ -371,6 +378,26 @@ def export_cmd(
     doc = export_plan(plan_dir, targets, dest, cli_catalog(), force=force, namespace=namespace, gateway=gateway)
     typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
                + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
+
+
+@app.command("diff")
+def diff_cmd(
+    plan_a: Annotated[Path, typer.Argument(help="The plan folder deployed now (plan.json).")],
+    plan_b: Annotated[Path, typer.Argument(help="The plan folder to move to.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The diff and steps as JSON on stdout.")] = False,
+) -> None:
+    """What moving from PLAN_A's fleet to PLAN_B's changes: units added and released, pools kept, resized or
+    reconfigured (replicas before and after), and the steps that never drop capacity below demand."""
+    from planner.export.bundle import read_plan
+    from planner.export.migration import diff_lines, step_lines
+    from planner.results.migration import diff_plans
+
+    units, pools, steps = diff_plans(read_plan(plan_a), read_plan(plan_b))
+    if as_json:
+        echo_json({"from": str(plan_a), "to": str(plan_b), "units": [u.model_dump() for u in units],
+                   "pools": [p.model_dump() for p in pools], "steps": [s.model_dump() for s in steps]})
+        return
+    typer.echo("\n".join([f"# {plan_a} -> {plan_b}", ""] + diff_lines(units, pools) + ["", "Steps:", ""] + step_lines(steps)))
 
 
 @app.command("schema")

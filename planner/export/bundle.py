@@ -118,6 +118,8 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
     add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped),
         None, "runbook")
     add("README.md", _readme(plan, deps, launch_of), None, "readme")
+    if plan.migration is not None:
+        add("migration.json", plan.migration.model_dump_json(indent=1) + "\n", None, "migration")
     doc = {"plan": str(plan_dir / "plan.json"), "plan_status": plan.status, "schema_version": plan.schema_version,
            "targets": targets, "namespace": namespace, "files": sorted(files, key=lambda f: f["path"]),
            "skipped": skipped}

@@ -325,6 +325,12 @@ def _appendix(plan: Plan) -> list[str]:
     return L
 
 
+def _migration(plan: Plan) -> list[str]:
+    from planner.export.migration import migration_markdown
+
+    return migration_markdown(plan.migration) if plan.migration is not None else []
+
+
 def plan_markdown(plan: Plan) -> str:
     """plan.md: the summary, then each section."""
     L: list[str] = [f"# Deployment plan: {plan.scenario['name']}", "", summary(plan), ""]
@@ -332,7 +338,7 @@ def plan_markdown(plan: Plan) -> str:
     L += ["", "## Pools", ""]
     for p in plan.pools:
         L += _pool(plan, p)
-    for section in (_workloads, _resilience, _periods, _cost, _binding, _appendix):
+    for section in (_workloads, _resilience, _periods, _migration, _cost, _binding, _appendix):
         L += section(plan)
     return "\n".join(L)
 

@@ -34,7 +34,12 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "`k8s/disruption.yaml` lets a node drain take at most the replicas the plan can lose "
           "(`resilience.lose_units`; none without it: add capacity before draining).",
           f"- Namespace: `{namespace}`.", ""]
-    L += ["## Bring-up order", "",
+    if plan.migration is not None:
+        from planner.export.migration import runbook_lines
+
+        L += runbook_lines(plan.migration)
+    L += ["## Bring-up order" + (" (a fresh cluster; from the deployed fleet, follow the migration above)"
+                                 if plan.migration is not None else ""), "",
           "1. `kubectl apply -f k8s/configmaps.yaml` (launch scripts, engine configs, expert maps).",
           "2. Prefill pools first (in `k8s/serving.yaml`, the DisaggregatedSet's prefill roles): wait until their "
           "leaders are Ready; decode workers need them to pull KV from.",

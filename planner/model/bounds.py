@@ -27,6 +27,7 @@ import numpy as np
 import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
+from planner.model.brownfield import deployed_units
 from planner.model.families import prefix_rows_hold, start_indicators
 from planner.solve.structure import structure_of
 
@@ -105,6 +106,7 @@ def cost_caps(m, cost: float | None) -> ComponentMap:
         cpu = data.hardware[h].chips_per_unit
         held = most(pyo.value(m.usd_per_chip_hour[h]) * cpu)
         if held is not None:
+            held += deployed_units(m, h)  # deployed units may cost less than the price to keep
             _tighten(m.u[h], held, caps)
         tier = data.tiers.get(h)
         for t in m.T:

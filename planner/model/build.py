@@ -26,6 +26,7 @@ from __future__ import annotations
 import pyomo.core as pyo
 
 from planner.model.bounds import greedy_start
+from planner.model.brownfield import change_usd
 from planner.model.data import PlanData, periods_of, row_arrays
 from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage, pairing_on_demand
 from planner.model.terms import (
@@ -120,11 +121,13 @@ def objective_expr(m):
     hw, slots = m._arr["hardware"], coef(m, "slots")
     price = {h: float(pyo.value(m.usd_per_chip_hour[h])) for h in m.H}
     weights = m._periods.weights
-    fleet = sum(weighted(weights[t], fleet_usd_per_hour(m, t)) for t in m.T)
+    fleet = sum(weighted(weights[t], fleet_usd_per_hour(m, t, committed=False)) for t in m.T)
     chip_usd = sum(weighted(weights[t], sum(EPSILON * slots[i] * price[hw[i]] * m.x[i, t] for i in m.R)) for t in m.T)
     cost = fleet + chip_usd
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         cost = cost + m._data.pool_type_usd_per_hour * sum(m.row_used[i] for i in m.R)
+    if hasattr(m, "bf_add"):
+        cost = cost + change_usd(m)
     if m._elastic:
         cost = ELASTIC_WEIGHT * elastic_shortage(m) + cost / 1e6
     return cost
@@ -147,8 +150,8 @@ def define_workload_blocks(m):
     decode rows. The module checks on the rows that nothing else (N+k, pool types) touches the workload.
 
     Over several periods, or with per-period tiers, workloads share the held units across periods and no block is
-    declared."""
-    if len(m.T) != 1 or m._tiered_on_demand or m._tiered_spot:
+    declared; nor from a deployed fleet (kept units cost less than the price the floors read)."""
+    if len(m.T) != 1 or m._tiered_on_demand or m._tiered_spot or m._data.fleet is not None:
         return None, None
     t = next(iter(m.T))
     a = m._arr

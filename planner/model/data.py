@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from planner.catalog.fleet import Fleet
 from planner.catalog.scenario import Racks, ResolvedScenario
 from planner.catalog.schemas import HardwareSpec
 from planner.errors import InfeasibleError, InputError
@@ -100,6 +101,8 @@ class PlanData:
     """The operating periods; ``None``: one period at the workloads' ``requests_per_s`` (:func:`periods_of`)."""
     tiers: dict[str, Tier] = field(default_factory=dict)
     """Per-period price tiers per hardware (none: every unit is held over the horizon at the plan's price)."""
+    fleet: Fleet | None = None
+    """The deployed fleet the plan starts from (:mod:`planner.model.brownfield`), or None: from scratch."""
 
 
 def periods_of(data: PlanData) -> Periods:
@@ -181,7 +184,7 @@ def prepare(rs: ResolvedScenario, table: CandidateTable) -> PlanData:
     lim = sc.limits
     return PlanData(rows, hardware, workloads, lim.power_kw, lim.budget_usd_per_hour, roles, notes,
                     sc.resilience.lose_units, lim.max_hardware_types, lim.max_pool_types_per_workload,
-                    lim.pool_type_usd_per_hour, lim.racks, lim.max_chips)
+                    lim.pool_type_usd_per_hour, lim.racks, lim.max_chips, fleet=rs.fleet)
 
 
 def rack_notes(racks: Racks | None, hardware: dict[str, HardwareData]) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.core as pyo
 
+from planner.model.brownfield import define_brownfield, start_brownfield
 from planner.model.data import chip_power_kw
 from planner.model.terms import coef, fleet_kw, fleet_usd_per_hour, held, served, stream, unit_loss, usable
 
@@ -642,6 +643,8 @@ FAMILIES: tuple[Family, ...] = (
            start=_start_hardware_types),
     Family("pool_types", define_pool_types, "pool types per workload", path="limits.max_pool_types_per_workload",
            start=_start_pool_types),
+    Family("brownfield", define_brownfield, "the deployed fleet and what changing it costs", path="existing",
+           start=start_brownfield),
 )
 """Every constraint family, in the order the builder defines them."""
 

@@ -72,11 +72,19 @@ def fleet_kw(m, t):
     return sum((hw[h].kw_per_chip or 0.0) * hw[h].chips_per_unit * held(m, h, t) for h in m.H)
 
 
-def fleet_usd_per_hour(m, t):
+def fleet_usd_per_hour(m, t, committed: bool = True):
     """Dollars per hour of the units held in period ``t``: the held units at the plan's price (a mutable
-    parameter), the per-period ones at their tiers'."""
+    parameter), the per-period ones at their tiers'. From a deployed fleet, the held units at what they cost
+    (:func:`planner.model.brownfield.fleet_usd`), with the reservations paid whether kept or not unless
+    ``committed`` is false (the objective leaves that constant out: HiGHS's MIP start and cutoff are read
+    without the objective's offset)."""
     hw, tiers = m._data.hardware, m._data.tiers
-    out = sum(m.usd_per_chip_hour[h] * hw[h].chips_per_unit * m.u[h] for h in m.H)
+    if hasattr(m, "bf_add"):
+        from planner.model.brownfield import fleet_usd
+
+        out = fleet_usd(m, committed)
+    else:
+        out = sum(m.usd_per_chip_hour[h] * hw[h].chips_per_unit * m.u[h] for h in m.H)
     for h in m._tiered_on_demand:
         out = out + tiers[h].on_demand * hw[h].chips_per_unit * m.uo[h, t]
     for h in m._tiered_spot:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from planner.catalog.fleet import pool_key
 from planner.catalog.scenario import ResolvedScenario, Workload
 from planner.catalog.schemas import (
     EngineEfficiency,
@@ -526,10 +527,11 @@ def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
 
 
 def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]], *, prune: bool = True,
-                      tails: dict[str, Tail] | None = None) -> CandidateTable:
+                      tails: dict[str, Tail] | None = None, keep: set[tuple] | None = None) -> CandidateTable:
     """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO, at the quantiles of its :class:`Tail` (``tails``,
     default the pool's), at the load they are planned for (see :func:`planned_load`), pruned of dominated
-    rows."""
+    rows; rows of the pool identities in ``keep`` (a deployed fleet's, :func:`pool_keys`) are pruned only among
+    themselves."""
     r = pool.rows
     dropped = {"memory": pool.dropped_memory, "tpot_slo": 0, "ttft_slo": 0, "dominated": 0}
     if r.empty:
@@ -559,20 +561,38 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     bad_ttft = ~bad_tpot & ~(lam > 0)
     dropped["tpot_slo"] = int(bad_tpot.sum())
     dropped["ttft_slo"] = int(bad_ttft.sum())
-    keep = ~(bad_tpot | bad_ttft)
-    rows = r[keep].copy()
+    good = ~(bad_tpot | bad_ttft)
+    rows = r[good].copy()
     rows["pool_row"] = rows.index.to_numpy()  # the row's position in the pool: one identity across SLO levels
-    rows["requests_per_s"] = lam[keep] / (rows["margin_derate"].to_numpy() if "margin_derate" in rows else 1.0)
-    rows["ttft_s"] = t[keep]
+    rows["requests_per_s"] = lam[good] / (rows["margin_derate"].to_numpy() if "margin_derate" in rows else 1.0)
+    rows["ttft_s"] = t[good]
     rows["tpot_slo_s"] = tpot_at_slo(rows, tails)
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
-        rows, dropped["dominated"] = prune_dominated(rows, pool.shares, mixes=pool.mixes)
+        protect = deployed_rows(rows, keep) if keep else None
+        rows, dropped["dominated"] = prune_dominated(rows, pool.shares, mixes=pool.mixes and not keep, protect=protect)
     if pool.levels and pool.base_slo_drops and slos == pool.levels[0]:
         # counted as the rows were streamed: the pool no longer holds most of the rows that missed or were dominated
         dropped.update(pool.base_slo_drops)
         dropped["dominated"] = pool.fit - pool.base_slo_drops["tpot_slo"] - pool.base_slo_drops["ttft_slo"] - len(rows)
     return CandidateTable(rows.reset_index(drop=True), dropped, pool.evaluated)
+
+
+def deployed_rows(rows: pd.DataFrame, keys: set[tuple]) -> np.ndarray:
+    """Whether each row is of a deployed pool's identity in ``keys`` (a pool given without a weight format
+    matches any)."""
+    return np.array([k in keys or (*k[:-1], "") in keys for k in pool_keys(rows)], dtype=bool)
+
+
+def pool_keys(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's pool identity (:func:`planner.catalog.fleet.pool_key`), one tuple per row."""
+    cols = [rows[c].astype(str).to_numpy() for c in ("workload", "role", "hardware", "engine")]
+    ints = [rows[c].to_numpy(int) for c in ("tp", "ep", "pp", "attn_dp")]
+    wd = rows["weights_dtype"].astype(str).to_numpy()
+    out = np.empty(len(rows), dtype=object)
+    for i in range(len(rows)):
+        out[i] = pool_key(*(c[i] for c in cols), *(c[i] for c in ints), wd[i])
+    return out
 
 
 def build_candidates(rs: ResolvedScenario, engine: str | None = None, *, prune: bool = True) -> CandidateTable:

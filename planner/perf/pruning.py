@@ -28,13 +28,15 @@ def pairing(df) -> np.ndarray:
 def mixes_allowed(sc) -> bool:
     """Whether a row that a mix of several other rows beats may be pruned (:func:`prune_dominated`): not
     where the scenario limits or prices pool types (the mix is more pool types than the row) or asks for N+k
-    (its per-unit loss bound is read from the rows)."""
+    (its per-unit loss bound is read from the rows), nor where the plan starts from a deployed fleet (each new
+    pool type is a change that costs)."""
     lim = sc.limits
-    return not (lim.max_pool_types_per_workload or lim.pool_type_usd_per_hour or sc.resilience.lose_units)
+    return not (lim.max_pool_types_per_workload or lim.pool_type_usd_per_hour or sc.resilience.lose_units
+                or sc.existing is not None)
 
 
 def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | None = None, *,
-                    mixes: bool = False) -> tuple[pd.DataFrame, int]:
+                    mixes: bool = False, protect: np.ndarray | None = None) -> tuple[pd.DataFrame, int]:
     """Drop rows the MILP never needs.
 
     In the MILP a row is only its packing footprint ``slots``, its request rate and, where it reuses
@@ -53,6 +55,10 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     without prefix reuse is usable at any working set. In the MILP such a mix replaces the row at the same
     units, power and cost; what it may add is pool types, which is why a scenario that limits or prices them
     keeps the row.
+
+    ``protect`` (a mask over ``df``'s rows: the deployed pools' layouts, which cost nothing to keep where any
+    other layout costs a change) keeps the rows among them that no protected row dominates, whatever the others
+    dominate.
     """
     if df.empty:
         return df, 0
@@ -75,6 +81,11 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
             rows = left[idx]
             share = usable_share(cap[idx], q[rows], shares.get(wl[rows[0]], (0.0, np.inf)))
             keep[rows[~mix_kept(s[rows], q[rows], share)]] = False
+    if protect is not None and protect.any():
+        mine = np.flatnonzero(protect)
+        sub = df.iloc[mine].drop(columns="pairing").reset_index(drop=True)
+        left, _ = prune_dominated(sub, shares)
+        keep[mine[left.index.to_numpy()]] = True
     out = df[keep].drop(columns="pairing")
     return out, len(df) - len(out)
 

@@ -82,6 +82,7 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
         "hardware": [h.model_dump(mode="json") for h in rs.hardware],
         "prices": rs.prices,
         "expert_load": None if rs.expert_load is None else hashlib.sha256(np.round(rs.expert_load, 12).tobytes()).hexdigest(),
+        **({"fleet": rs.fleet.summary()} if rs.fleet is not None else {}),
     }
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
@@ -130,7 +131,7 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
     slos = scenario_slos(rs.scenario.workloads)
     say(f"evaluating candidates for {len(rs.scenario.workloads)} workload(s) on {len(rs.hardware)} hardware")
     pool = _evaluate(workers, rs, engine, slo_levels(slos, opts.analysis), analysis_shares(rs, opts))
-    table = select_candidates(pool, slos)
+    table = select_candidates(pool, slos, keep=rs.fleet.keys() if rs.fleet is not None else None)
     t1 = time.perf_counter()
     diagnose_candidates(rs, pool, table)
     data = prepare(rs, table)
@@ -185,6 +186,10 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
                 f"analysis not completed: --time-limit {opts.time_limit_s:g} s was spent after {len(answers)} of "
                 f"{len(qs)} re-solves (the binding constraints they priced are listed), before {rest}; "
                 "raise --time-limit to get them")
+    if data.fleet is not None:
+        from planner.pipeline.brownfield import plan_migration
+
+        plan_migration(rs, data, model, solver, plan, x, u, deadline, say)
     if data.lose_units:
         say(f"analysis: what surviving the loss of {data.lose_units} unit(s) costs")
         left = capacity_after_losing(plan, data.lose_units)

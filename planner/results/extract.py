@@ -114,12 +114,12 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
     hw_by_id = {h.id: h for h in rs.hardware}
     pools: list[Pool] = []
     queue: dict = {}
-    for i, n in sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0])):
+    order = sorted(x.items(), key=lambda kv: (str(rows.loc[kv[0], "workload"]), str(rows.loc[kv[0], "role"]), kv[0]))
+    ids = pool_ids(rs, rows, [i for i, _ in order])
+    for i, n in order:
         r = rows.loc[i]
-        w, role = str(r["workload"]), str(r["role"])
-        pid = f"{w}-{role}-{len([p for p in pools if p.workload == w and p.role == role]) + 1}"
-        pools.append(_pool_of(rs, r, n, pid))
-        queue[pid] = r
+        pools.append(_pool_of(rs, r, n, ids[i]))
+        queue[ids[i]] = r
     _apply_load(sc.workloads, pools, queue)
     _router_shares(pools)
     placement, needed = pack(pools, {h: hw_by_id[h] for h in u})
@@ -174,6 +174,37 @@ def extract(rs: ResolvedScenario, data: PlanData, x: dict[int, int], u: dict[str
         placement=placement,
         assumptions=assumptions,
     )
+
+
+def pool_ids(rs: ResolvedScenario, rows, order: list[int]) -> dict[int, str]:
+    """Each used row's pool id, ``WORKLOAD-ROLE-N``. From a deployed fleet, a pool that is kept (the same
+    identity: :func:`planner.catalog.fleet.pool_key`) keeps its deployed id, so a declarative apply updates it in
+    place; the others take the next numbers no deployed pool holds."""
+    from planner.perf.candidates import pool_keys
+
+    fleet = rs.fleet
+    out: dict[int, str] = {}
+    taken: set[str] = set()
+    if fleet is not None:
+        keys = pool_keys(rows.loc[order]) if order else []
+        free = [p for p in fleet.pools if p.pool_id]
+        taken = {p.pool_id for p in fleet.pools if p.pool_id}
+        for i, k in zip(order, keys, strict=True):
+            match = next((p for p in free if p.key == k or p.key == (*k[:-1], "")), None)
+            if match is not None:
+                free.remove(match)
+                out[i] = match.pool_id
+    counts: dict[tuple[str, str], int] = {}
+    for i in order:
+        if i in out:
+            continue
+        w, role = str(rows.loc[i, "workload"]), str(rows.loc[i, "role"])
+        n = counts.get((w, role), 0) + 1
+        while f"{w}-{role}-{n}" in taken or f"{w}-{role}-{n}" in out.values():
+            n += 1
+        counts[(w, role)] = n
+        out[i] = f"{w}-{role}-{n}"
+    return out
 
 
 def physics_path(hw) -> str:

@@ -11,12 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.catalog.ids import CATALOG_ID, CatalogId, EngineId, FileName, NameId, PoolId
 from planner.catalog.scenario import LengthSpread
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
+from planner.results.migration import Migration
+from planner.version import PLAN_SCHEMA_VERSION
 
-SCHEMA_VERSION = "2.6"
+SCHEMA_VERSION = PLAN_SCHEMA_VERSION
 """2.1: ``software`` (planner, solver and Pyomo versions); 2.2: a ``model`` per pool and workload; 2.3:
 ``binding_constraints[].saving_proven``; 2.5: ``day`` (a traffic profile's cost over the day); 2.6: percentile SLOs
 (``predicted.latency`` per pool, the SLO quantiles and predicted goodput per workload; ``ttft_s`` is at the SLO's
-quantile). A change of the contract changes this."""
+quantile); 2.7: ``migration`` (a re-plan from a deployed fleet: the diff, the steps and the horizon's costs). A
+change of the contract changes this (in :mod:`planner.version`)."""
 
 
 REL_TOL = 1e-6
@@ -365,6 +368,8 @@ class Plan(_M):
     """A traffic profile's day: $/day and $/M tokens over the day's tokens, with the peak period's beside them."""
     software: dict[str, str] = {}
     """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
+    migration: Migration | None = None
+    """From a deployed fleet (``existing``): the diff against it, the steps and the horizon's costs."""
 
     def pools_frame(self):
         """One row per pool: workload, role, hardware, engine, layout, batch, dtypes, tiers, replicas and chips, the

@@ -81,7 +81,8 @@ def solve_point(rs: ResolvedScenario, doc: dict, opts: PlanOptions) -> dict:
         (pool,) = _POOLS[pool_key]
         grp = _GROUPS.get(model_key)
         if grp is None:
-            table = select_candidates(pool, scenario_slos(rs2.scenario.workloads), tails=scenario_tails(rs2.scenario.workloads))
+            table = select_candidates(pool, scenario_slos(rs2.scenario.workloads), tails=scenario_tails(rs2.scenario.workloads),
+                                      keep=None if rs2.fleet is None else rs2.fleet.keys())
             diagnose_candidates(rs2, pool, table)
             data = prepare(rs2, table)
             model = build_model(data)
