@@ -245,7 +245,7 @@ def solution_on(old, values: ComponentMap, m) -> ComponentMap | None:
 def fleet_cost(m, data: PlanData) -> float:
     """The solved fleet's $/h: its units at the price, or, from a deployed fleet, what the horizon's units and
     changes cost per hour (:mod:`planner.model.brownfield`)."""
-    if hasattr(m, "bf_add"):
+    if hasattr(m, "bf_keep"):
         from planner.model.brownfield import change_usd
         from planner.model.terms import fleet_usd_per_hour
 

@@ -157,6 +157,7 @@ LOGNORMAL_MAX_P90_RATIO = 2.2721
 
 
 MAX_PERIODS = 168
+MAX_MONTHS = 60
 """Periods a traffic profile may have (hourly over a week)."""
 
 
@@ -171,6 +172,11 @@ class Workload(Strict):
     the values and this field their peak."""
     profile: list[Annotated[float, Field(ge=0, le=MAX_DEMAND_RPS)]] | None = Field(default=None, min_length=1,
                                                                                    max_length=MAX_PERIODS)
+    months: list[Annotated[float, Field(ge=0, le=MAX_DEMAND_RPS)]] | None = Field(default=None, min_length=2,
+                                                                                  max_length=MAX_MONTHS)
+    """Growth: peak requests/s of each month of the horizon (month 1 first). The plan then says which units to
+    reserve at the start of which month and which to rent on demand month by month; ``requests_per_s`` is
+    their peak (default) and the pools shown are the peak month's."""
     input_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     """Prompt tokens per request: a number, or a distribution ``{mean: 2000, p90: 4000}`` (a lognormal through
     both) or ``{file: prompts.csv}`` (a histogram, columns ``tokens,weight``); the field then holds the mean
@@ -197,6 +203,15 @@ class Workload(Strict):
                         msg = str(e["msg"]).removeprefix("Value error, ")
                         raise ValueError(f"{k}_tokens{'.' + where if where else ''}: {msg}") from None
                     data = {**data, f"{k}_tokens": max(1, round(spread.mean)), f"{k}_spread": spread}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _months(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("months"), list) and "requests_per_s" not in data:
+            nums = [v for v in data["months"] if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if len(nums) == len(data["months"]) and nums:
+                data = {**data, "requests_per_s": max(nums)}
         return data
 
     @model_validator(mode="before")
@@ -336,13 +351,25 @@ class Scenario(Strict):
             raise ValueError(f"workload names must be unique (repeated: {', '.join(sorted(dup))})")
         top = max(w.requests_per_s for w in self.workloads)
         for i, w in enumerate(self.workloads):
-            low = min(v for v in (w.profile or [w.requests_per_s]) if v > 0)
+            low = min(v for v in (w.profile or w.months or [w.requests_per_s]) if v > 0)
             if low < top * MIN_DEMAND_SHARE:
                 raise ValueError(f"workloads.{i}.requests_per_s: {low:g} req/s is below {MIN_DEMAND_SHARE:g} of the "
                                  f"scenario's largest demand ({top:g} req/s); plan it in a scenario of its own")
         lengths = {len(w.profile) for w in self.workloads if w.profile is not None}
         if len(lengths) > 1:
             raise ValueError(f"every workload's profile needs the same number of periods (got {sorted(lengths)})")
+        months = {len(w.months) for w in self.workloads if w.months is not None}
+        if len(months) > 1:
+            raise ValueError(f"every workload's months need the same number of months (got {sorted(months)})")
+        for i, w in enumerate(self.workloads):
+            if w.months is not None and w.profile is not None:
+                raise ValueError(f"workloads.{i}: give months (growth) or a daily profile, not both (plan each "
+                                 "month's peak hour as its month)")
+            if w.months is not None and abs(max(w.months) - w.requests_per_s) > 1e-9 * max(w.requests_per_s, 1.0):
+                raise ValueError(f"workloads.{i}.requests_per_s: {w.requests_per_s:g} is not the peak of its months "
+                                 f"({max(w.months):g}); leave it out (it defaults to that peak)")
+            if w.months is not None and max(w.months) <= 0:
+                raise ValueError(f"workloads.{i}.months: no month has traffic")
         k = self.resilience.lose_units
         mu = self.limits.max_units
         if k and self.hardware is not None and all(h in mu for h in self.hardware):

@@ -233,6 +233,43 @@ def _periods(plan: Plan) -> list[str]:
     return L
 
 
+def _months(plan: Plan) -> list[str]:
+    """Growth month by month: what to reserve when, what to rent on demand, and the horizon's cost."""
+    g = plan.growth
+    if g is None:
+        return []
+    saving = 1.0 - g.usd_total / g.peak_reserved_usd_total if g.peak_reserved_usd_total else 0.0
+    lead = plan.migration.lead_time_days if plan.migration is not None else 0.0
+    L = ["", f"## Growth over {g.months} months", "",
+         f"Demand grows month by month. Reserving units when they are first needed (held to the horizon's end at the "
+         f"plan's price) and renting on demand where a month's need is short-lived costs **{_usd(g.usd_total)}** over "
+         f"the {g.months} months ({_usd(g.usd_per_hour)}/h on average, {_usd_tok(g.usd_per_mtok)} per million tokens "
+         f"at each month's peak demand); reserving the peak month's fleet from the first month costs "
+         f"{_usd(g.peak_reserved_usd_total)} ({saving:.1%} more saved by growing). The pools above are the peak month's. "
+         f"Every month's fleet is re-checked by the performance model alone ({g.status}, {g.wall_s:.1f} s).", "",
+         "### What to reserve and rent, month by month", ""]
+    for p in plan.months:
+        buy = [f"{u.bought} x {u.hardware}" for u in p.units if u.bought]
+        rent = [f"{u.on_demand} x {u.hardware}" for u in p.units if u.on_demand]
+        if buy or rent:
+            order = ""
+            if buy and lead and p.period > 0:
+                order = f" (order {lead:g} days ahead)"
+            L.append(f"- Month {p.period + 1}: " + "; ".join(
+                (["reserve " + ", ".join(buy) + order] if buy else [])
+                + (["rent on demand " + ", ".join(rent)] if rent else [])))
+    L += ["", "| month | requests/s | capacity req/s | units (held + on-demand) | reserved this month | $/h | re-check |",
+          "|---:|---|---|---|---|---:|---|"]
+    for p in plan.months:
+        req = ", ".join(f"{w} {v:g}" for w, v in p.requests_per_s.items())
+        cap = ", ".join(f"{w} {v:,.1f}" for w, v in p.capacity_rps.items())
+        units = "; ".join(f"{u.hardware} {u.reserved}+{u.on_demand}" for u in p.units) or "none"
+        new = "; ".join(f"{u.hardware} {u.bought}" for u in p.units if u.bought) or "-"
+        L.append(f"| {p.period + 1} | {req} | {cap} | {units} | {new} | {_usd(p.usd_per_hour)} | "
+                 f"{'ok' if p.recheck_ok else 'FAILED'} |")
+    return L
+
+
 def _cost(plan: Plan) -> list[str]:
     """Cost per token, over the day and at the peak."""
     L: list[str] = []
@@ -338,7 +375,7 @@ def plan_markdown(plan: Plan) -> str:
     L += ["", "## Pools", ""]
     for p in plan.pools:
         L += _pool(plan, p)
-    for section in (_workloads, _resilience, _periods, _migration, _cost, _binding, _appendix):
+    for section in (_workloads, _resilience, _periods, _months, _migration, _cost, _binding, _appendix):
         L += section(plan)
     return "\n".join(L)
 

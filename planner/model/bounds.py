@@ -106,8 +106,8 @@ def cost_caps(m, cost: float | None) -> ComponentMap:
         cpu = data.hardware[h].chips_per_unit
         held = most(pyo.value(m.usd_per_chip_hour[h]) * cpu)
         if held is not None:
-            held += deployed_units(m, h)  # deployed units may cost less than the price to keep
             _tighten(m.u[h], held, caps)
+            held += deployed_units(m, h)  # deployed units kept may cost less than the price
         tier = data.tiers.get(h)
         for t in m.T:
             total = held
@@ -117,7 +117,7 @@ def cost_caps(m, cost: float | None) -> ComponentMap:
                 cap = most(price * cpu, weights[t])
                 _tighten(getattr(m, name)[h, t], cap, caps)
                 total = None if total is None else total + cap
-            units[h, t] = total
+            units[h, t] = total if not hasattr(m, "ub") else None  # units bought later are not capped here
     slots = a["slots"]
     for i in m.R:
         h = a["hardware"][i]

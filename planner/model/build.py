@@ -7,6 +7,8 @@ Decisions
     ``u[h]``     integer purchase units (8-GPU nodes, NVL72 racks, TPU slices) of hardware ``h`` held over the
                  whole horizon, at the plan's price;
     ``uo[h, t]``, ``us[h, t]``  on-demand and spot units bought for period ``t`` (only where ``h`` has such a tier);
+    ``ub[h, t]`` units bought (reserved) at the start of investment period ``t > 0`` (months of growth), held from
+                 then on;
     ``s_agg[w, t]``, ``s_dis[w, t]``  requests/s of workload ``w`` served by aggregated and by disaggregated pools
                  in period ``t``, in units of ``rate_unit`` requests/s.
 
@@ -26,11 +28,12 @@ from __future__ import annotations
 import pyomo.core as pyo
 
 from planner.model.bounds import greedy_start
-from planner.model.brownfield import change_usd
+from planner.model.brownfield import change_usd, declare_kept
 from planner.model.data import PlanData, periods_of, row_arrays
 from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage, pairing_on_demand
 from planner.model.terms import (
     ELASTIC_WEIGHT,
+    bought,
     EPSILON,
     NO_LIMIT,
     coef,
@@ -103,6 +106,11 @@ def define_variables(m, data: PlanData) -> None:
         m.uo = pyo.Var(m._tiered_on_demand, m.T, within=pyo.NonNegativeIntegers, doc="on-demand units per period")
     if m._tiered_spot:
         m.us = pyo.Var(m._tiered_spot, m.T, within=pyo.NonNegativeIntegers, doc="spot units per period")
+    declare_kept(m)
+    if m._periods.invest:
+        m.TB = pyo.Set(initialize=[t for t in m.T if t > 0], ordered=True, doc="periods units may be bought at")
+        m.ub = pyo.Var(m.H, m.TB, within=pyo.NonNegativeIntegers,
+                       doc="units bought at the start of a period, held to the horizon's end")
     m.s_agg = pyo.Var(m.W, m.T, within=pyo.NonNegativeReals, doc="requests/s served by aggregated pools")
     m.s_dis = pyo.Var(m.W, m.T, within=pyo.NonNegativeReals, doc="requests/s served by disaggregated pools")
     if "aggregated" not in data.roles:
@@ -126,7 +134,7 @@ def objective_expr(m):
     cost = fleet + chip_usd
     if hasattr(m, "row_used") and m._data.pool_type_usd_per_hour:
         cost = cost + m._data.pool_type_usd_per_hour * sum(m.row_used[i] for i in m.R)
-    if hasattr(m, "bf_add"):
+    if hasattr(m, "bf_keep"):
         cost = cost + change_usd(m)
     if m._elastic:
         cost = ELASTIC_WEIGHT * elastic_shortage(m) + cost / 1e6
@@ -151,7 +159,7 @@ def define_workload_blocks(m):
 
     Over several periods, or with per-period tiers, workloads share the held units across periods and no block is
     declared; nor from a deployed fleet (kept units cost less than the price the floors read)."""
-    if len(m.T) != 1 or m._tiered_on_demand or m._tiered_spot or m._data.fleet is not None:
+    if len(m.T) != 1 or m._tiered_on_demand or m._tiered_spot or m._data.fleet is not None or m._periods.invest:
         return None, None
     t = next(iter(m.T))
     a = m._arr
@@ -219,9 +227,10 @@ def update_parameters(m: pyo.ConcreteModel, data: PlanData) -> None:
 
 
 def solution_values(m, t=0) -> tuple[dict[int, int], dict[str, int]]:
-    """Integer replicas per row in period ``t`` and units held per hardware, from a solved model."""
+    """Integer replicas per row in period ``t`` and units held per hardware in it (deployed units kept and
+    units added alike), from a solved model."""
     x = {int(i): int(round(pyo.value(m.x[i, t]))) for i in m.R if (pyo.value(m.x[i, t]) or 0) > 0.5}
-    u = {h: int(round(pyo.value(m.u[h]) or 0)) for h in m.H}
+    u = {h: int(round(pyo.value(bought(m, h, t)) or 0)) for h in m.H}
     return x, u
 
 
@@ -230,7 +239,7 @@ def period_values(m) -> list[tuple[dict[int, int], dict[str, tuple[int, int, int
     out = []
     for t in m.T:
         x, _ = solution_values(m, t)
-        u = {h: (int(round(pyo.value(m.u[h]) or 0)),
+        u = {h: (int(round(pyo.value(bought(m, h, t)) or 0)),
                  int(round(pyo.value(m.uo[h, t]) or 0)) if h in m._tiered_on_demand else 0,
                  int(round(pyo.value(m.us[h, t]) or 0)) if h in m._tiered_spot else 0) for h in m.H}
         out.append((x, u, float(pyo.value(fleet_usd_per_hour(m, t)))))

@@ -71,6 +71,9 @@ class Periods:
     """Each period's share of the horizon (sums to 1): the objective is the horizon's mean $/h."""
     horizon_h: float = 1.0
     """Hours the periods cover together (24 for a day's profile)."""
+    invest: bool = False
+    """Investment periods (months of growth): held units may also be bought at the start of each period after
+    the first (``ub[h, t]``), held from then to the horizon's end."""
 
     @property
     def count(self) -> int:
@@ -112,11 +115,13 @@ def periods_of(data: PlanData) -> Periods:
     return Periods({w: (wd.requests_per_s,) for w, wd in data.workloads.items()}, (1.0,))
 
 
-def over_periods(data: PlanData, demand: dict[str, list[float]], tiers: dict[str, Tier], horizon_h: float = 24.0) -> PlanData:
-    """``data`` planned over equal periods of ``demand`` (requests/s per workload and period) with price ``tiers``."""
+def over_periods(data: PlanData, demand: dict[str, list[float]], tiers: dict[str, Tier], horizon_h: float = 24.0,
+                 invest: bool = False) -> PlanData:
+    """``data`` planned over equal periods of ``demand`` (requests/s per workload and period) with price ``tiers``
+    (``invest``: units may be bought at each period's start, :attr:`Periods.invest`)."""
     T = len(next(iter(demand.values())))
     return replace(data, periods=Periods({w: tuple(float(v) for v in d) for w, d in demand.items()}, (1.0 / T,) * T,
-                                         horizon_h), tiers=dict(tiers))
+                                         horizon_h, invest), tiers=dict(tiers))
 
 
 def chip_power_kw(hw: HardwareSpec) -> tuple[float | None, bool]:

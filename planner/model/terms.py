@@ -46,9 +46,22 @@ def stream(m, w: str, role: str, t):
     return m.s_agg[w, t] if role == "aggregated" else m.s_dis[w, t]
 
 
+def bought(m, h: str, t):
+    """Units of ``h`` held in period ``t`` at the plan's price: those held over the horizon and, over investment
+    periods, those bought at the start of a period up to ``t``."""
+    out = m.u[h]
+    if hasattr(m, "ub"):
+        out = out + sum(m.ub[h, s] for s in m.TB if s <= t)
+    if hasattr(m, "bf_keep"):
+        from planner.model.brownfield import kept
+
+        out = out + kept(m, h, t)
+    return out
+
+
 def held(m, h: str, t):
     """Units of ``h`` bought for period ``t``: those held over the horizon and those bought per period."""
-    out = m.u[h]
+    out = bought(m, h, t)
     if h in m._tiered_on_demand:
         out = out + m.uo[h, t]
     if h in m._tiered_spot:
@@ -58,7 +71,7 @@ def held(m, h: str, t):
 
 def usable(m, h: str, t):
     """Units of ``h`` whose chips replicas can count on in period ``t`` (spot units less their preemption)."""
-    out = m.u[h]
+    out = bought(m, h, t)
     if h in m._tiered_on_demand:
         out = out + m.uo[h, t]
     if h in m._tiered_spot:
@@ -74,17 +87,18 @@ def fleet_kw(m, t):
 
 def fleet_usd_per_hour(m, t, committed: bool = True):
     """Dollars per hour of the units held in period ``t``: the held units at the plan's price (a mutable
-    parameter), the per-period ones at their tiers'. From a deployed fleet, the held units at what they cost
-    (:func:`planner.model.brownfield.fleet_usd`), with the reservations paid whether kept or not unless
+    parameter), the per-period ones at their tiers'. From a deployed fleet, the deployed units kept at what they
+    cost (:func:`planner.model.brownfield.fleet_usd`), with the reservations paid whether kept or not unless
     ``committed`` is false (the objective leaves that constant out: HiGHS's MIP start and cutoff are read
     without the objective's offset)."""
     hw, tiers = m._data.hardware, m._data.tiers
-    if hasattr(m, "bf_add"):
+    out = sum(m.usd_per_chip_hour[h] * hw[h].chips_per_unit * m.u[h] for h in m.H)
+    if hasattr(m, "bf_keep"):
         from planner.model.brownfield import fleet_usd
 
-        out = fleet_usd(m, committed)
-    else:
-        out = sum(m.usd_per_chip_hour[h] * hw[h].chips_per_unit * m.u[h] for h in m.H)
+        out = out + fleet_usd(m, t, committed)
+    if hasattr(m, "ub"):
+        out = out + sum(m.usd_per_chip_hour[h] * hw[h].chips_per_unit * m.ub[h, s] for h in m.H for s in m.TB if s <= t)
     for h in m._tiered_on_demand:
         out = out + tiers[h].on_demand * hw[h].chips_per_unit * m.uo[h, t]
     for h in m._tiered_spot:

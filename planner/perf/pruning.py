@@ -268,7 +268,7 @@ def prefix_shares(workloads, low: float = 1.0, high: float = 1.0) -> dict[str, t
             out[w.name] = (0.0, 0.0)
             continue
         ws = pc.working_set_gb * GB
-        least = min((v for v in (w.profile or ()) if v > 0), default=w.requests_per_s)
+        least = min((v for v in (w.profile or w.months or ()) if v > 0), default=w.requests_per_s)
         out[w.name] = (ws / w.requests_per_s * low, ws / least * high)
     return out
 

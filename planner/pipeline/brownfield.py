@@ -14,7 +14,7 @@ from pyomo.common.collections import ComponentMap
 from planner.catalog.fleet import Fleet
 from planner.catalog.scenario import ResolvedScenario
 from planner.model import PlanData, build_model
-from planner.model.brownfield import change_classes, committed_usd, start_brownfield
+from planner.model.brownfield import change_classes, committed_usd, horizon_hours, keep_rate, split_start
 from planner.model.build import solution_values
 from planner.results import Plan
 from planner.results.migration import (
@@ -42,33 +42,29 @@ def deployed_state(fleet: Fleet, demand: dict[str, float]) -> FleetState:
     return FleetState(fleet.units(), pools, dict(fleet.demand) or dict(demand))
 
 
-def split_units(m, u: dict[str, int], x: dict[int, int]) -> ComponentMap:
-    """The cheapest keep/add split of units ``u`` and the new pool identities replicas ``x`` use (period 0)."""
+def horizon_costs(m, data: PlanData, u: dict[str, int], x: dict[int, int]) -> tuple[float, float, float]:
+    """Run-rate $/h (committed included), committed $/h and one-off change dollars of units ``u`` (held in
+    period 0: deployed units kept first, cheapest to keep first) and replicas ``x`` (period 0) from the deployed
+    fleet."""
+    fleet, hw = data.fleet, data.hardware
+    t = m.T.first()
     vals = ComponentMap()
     for h in m.H:
         vals[m.u[h]] = float(u.get(h, 0))
-    start_brownfield(m, lambda i, t: x.get(i, 0) if t == 0 else 0, vals)
-    return vals
-
-
-def horizon_costs(m, data: PlanData, u: dict[str, int], x: dict[int, int]) -> tuple[float, float, float]:
-    """Run-rate $/h (committed included), committed $/h and one-off change dollars of units ``u`` and replicas
-    ``x`` from the deployed fleet."""
-    fleet, hw = data.fleet, data.hardware
-    vals = split_units(m, u, x)
-    run = committed_usd(data)
+    split_start(m, vals)
+    run = committed_usd(m, t)
     change = 0.0
     for h in m.H:
-        add = vals[m.bf_add[h]]
+        add = vals[m.u[h]]
         run += hw[h].usd_per_chip_hour * hw[h].chips_per_unit * add
         change += fleet.unit_added_usd[h] * add
     for g in m.G:
-        grp, keep = m._groups[g], vals[m.bf_keep[g]]
-        run += hw[grp.hardware].chips_per_unit * grp.keep_usd_per_chip_hour() * keep
+        grp, keep = m._groups[g], vals[m.bf_keep[g, t]]
+        run += hw[grp.hardware].chips_per_unit * keep_rate(m, g, t) * keep
         change += fleet.unit_released_usd[grp.hardware] * (grp.count - keep)
-    costs, _ = change_classes(m)
-    change += sum(costs[k] * vals[m.bf_new[k]] for k in m.K)
-    return run, committed_usd(data), change
+    costs, rows_of = change_classes(m)
+    change += sum(costs[k] for k in m.K if any(x.get(i, 0) > 0 for i in rows_of[k]))
+    return run, committed_usd(m, t), change
 
 
 def _solve_fixed(m, solver: Solver, fix: list[tuple], time_limit_s: float) -> float | None:
@@ -78,7 +74,7 @@ def _solve_fixed(m, solver: Solver, fix: list[tuple], time_limit_s: float) -> fl
         for v, val in fix:
             v.fix(val)
         r = solver.limited(time_limit_s=max(time_limit_s, 0.5), mip_gap=solver.mip_gap).solve(m)
-        return float(pyo.value(m.cost)) + committed_usd(m._data) if r.has_solution else None
+        return float(pyo.value(m.cost)) + committed_usd(m, m.T.first()) if r.has_solution else None
     finally:
         for v, _ in fix:
             v.unfix()
@@ -89,20 +85,20 @@ def plan_migration(rs: ResolvedScenario, data: PlanData, m, solver: Solver, plan
     """Set ``plan.migration``: the diff against the deployed fleet, the steps, the horizon's costs and the
     comparisons (``m``: the solved brownfield model; ``x``, ``u``: the plan's replicas and units)."""
     fleet = data.fleet
-    hours = fleet.horizon_h
+    hours = horizon_hours(m)
     run, committed, change = horizon_costs(m, data, u, x)
     base = snapshot_values(m)
     left = lambda: min(COMPARE_TIME_LIMIT_S, max(deadline - time.perf_counter(), 0.5))  # noqa: E731
     say("comparing with keeping the deployed units and with the from-scratch plan")
-    keep = _solve_fixed(m, solver, [(m.bf_add[h], 0) for h in m.H] + [(m.bf_keep[g], m._groups[g].count) for g in m.G],
-                        left())
+    keep = _solve_fixed(m, solver, [(m.u[h], 0) for h in m.H] + [(m.bf_keep[g, t], m._groups[g].count)
+                                                                for g in m.G for t in m.T], left())
     scratch_m = build_model(replace(data, fleet=None))
     r = solver.limited(time_limit_s=left(), mip_gap=solver.mip_gap).solve(scratch_m)
     scratch = scratch_hour = None
     if r.has_solution:
         _, us = solution_values(scratch_m)
         scratch_hour = sum(n * data.hardware[h].usd_per_unit_hour for h, n in us.items())
-        scratch = _solve_fixed(m, solver, [(m.u[h], us.get(h, 0)) for h in m.H], left())
+        scratch = _held_as(m, solver, us, left())
     restore(m, base)
     old = deployed_state(fleet, {w.name: w.requests_per_s for w in plan.workloads})
     new = plan_state(plan)
@@ -125,6 +121,20 @@ def plan_migration(rs: ResolvedScenario, data: PlanData, m, solver: Solver, plan
         notes=notes)
 
 
+def _held_as(m, solver: Solver, units: dict[str, int], time_limit_s: float) -> float | None:
+    """The objective (committed reservations added) of ``m`` holding exactly ``units`` in its first period
+    (deployed units kept or added as is cheapest), or ``None``."""
+    from planner.model.terms import bought
+
+    t = m.T.first()
+    m.bf_held_as = pyo.Constraint(list(m.H), rule=lambda m, h: bought(m, h, t) == units.get(h, 0))
+    try:
+        r = solver.limited(time_limit_s=max(time_limit_s, 0.5), mip_gap=solver.mip_gap).solve(m)
+        return float(pyo.value(m.cost)) + committed_usd(m, t) if r.has_solution else None
+    finally:
+        m.del_component(m.bf_held_as)
+
+
 def snapshot_values(m) -> ComponentMap:
     return ComponentMap((v, v.value) for v in m.component_data_objects(pyo.Var))
 
@@ -138,16 +148,17 @@ def _price_steps(step_list, data: PlanData, m) -> None:
     """Each step's $/h: the units held at what they cost (deployed units, cheapest to keep first, at their rates;
     the rest at the plan's price), reservations released early still paid."""
     hw = data.hardware
+    t = m.T.first()
     for s in step_list:
-        usd = committed_usd(data)
+        usd = committed_usd(m, t)
         for h, n in s.units.items():
             left = n
-            for g in sorted(m.G, key=lambda g: m._groups[g].keep_usd_per_chip_hour()):
+            for g in sorted(m.G, key=lambda g: keep_rate(m, g, t)):
                 grp = m._groups[g]
                 if grp.hardware != h or left <= 0:
                     continue
                 k = min(left, grp.count)
-                usd += hw[h].chips_per_unit * grp.keep_usd_per_chip_hour() * k
+                usd += hw[h].chips_per_unit * keep_rate(m, g, t) * k
                 left -= k
             usd += hw[h].usd_per_unit_hour * left
         s.usd_per_hour = usd

@@ -47,7 +47,7 @@ from planner.perf.candidates import (
     select_candidates,
 )
 from planner.pipeline.diagnose import diagnose_candidates, diagnose_limits, no_plan
-from planner.pipeline.periods import plan_periods
+from planner.pipeline.periods import plan_months, plan_periods
 from planner.results import (
     SCHEMA_VERSION,
     Plan,
@@ -201,6 +201,9 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
     if any(w.profile is not None for w in rs.scenario.workloads):
         say("planning the fleet for every period of the traffic profile")
         plan_periods(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
+    if any(w.months is not None for w in rs.scenario.workloads):
+        say("planning what to reserve and rent month by month")
+        plan_months(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
     say("placing experts and re-checking the plan")
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s, opts.expert_mip_gap)
     plan.assumptions += list(rs.notes) + assumptions(rs, engine)
@@ -238,8 +241,9 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
     if time_limit_s < 0.05:
         return x  # the time limit is spent: keep the optimal plan as found
     used = sum(a["slots"][i] * n for i, n in x.items())
-    for h in m.H:
-        m.u[h].fix(u[h])
+    held = held_variables(m)
+    for v in held:
+        v.fix(round(v.value or 0.0))
     m.cost.deactivate()
     slots = [float(v) for v in a["slots"]]  # Python floats: Pyomo builds from them far faster than from NumPy's
     m.chips_used = pyo.Objective(expr=sum(slots[i] * m.x[i, t] for i in m.R for t in m.T), sense=pyo.minimize)
@@ -260,8 +264,19 @@ def fewest_replicas(model, x: dict[int, int], u: dict[str, int], time_limit_s: f
         if hasattr(m, "types_cap"):
             m.del_component(m.types_cap)
         m.cost.activate()
-        for h in m.H:
-            m.u[h].unfix()
+        for v in held:
+            v.unfix()
+
+
+def held_variables(m) -> list:
+    """The variables that say which units are held (units bought over the horizon or by month; deployed units
+    kept and the new pool identities a deployed fleet's change pays for): fixed at the optimum, the replicas can
+    move within them at the same cost."""
+    out = list(m.u.values())
+    for name in ("ub", "bf_keep", "bf_new"):
+        if hasattr(m, name):
+            out += list(getattr(m, name).values())
+    return out
 
 
 def place_pool_experts(rs: ResolvedScenario, plan, time_limit_s: float, mip_gap: float = 1e-3) -> dict[str, str]:

@@ -12,6 +12,7 @@ from planner.results.schema import (
     Check,
     DayCost,
     ExpertPlacementOut,
+    GrowthCost,
     LayoutOut,
     MemoryPerChip,
     ModelRef,
@@ -33,7 +34,7 @@ from planner.results.schema import (
 )
 
 __all__ = [
-    "REL_TOL", "SCHEMA_VERSION", "Binding", "Check", "DayCost", "ExpertPlacementOut", "LayoutOut", "MemoryPerChip",
+    "REL_TOL", "SCHEMA_VERSION", "Binding", "Check", "DayCost", "ExpertPlacementOut", "GrowthCost", "LayoutOut", "MemoryPerChip",
     "ModelRef", "Objective", "PeriodOut", "PeriodUnits", "PlacedGroup", "Plan", "Pool", "Predicted", "Recheck",
     "ResilienceOut", "RunnerUp", "SolverInfo", "UnitGroup", "UnitPlacement", "WorkloadOut", "capacity_after_losing",
     "extract", "pack", "physics_path", "recheck", "role_loads", "served_requests", "software_versions",

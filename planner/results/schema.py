@@ -314,6 +314,8 @@ class PeriodUnits(_M):
     reserved: int
     on_demand: int = 0
     spot: int = 0
+    bought: int = 0
+    """Over months of growth: units reserved at the start of this month (held from then on)."""
 
 
 class PeriodOut(_M):
@@ -339,6 +341,23 @@ class DayCost(_M):
     peak_usd_per_hour: float
     peak_usd_per_mtok: float
     """The peak period's fleet and price per token (the pools shown), beside the day's."""
+
+
+class GrowthCost(_M):
+    """Growth over months: what the fleet costs over the horizon, month by month."""
+
+    months: int
+    usd_total: float
+    usd_per_hour: float
+    """Mean over the horizon."""
+    tokens: float
+    """Input and output tokens the months' peak demand would carry (an upper bound on the served tokens)."""
+    usd_per_mtok: float
+    peak_reserved_usd_total: float
+    """Reserving the peak month's fleet from the first month (the plan's pools) for the whole horizon."""
+    status: str
+    mip_gap: float | None = None
+    wall_s: float = 0.0
 
 
 class Plan(_M):
@@ -368,6 +387,9 @@ class Plan(_M):
     """A traffic profile's day: $/day and $/M tokens over the day's tokens, with the peak period's beside them."""
     software: dict[str, str] = {}
     """Versions that produced the plan: planner, Pyomo, HiGHS (highspy), Python."""
+    months: list[PeriodOut] = []
+    """Growth over months (``workloads[].months``): each month's fleet, units reserved and rented on demand."""
+    growth: GrowthCost | None = None
     migration: Migration | None = None
     """From a deployed fleet (``existing``): the diff against it, the steps and the horizon's costs."""
 
