@@ -15,7 +15,14 @@ import pandas as pd
 from pydantic import Field, ValidationError, model_validator
 
 from planner.catalog.fields import AsOf
-from planner.catalog.fleet import DEFAULT_HORIZON_MONTHS, ChangeCosts, ExistingFleet, Fleet, fleet_hardware, resolve_fleet
+from planner.catalog.fleet import (
+    DEFAULT_HORIZON_MONTHS,
+    ChangeCosts,
+    ExistingFleet,
+    Fleet,
+    fleet_hardware,
+    resolve_fleet,
+)
 from planner.catalog.ids import CatalogId, NameId
 from planner.catalog.loader import Catalog, format_validation_error, read_yaml, unknown_id_message
 from planner.catalog.schemas import Dtype, EngineSpec, HardwareSpec, ModelSpec, Strict

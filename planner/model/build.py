@@ -33,9 +33,9 @@ from planner.model.data import PlanData, periods_of, row_arrays
 from planner.model.families import FAMILIES, apply_prefix_capacity, elastic_shortage, pairing_on_demand
 from planner.model.terms import (
     ELASTIC_WEIGHT,
-    bought,
     EPSILON,
     NO_LIMIT,
+    bought,
     coef,
     fleet_usd_per_hour,
     rate_unit,

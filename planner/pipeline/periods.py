@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyomo.core as pyo
 
+from planner.catalog.fleet import HOURS_PER_MONTH
 from planner.catalog.scenario import ResolvedScenario
 from planner.errors import InfeasibleError, PlanCheckError, PlannerError
 from planner.model import build_model, prepare
@@ -22,8 +23,6 @@ from planner.results import (
     recheck,
 )
 from planner.solve import Solver
-
-HOURS_PER_MONTH = 730.0
 from planner.units import HOUR_S, MTOK
 
 
