@@ -249,3 +249,51 @@ def test_plan_of_another_schema_version_is_refused(tmp_path, capsys):
     code = _run(["plan", ROOT / "catalogs" / "scenarios" / "deepseek-chat.yaml", "--from", src, "--out", tmp_path / "o"])
     err = capsys.readouterr().err
     assert code == 1 and "schema 2.5" in err and "Traceback" not in err and err.count("\n") <= 2, err
+
+
+def test_room_notes_say_what_the_overlap_needs():
+    from planner.pipeline.brownfield import room_notes
+    from planner.results.migration import Step
+
+    hw = {"a": _hw("a", 4, 1.0, kw=1.0, max_units=3), "b": _hw("b", 2, 0.9, kw=2.0)}
+    data = PlanData(_rows_with_layouts(), hw, {"w": WorkloadData("w", 3.0, 1000, 100, 0.0)}, power_kw=20.0)
+    steps = [Step(step=1, action="provision units", detail="", units={"a": 4, "b": 2}, usd_per_hour=1.0,
+                  capacity_rps={}, demand_rps={}, ok=True),
+             Step(step=2, action="release units", detail="", units={"a": 2, "b": 2}, usd_per_hour=1.0,
+                  capacity_rps={}, demand_rps={}, ok=True)]
+    notes = room_notes(data, steps)
+    assert any("4 a units" in n and "allows 3" in n for n in notes)
+    assert any("24 kW" in n and "20 kW" in n for n in notes)  # 4 x 4 x 1 + 2 x 2 x 2 = 24 kW at the overlap
+    assert room_notes(replace(data, power_kw=30.0, hardware={**hw, "a": _hw("a", 4, 1.0, kw=1.0)}), steps) == []
+
+
+def test_export_carries_the_migration(tmp_path):
+    from planner.catalog import load_catalog
+    from planner.export.bundle import export_plan
+
+    src = ROOT / "plans" / "growth-year"
+    doc = export_plan(src, ["vllm", "k8s"], tmp_path / "export", load_catalog())
+    paths = {f["path"] for f in doc["files"]}
+    assert "migration.json" in paths
+    mig = json.loads((tmp_path / "export" / "migration.json").read_text())
+    assert mig["steps"] and mig["cost"]["horizon_months"] == 12
+    runbook = (tmp_path / "export" / "runbook.md").read_text()
+    assert "## Migrating from the deployed fleet" in runbook and "route traffic" in runbook
+    plan = json.loads((src / "plan.json").read_text())
+    # kept pools keep their deployed names: the manifests update them in place
+    kept = [c for c in plan["migration"]["pools"] if c["old_pool"] and c["pool"]]
+    assert kept and all(c["pool"] in {p["id"] for p in plan["pools"]} for c in kept)
+
+
+def test_growth_year_says_what_to_reserve_when():
+    plan = json.loads((ROOT / "plans" / "growth-year" / "plan.json").read_text())
+    months = plan["months"]
+    assert len(months) == 12 and all(m["recheck_ok"] for m in months)
+    for w in ("chat", "classify", "agents"):
+        assert all(m["capacity_rps"][w] >= m["requests_per_s"][w] * (1 - 1e-9) for m in months)
+    # with the 30-day lead time nothing is added in month 1: its units are the deployed ones
+    deployed = {"h100-sxm": 2, "b200-sxm": 3}
+    first = {u["hardware"]: u["reserved"] for u in months[0]["units"]}
+    assert all(first.get(h, 0) <= n for h, n in deployed.items()) and set(first) <= set(deployed)
+    assert plan["growth"]["usd_total"] <= plan["growth"]["peak_reserved_usd_total"] * (1 + 1e-9)
+    assert plan["migration"]["cost"]["total_usd"] <= plan["migration"]["cost"]["keep_usd"] * (1 + 1e-6)
