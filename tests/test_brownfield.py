@@ -297,3 +297,31 @@ def test_growth_year_says_what_to_reserve_when():
     assert all(first.get(h, 0) <= n for h, n in deployed.items()) and set(first) <= set(deployed)
     assert plan["growth"]["usd_total"] <= plan["growth"]["peak_reserved_usd_total"] * (1 + 1e-9)
     assert plan["migration"]["cost"]["total_usd"] <= plan["migration"]["cost"]["keep_usd"] * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("name", ["llama-70b-chat", "three-models"])
+def test_plus_ten_percent_adds_deployed_hardware_unless_other_hardware_pays(tmp_path, name):
+    """+10% on every workload from the bundled plan: nothing deployed is released, and hardware not deployed
+    is added only where that costs less over the horizon, changes included, than adding deployed hardware."""
+    import planner
+
+    deployed = ROOT / "plans" / name
+    before = {g["hardware"]: g["count"] for g in json.loads((deployed / "plan.json").read_text())["units"]}
+    doc = yaml.safe_load((ROOT / "catalogs" / "scenarios" / f"{name}.yaml").read_text())
+    for w in doc["workloads"]:
+        w["requests_per_s"] = round(w["requests_per_s"] * 1.1, 6)
+    doc["start"] = "2026-12-01"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    plan = _plan(path, existing=deployed)
+    after = {g.hardware: g.count for g in plan.units}
+    assert all(after.get(h, 0) >= n for h, n in before.items())
+    others = {h for h in after if h not in before}
+    if others:
+        doc["hardware"] = sorted(before)
+        path.write_text(yaml.safe_dump(doc))
+        only = planner.plan(planner.load_scenario(path, existing=deployed), planner.PlanOptions(analysis=False))
+        assert only.migration.cost.usd_per_hour >= plan.migration.cost.usd_per_hour * (1 - 1e-6)
+    steps = plan.migration.steps
+    assert all(s.ok for s in steps)
+    assert plan.migration.cost.total_usd <= (plan.migration.cost.keep_usd or math.inf) * (1 + 1e-6)

@@ -283,7 +283,7 @@ def test_cli_export_and_schema(tmp_path, capsys):
 def test_plan_records_software_versions():
     plan = read_plan(ROOT / "plans" / "llama-70b-chat")
     assert {"planner", "pyomo", "highspy"} <= set(plan.software)
-    assert plan.schema_version == SCHEMA_VERSION == "2.6"
+    assert plan.schema_version == SCHEMA_VERSION == "2.7"
 
 
 def test_deployment_sizes(catalog):

@@ -569,7 +569,7 @@ def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]],
     rows["tpot_slo_s"] = tpot_at_slo(rows, tails)
     rows["usd_per_rps"] = rows["usd_per_hour"] / np.maximum(rows["requests_per_s"], 1e-12)
     if prune:
-        protect = deployed_rows(rows, keep) if keep else None
+        protect = deployed_rows(rows, keep) if keep is not None else None
         rows, dropped["dominated"] = prune_dominated(rows, pool.shares, mixes=pool.mixes and not keep, protect=protect)
     if pool.levels and pool.base_slo_drops and slos == pool.levels[0]:
         # counted as the rows were streamed: the pool no longer holds most of the rows that missed or were dominated

@@ -18,11 +18,13 @@ follows from the hardware) and nothing for aggregated rows."""
 MIX_KEYS = ["workload", "role", "hardware", "pairing"]
 
 
-def pairing(df) -> np.ndarray:
-    """The ``pairing`` key of :data:`PRUNE_KEYS`: the engine of prefill and decode rows, ``""`` of the others."""
+def pairing(df, by_engine: bool = False) -> np.ndarray:
+    """The ``pairing`` key of :data:`PRUNE_KEYS`: the engine of prefill and decode rows, ``""`` of the others
+    (``by_engine``: the engine of every row: from a deployed fleet, a row on an engine the workload runs is no
+    substitute for one on a new engine, which costs a re-engine)."""
     role = df["role"].astype(str).to_numpy()
     engine = df["engine"].astype(str).to_numpy() if "engine" in df else np.full(len(df), "", dtype=object)
-    return np.where(np.isin(role, ("prefill", "decode")), engine, "")
+    return engine if by_engine else np.where(np.isin(role, ("prefill", "decode")), engine, "")
 
 
 def mixes_allowed(sc) -> bool:
@@ -58,13 +60,13 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
 
     ``protect`` (a mask over ``df``'s rows: the deployed pools' layouts, which cost nothing to keep where any
     other layout costs a change) keeps the rows among them that no protected row dominates, whatever the others
-    dominate.
+    dominate; with it, rows are compared only with rows of their own engine (a new engine costs more to adopt).
     """
     if df.empty:
         return df, 0
     shares = shares or {}
     keep = np.zeros(len(df), dtype=bool)
-    df = df.assign(pairing=pairing(df))
+    df = df.assign(pairing=pairing(df, by_engine=protect is not None))
     s, q = df["slots"].to_numpy(float), df["requests_per_s"].to_numpy(float)
     # TPOT as the SLO judges it (at its quantile) where the selection recorded it
     c, t = df["prefix_bytes_per_replica"].to_numpy(float), df["tpot_slo_s" if "tpot_slo_s" in df else "tpot_s"].to_numpy(float)
@@ -84,7 +86,7 @@ def prune_dominated(df: pd.DataFrame, shares: dict[str, tuple[float, float]] | N
     if protect is not None and protect.any():
         mine = np.flatnonzero(protect)
         sub = df.iloc[mine].drop(columns="pairing").reset_index(drop=True)
-        left, _ = prune_dominated(sub, shares)
+        left, _ = prune_dominated(sub, shares, protect=np.zeros(len(sub), dtype=bool))
         keep[mine[left.index.to_numpy()]] = True
     out = df[keep].drop(columns="pairing")
     return out, len(df) - len(out)
