@@ -193,6 +193,8 @@ class Fleet:
     notes: tuple[str, ...] = ()
     demand: dict[str, float] = field(default_factory=dict)
     """Requests/s per workload the deployed fleet was planned for (read from its plan; empty where given by hand)."""
+    keep_only: tuple[str, ...] = ()
+    """Deployed hardware outside the scenario's ``hardware`` list: kept or released, never added to."""
 
     @property
     def horizon_h(self) -> float:

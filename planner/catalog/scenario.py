@@ -6,7 +6,7 @@ A scenario is validated twice: by its schema (types, signs, unknown keys) and ag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -544,9 +544,9 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
         ids = kept
     base = Path(path).parent if path else Path(".")
     deployed = fleet_hardware(sc, catalog, where, base)
-    if any(h not in ids for h in deployed):
-        extra = [h for h in deployed if h not in ids]
-        notes.append(f"kept among the candidates: the deployed fleet holds {', '.join(extra)}")
+    extra = [h for h in deployed if h not in ids]
+    if extra:
+        notes.append(f"kept among the candidates, not added to: the deployed fleet holds {', '.join(extra)}")
         ids += extra
     if not ids:
         raise InputError(f"{where}: field 'hardware': no candidate hardware")
@@ -572,6 +572,7 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
     fleet = resolve_fleet(sc, catalog, where, base, prices)
     if fleet is not None:
         notes += list(fleet.notes)
+        fleet = replace(fleet, keep_only=tuple(extra))
     return ResolvedScenario(sc, Path(path) if path else None, model, tuple(catalog.hardware[h] for h in ids), prices,
                             weights, load, engines, tuple(notes), workload_models, fleet)
 

@@ -57,6 +57,11 @@ def define_brownfield(m) -> bool | None:
     if fleet is None:
         return False
     steps = [(g, t) for g in m.G for t in m.T if t > 0]
+    for h in fleet.keep_only:  # deployed hardware the scenario does not list: kept or released, not added to
+        if h in m.H:
+            m.u[h].fix(0)
+            for t in getattr(m, "TB", []):
+                m.ub[h, t].fix(0)
     if m._periods.invest:
         m.bf_keep_order = pyo.Constraint(steps, rule=lambda m, g, t: m.bf_keep[g, t] <= m.bf_keep[g, t - 1])
         lead = lead_months(fleet)
