@@ -118,7 +118,9 @@ def runner_up(ctx: AnalysisContext, main: str) -> RunnerUp:
     # 5 s on three seeds, against $936.88-974.00 without)
     hw = m._arr["hardware"]
     moved = {m._arr["workload"][i] for i in ctx.base_rows() if hw[i] == main}
-    m.u[main].fix(0)
+    shut = [m.u[main]] + [v for (g, _t), v in getattr(m, "bf_keep", {}).items() if m._groups[g].hardware == main]
+    for v in shut:  # none bought, none of the deployed kept
+        v.fix(0)
     try:
         r = solve_from(ctx._quick(), m, [lambda: greedy_start(m, ctx.base, moved, check=False),
                                          lambda: greedy_start(m, check=False)], heuristics=True)
@@ -152,5 +154,6 @@ def runner_up(ctx: AnalysisContext, main: str) -> RunnerUp:
             summary=f"{units}: {desc}",
         )
     finally:
-        m.u[main].unfix()
+        for v in shut:
+            v.unfix()
 

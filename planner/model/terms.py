@@ -47,8 +47,8 @@ def stream(m, w: str, role: str, t):
 
 
 def bought(m, h: str, t):
-    """Units of ``h`` held in period ``t`` at the plan's price: those held over the horizon and, over investment
-    periods, those bought at the start of a period up to ``t``."""
+    """Units of ``h`` held in period ``t`` for the horizon: those bought at the plan's price (over investment
+    periods, also those bought at the start of a period up to ``t``) and the deployed units kept in ``t``."""
     out = m.u[h]
     if hasattr(m, "ub"):
         out = out + sum(m.ub[h, s] for s in m.TB if s <= t)

@@ -1,0 +1,81 @@
+"""``planner lifetime``: how big a model to train, and for how long, when serving costs what the planner says."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.cli.app import app, cli_catalog, echo_json, flag_value, refuse_overwrite, stages
+from planner.errors import InputError
+
+
+@app.command()
+def lifetime(
+    scenario: Annotated[Path, typer.Argument(help="Traffic scenario (workload mix, SLOs, serving hardware); its demand is scaled to each volume.")],
+    family: Annotated[str, typer.Option("--family", help="Model family: llama3 or qwen3 (dense).")] = "llama3",
+    loss: Annotated[float | None, typer.Option("--loss", help="Loss target under --law.")] = None,
+    as_good_as: Annotated[
+        str | None, typer.Option("--as-good-as", help="N,D: the loss of a model of N parameters trained on D tokens (e.g. 70.6e9,15e12 for Llama 3.1 70B).")
+    ] = None,
+    law: Annotated[str, typer.Option("--law", help="chinchilla (Hoffmann et al. 2022) or epoch (Besiroglu et al. 2024).")] = "epoch",
+    volumes: Annotated[
+        str, typer.Option("--volumes", help="Serving volumes, tokens per day: a list (1e9,1e10) or a range lo:hi:log:n.")
+    ] = "1e8:1e13:log:20",
+    life_days: Annotated[float, typer.Option("--life-days", help="Days the model serves.")] = 365.0,
+    train_hardware: Annotated[str, typer.Option("--train-hardware", help="Training accelerator (catalog id).")] = "h100-sxm",
+    mfu: Annotated[float, typer.Option("--mfu", help="Training model-FLOPs utilisation of the bf16 peak, (0, 1].")] = 0.4,
+    train_price: Annotated[
+        float | None, typer.Option("--train-price", help="Training USD per chip-hour (default: the catalog price).")
+    ] = None,
+    unique_tokens: Annotated[
+        float | None, typer.Option("--unique-tokens", help="Unique training tokens available (repeats priced per Muennighoff et al. 2023).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for lifetime.md and lifetime.png.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing lifetime.md.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The sweep as JSON on stdout.")] = False,
+) -> None:
+    """Choose the parameters N and training tokens D that minimise training plus lifetime serving cost at a loss
+    target, per lifetime volume, beside the 2N-FLOPs-per-token assumption."""
+    import planner
+    from planner.catalog.writer import atomic_write_text
+    from planner.export.lifetime import lifetime_markdown, lifetime_plot, rows
+    from planner.pipeline.lifetime import LifetimeInputs
+    from planner.pipeline.lifetime import lifetime as run
+    from planner.studies.scaling import LAWS
+    from planner.sweep.points import parse_values
+
+    cat = cli_catalog()
+    flag_value("--train-hardware", cat.get_hardware, train_hardware)
+    if law not in LAWS:
+        raise InputError(f"--law: '{law}' is not known; use {', '.join(LAWS)}")
+    if (loss is None) == (as_good_as is None):
+        raise InputError("give the loss target as --loss L or --as-good-as N,D (one of them)")
+    if as_good_as is not None:
+        try:
+            n, d = (float(v) for v in as_good_as.split(","))
+        except ValueError:
+            raise InputError(f"--as-good-as: expected N,D (parameters,tokens), got '{as_good_as}'") from None
+        if not (n > 0 and d > 0 and math.isfinite(n) and math.isfinite(d)):
+            raise InputError(f"--as-good-as: N and D must be positive numbers, got '{as_good_as}'")
+        loss = LAWS[law].loss(n, d)
+    inputs = LifetimeInputs(family, law, float(loss), list(parse_values(volumes, "--volumes")), life_days,
+                            cat.get_hardware(train_hardware).id, mfu, train_price, unique_tokens)
+    inputs.check()
+    target = out or Path("lifetime")
+    if out is not None or not as_json:
+        refuse_overwrite(target / "lifetime.md", force)
+    rs = planner.load_scenario(scenario, cat)
+    with stages() as say:
+        points, choices = run(inputs, rs, cat, progress=say)
+    if out is not None or not as_json:
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target / "lifetime.md", lifetime_markdown(inputs, str(scenario), points, choices))
+        lifetime_plot(inputs, choices, target / "lifetime.png")
+        typer.echo(f"wrote {target / 'lifetime.md'} and {target / 'lifetime.png'}", err=True)
+    if as_json:
+        echo_json({"family": family, "law": law, "loss": loss, "life_days": life_days, "rows": rows(inputs, choices),
+                   "sizes": [{"params": p.params, "train_tokens": p.tokens, "optimal_tokens": p.optimal_tokens,
+                              "train_usd": p.train_usd, "note": p.note} for p in points]})

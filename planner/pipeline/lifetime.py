@@ -1,0 +1,231 @@
+"""Lifetime economics (``planner lifetime``): how big a model to train, and on how many tokens, when its serving
+costs what the planner says it costs.
+
+For a loss target (a scaling law's loss, or that of a reference model's published ``N`` and ``D``), each model
+size ``N`` of a family (:mod:`planner.studies.family`) needs ``D(N)`` training tokens (:mod:`planner.studies.scaling`,
+repeated data priced where unique tokens are limited). Training costs ``6 N D`` FLOPs at the training hardware's
+bf16 peak times ``mfu``, at its price. Serving a lifetime volume (tokens per day over ``life_days``, the traffic
+scenario's workload mix and SLOs scaled to that volume) costs the planner's own cheapest plan for the generated
+model: its $/h times the life's hours. The optimum is taken over a grid of sizes from the compute-optimal ``N`` (no
+serving volume: more volume never asks for a larger model) down to where training runs ``OVERTRAIN_MAX`` times past
+the compute-optimal tokens; each size's candidates are evaluated once and its plan re-solved per volume.
+
+Beside it, the published analyses' assumption (Sardana and Frankle 2024): inference at ``2 N`` FLOPs per token at a
+fixed utilisation of the serving hardware's peak, priced at its price: what that says the optimum is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from planner.catalog.scenario import ResolvedScenario, resolve_scenario
+from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.model import build_model, prepare
+from planner.model.data import drop_unpowered
+from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
+from planner.solve import Solver
+from planner.studies.family import generate
+from planner.studies.scaling import LAWS, tokens_with_repeats
+from planner.units import HOUR_S
+
+DENSE_FAMILIES = ("llama3", "qwen3")
+GRID_POINTS = 12
+OVERTRAIN_MAX = 1000.0
+"""Smallest model of the grid: the size whose tokens are this many times its compute-optimal tokens."""
+NAIVE_UTILISATION = 0.5
+"""Serving utilisation of the hardware's bf16 peak the ``2 N`` FLOPs-per-token comparison assumes."""
+
+
+@dataclass
+class LifetimeInputs:
+    family: str
+    law: str
+    loss: float
+    volumes: list[float]
+    """Lifetime serving volumes, tokens per day (input and output)."""
+    life_days: float
+    train_hardware: str
+    mfu: float
+    train_usd_per_chip_hour: float | None = None
+    unique_tokens: float | None = None
+    naive_utilisation: float = NAIVE_UTILISATION
+
+    def check(self) -> None:
+        if self.family not in DENSE_FAMILIES:
+            raise InputError(f"--family: '{self.family}' is not a dense family ({', '.join(DENSE_FAMILIES)}); sparse "
+                             "families need a MoE scaling law, which planner lifetime does not carry yet")
+        if self.law not in LAWS:
+            raise InputError(f"--law: '{self.law}' is not known; use {', '.join(LAWS)}")
+        LAWS[self.law].check(self.loss)
+        if not 0 < self.mfu <= 1:
+            raise InputError(f"--mfu: {self.mfu:g} must be in (0, 1]")
+        if any(v < 0 or not math.isfinite(v) for v in self.volumes):
+            raise InputError("--volumes: a volume is negative or not finite (tokens per day, 0 or more)")
+        if self.life_days <= 0:
+            raise InputError(f"--life-days: {self.life_days:g} must be positive")
+        if self.unique_tokens is not None and self.unique_tokens <= 0:
+            raise InputError(f"--unique-tokens: {self.unique_tokens:g} must be positive")
+
+
+@dataclass
+class SizePoint:
+    """One model size of the grid: the generated model and its training."""
+    target_params: float
+    params: float
+    model_id: str
+    tokens: float
+    optimal_tokens: float
+    train_usd: float
+    serve_usd_per_hour: dict[float, float | None] = field(default_factory=dict)
+    """Per volume (tokens/day): the plan's $/h (``None``: no plan serves it)."""
+    note: str = ""
+
+
+@dataclass
+class Choice:
+    volume: float
+    point: SizePoint | None
+    serve_usd: float
+    naive_point: SizePoint | None
+    naive_serve_usd: float
+
+    @property
+    def total_usd(self) -> float:
+        return (self.point.train_usd + self.serve_usd) if self.point else math.inf
+
+
+def train_usd(inputs: LifetimeInputs, catalog, active_params: float, tokens: float) -> float:
+    hw = catalog.get_hardware(inputs.train_hardware)
+    price = inputs.train_usd_per_chip_hour if inputs.train_usd_per_chip_hour is not None else hw.price_usd_per_chip_hour
+    if price is None:
+        raise InputError(f"--train-price: {hw.id} has no catalog price; give one in USD per chip-hour")
+    chip_s = 6.0 * active_params * tokens / (hw.flops("bf16") * inputs.mfu)
+    return chip_s / HOUR_S * price
+
+
+def grid(inputs: LifetimeInputs) -> list[float]:
+    """Model sizes from the compute-optimal one down to ``OVERTRAIN_MAX`` past it (log-spaced)."""
+    from planner.studies.family import MAX_PARAMS
+
+    law = LAWS[inputs.law]
+    n_opt, _ = law.compute_optimal(inputs.loss)
+    if n_opt > MAX_PARAMS:
+        raise InputError(f"--loss: {inputs.loss:g} needs a compute-optimal model of {n_opt:.3g} parameters, beyond the "
+                         f"{MAX_PARAMS:.0e} the family generator shapes; give a higher loss")
+    lo = n_opt
+    while True:
+        nxt = lo / 1.05
+        d = law.tokens_for(nxt, inputs.loss)
+        if d is None or d / law.optimal_tokens(nxt) > OVERTRAIN_MAX:
+            break
+        lo = nxt
+    return sorted({float(x) for x in np.geomspace(lo, n_opt, GRID_POINTS)}, reverse=True)
+
+
+def scaled(rs_sc, volume: float):
+    """The traffic scenario's workloads scaled so that they carry ``volume`` tokens a day."""
+    sc = rs_sc
+    day = sum(w.requests_per_s * (w.input_tokens + w.output_tokens) for w in sc.workloads) * 86400.0
+    f = volume / day
+    return sc.model_copy(update={"workloads": [w.model_copy(update={"requests_per_s": w.requests_per_s * f})
+                                               for w in sc.workloads]})
+
+
+def size_point(inputs: LifetimeInputs, catalog, target: float) -> tuple[SizePoint, object]:
+    from planner.perf.params import model_stats
+
+    law = LAWS[inputs.law]
+    model = generate(catalog, inputs.family, target)
+    st = model_stats(model)
+    eff = law.tokens_for(st.total_params, inputs.loss)
+    note = ""
+    if eff is None:
+        return SizePoint(target, st.total_params, model.id, math.inf, law.optimal_tokens(st.total_params), math.inf,
+                         note="cannot reach the loss"), model
+    try:
+        d = tokens_with_repeats(eff, inputs.unique_tokens)
+    except InfeasibleError as e:
+        return SizePoint(target, st.total_params, model.id, math.inf, law.optimal_tokens(st.total_params), math.inf,
+                         note=str(e)), model
+    if d > eff * (1 + 1e-9):
+        note = f"{d / inputs.unique_tokens:.1f} epochs of the unique tokens"
+    return SizePoint(target, st.total_params, model.id, d, law.optimal_tokens(st.total_params),
+                     train_usd(inputs, catalog, st.active_params, d), note=note), model
+
+
+def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float], time_limit_s: float = 60.0) -> dict[float, float | None]:
+    """The planner's cheapest $/h for ``model`` serving the traffic scenario at each volume (tokens/day): the
+    candidates evaluated once, the plan's MILP solved per volume (the same rows ``planner plan`` would keep)."""
+    cat = replace(catalog, models={**catalog.models, model.id: model})
+    sc = rs.scenario.model_copy(update={"model": model.id, "workloads": [w.model_copy(update={"model": None})
+                                                                          for w in rs.scenario.workloads]})
+    live = [v for v in volumes if v > 0]
+    out: dict[float, float | None] = {v: 0.0 for v in volumes if v <= 0}
+    if not live:
+        return out
+    scens = {v: scaled(sc, v) for v in live}
+    shares = {}
+    for v in live:
+        for w, (lo, hi) in prefix_shares(scens[v].workloads).items():
+            a, b = shares.get(w, (math.inf, 0.0))
+            shares[w] = (min(a, lo), max(b, hi))
+    try:
+        base, _ = drop_unpowered(resolve_scenario(scens[live[-1]], cat, rs.path))
+        pool = evaluate_candidates(base, None, [scenario_slos(base.scenario.workloads)], shares)
+    except PlannerError:
+        return {**out, **{v: None for v in live}}
+    for v in live:
+        rs_v = replace(base, scenario=scens[v])
+        table = select_candidates(pool, scenario_slos(scens[v].workloads))
+        if table.rows.empty or set(table.rows["workload"].astype(str)) != {w.name for w in scens[v].workloads}:
+            out[v] = None
+            continue
+        m = build_model(prepare(rs_v, table))
+        r = Solver(time_limit_s=time_limit_s, mip_gap=1e-6).solve(m)
+        out[v] = _fleet_usd(m) if r.has_solution else None
+    return out
+
+
+def _fleet_usd(m) -> float:
+    import pyomo.core as pyo
+
+    return float(sum(round(pyo.value(m.u[h]) or 0) * m._data.hardware[h].usd_per_unit_hour for h in m.H))
+
+
+def naive_serve_usd(inputs: LifetimeInputs, catalog, rs: ResolvedScenario, active_params: float, volume: float) -> float:
+    """Serving at ``2 N`` FLOPs per token at ``naive_utilisation`` of the cheapest-per-FLOP candidate hardware's
+    bf16 peak, over the life."""
+    best = min(h.price_usd_per_chip_hour / h.flops("bf16") for h in rs.hardware if h.price_usd_per_chip_hour)
+    return 2.0 * active_params * volume * inputs.life_days / inputs.naive_utilisation * best / HOUR_S
+
+
+def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lambda _m: None) -> tuple[list[SizePoint], list[Choice]]:
+    """Every size of the grid with its training and serving costs per volume, and the cheapest per volume (and
+    the cheapest under the ``2 N`` FLOPs assumption)."""
+    inputs.check()
+    points = []
+    for k, target in enumerate(grid(inputs)):
+        progress(f"size {k + 1} of {GRID_POINTS}: {target / 1e9:,.1f}B parameters")
+        p, model = size_point(inputs, catalog, target)
+        if math.isfinite(p.train_usd):
+            p.serve_usd_per_hour = serving_costs(rs, catalog, model, inputs.volumes)
+        points.append(p)
+    hours = inputs.life_days * 24.0
+    choices = []
+    from planner.perf.params import model_stats  # noqa: F401  (the naive count uses the generated sizes)
+
+    for v in inputs.volumes:
+        ok = [p for p in points if math.isfinite(p.train_usd) and p.serve_usd_per_hour.get(v) is not None]
+        best = min(ok, key=lambda p: p.train_usd + p.serve_usd_per_hour[v] * hours, default=None)
+        fin = [p for p in points if math.isfinite(p.train_usd)]
+        naive = min(fin, key=lambda p: p.train_usd + naive_serve_usd(inputs, catalog, rs, p.params, v), default=None)
+        choices.append(Choice(v, best, best.serve_usd_per_hour[v] * hours if best else math.inf, naive,
+                              naive_serve_usd(inputs, catalog, rs, naive.params, v) if naive else math.inf))
+    if all(c.point is None for c in choices if c.volume > 0) and any(v > 0 for v in inputs.volumes):
+        raise InfeasibleError(f"no size of the {inputs.family} family between {min(grid(inputs)) / 1e9:,.1f}B and "
+                              f"{max(grid(inputs)) / 1e9:,.1f}B parameters can be served on the scenario's hardware "
+                              "(memory or SLOs): allow larger hardware, or a looser loss target")
+    return points, choices
