@@ -74,7 +74,9 @@ def test_scaling_laws_give_back_their_published_points():
     assert epoch.optimal_tokens(n) == pytest.approx(d, rel=1e-4)  # the closed form agrees with the search
     # repeating 4 epochs of unique data is worth nearly fresh tokens; beyond U (1 + R*) nothing reaches the loss
     assert tokens_with_repeats(4e12, 1e12) == pytest.approx(4e12, rel=0.12)
-    with pytest.raises(Exception):
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError):
         tokens_with_repeats(20e12, 1e12)
 
 
