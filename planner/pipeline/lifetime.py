@@ -26,6 +26,8 @@ from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.model import build_model, prepare
 from planner.model.data import drop_unpowered
 from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
+from planner.model.bounds import greedy_start, solve_from
+from planner.options import DEFAULT_MIP_GAP
 from planner.solve import Solver
 from planner.studies.family import generate
 from planner.studies.scaling import LAWS, tokens_with_repeats
@@ -33,6 +35,7 @@ from planner.units import HOUR_S
 
 DENSE_FAMILIES = ("llama3", "qwen3")
 GRID_POINTS = 12
+MAX_JOBS = 4
 OVERTRAIN_MAX = 1000.0
 """Smallest model of the grid: the size whose tokens are this many times its compute-optimal tokens."""
 NAIVE_UTILISATION = 0.5
@@ -177,14 +180,14 @@ def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float], ti
         pool = evaluate_candidates(base, None, [scenario_slos(base.scenario.workloads)], shares)
     except PlannerError:
         return {**out, **{v: None for v in live}}
+    table = select_candidates(pool, scenario_slos(base.scenario.workloads))  # the SLOs, so the rows, are the volumes'
+    if table.rows.empty or set(table.rows["workload"].astype(str)) != {w.name for w in base.scenario.workloads}:
+        return {**out, **{v: None for v in live}}
     for v in live:
         rs_v = replace(base, scenario=scens[v])
-        table = select_candidates(pool, scenario_slos(scens[v].workloads))
-        if table.rows.empty or set(table.rows["workload"].astype(str)) != {w.name for w in scens[v].workloads}:
-            out[v] = None
-            continue
         m = build_model(prepare(rs_v, table))
-        r = Solver(time_limit_s=time_limit_s, mip_gap=1e-6).solve(m)
+        # as `planner plan` solves: from the greedy plan, its cost capping the units (model.bounds)
+        r = solve_from(Solver(time_limit_s=time_limit_s, mip_gap=DEFAULT_MIP_GAP), m, greedy_start(m, check=False))
         out[v] = _fleet_usd(m) if r.has_solution else None
     return out
 
@@ -202,17 +205,43 @@ def naive_serve_usd(inputs: LifetimeInputs, catalog, rs: ResolvedScenario, activ
     return 2.0 * active_params * volume * inputs.life_days / inputs.naive_utilisation * best / HOUR_S
 
 
-def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lambda _m: None) -> tuple[list[SizePoint], list[Choice]]:
+def _size(args) -> SizePoint:
+    inputs, rs, catalog, target = args
+    p, model = size_point(inputs, catalog, target)
+    if math.isfinite(p.train_usd):
+        p.serve_usd_per_hour = serving_costs(rs, catalog, model, inputs.volumes)
+    return p
+
+
+def _sizes(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, sizes: list[float], jobs: int | None,
+           progress) -> list[SizePoint]:
+    """Each size's point, its plans re-solved per volume; sizes are independent, so ``jobs`` processes (default:
+    one per core, at most ``MAX_JOBS``) share them."""
+    import os
+
+    n = jobs or min(MAX_JOBS, os.cpu_count() or 1)
+    work = [(inputs, rs, catalog, s) for s in sizes]
+    if n <= 1 or len(sizes) < 2:
+        out = []
+        for k, w in enumerate(work):
+            progress(f"size {k + 1} of {len(sizes)}: {w[3] / 1e9:,.1f}B parameters")
+            out.append(_size(w))
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    progress(f"{len(sizes)} sizes on {n} processes")
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
+        return list(ex.map(_size, work))
+
+
+def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lambda _m: None,
+             jobs: int | None = None) -> tuple[list[SizePoint], list[Choice]]:
     """Every size of the grid with its training and serving costs per volume, and the cheapest per volume (and
     the cheapest under the ``2 N`` FLOPs assumption)."""
     inputs.check()
-    points = []
-    for k, target in enumerate(grid(inputs)):
-        progress(f"size {k + 1} of {GRID_POINTS}: {target / 1e9:,.1f}B parameters")
-        p, model = size_point(inputs, catalog, target)
-        if math.isfinite(p.train_usd):
-            p.serve_usd_per_hour = serving_costs(rs, catalog, model, inputs.volumes)
-        points.append(p)
+    sizes = grid(inputs)
+    points = _sizes(inputs, rs, catalog, sizes, jobs, progress)
     hours = inputs.life_days * 24.0
     choices = []
     from planner.perf.params import model_stats  # noqa: F401  (the naive count uses the generated sizes)
