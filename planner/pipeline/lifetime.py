@@ -24,10 +24,10 @@ import numpy as np
 from planner.catalog.scenario import ResolvedScenario, resolve_scenario
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.model import build_model, prepare
-from planner.model.data import drop_unpowered
-from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
 from planner.model.bounds import greedy_start, solve_from
+from planner.model.data import drop_unpowered
 from planner.options import DEFAULT_MIP_GAP
+from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
 from planner.solve import Solver
 from planner.studies.family import generate
 from planner.studies.scaling import LAWS, tokens_with_repeats
