@@ -36,13 +36,17 @@ def lifetime(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for lifetime.md and lifetime.png.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing lifetime.md.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The sweep as JSON on stdout.")] = False,
+    with_variants: Annotated[
+        bool, typer.Option("--variants", help="Also re-run the sweep on a faster serving tier and on small and large scale-up domains (how the answer moves).")
+    ] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Processes the sizes are spread over (default: one per core, up to 4).")] = None,
 ) -> None:
     """Choose the parameters N and training tokens D that minimise training plus lifetime serving cost at a loss
     target, per lifetime volume, beside the 2N-FLOPs-per-token assumption."""
     import planner
     from planner.catalog.writer import atomic_write_text
-    from planner.export.lifetime import lifetime_markdown, lifetime_plot, rows
-    from planner.pipeline.lifetime import LifetimeInputs
+    from planner.export.lifetime import lifetime_markdown, lifetime_plot, rows, variants_markdown
+    from planner.pipeline.lifetime import LifetimeInputs, variants
     from planner.pipeline.lifetime import lifetime as run
     from planner.studies.scaling import LAWS
     from planner.sweep.points import parse_values
@@ -69,13 +73,26 @@ def lifetime(
         refuse_overwrite(target / "lifetime.md", force)
     rs = planner.load_scenario(scenario, cat)
     with stages() as say:
-        points, choices = run(inputs, rs, cat, progress=say)
+        points, choices = run(inputs, rs, cat, progress=say, jobs=jobs)
+        found = variants(inputs, rs, cat, progress=say, jobs=jobs) if with_variants else []
     if out is not None or not as_json:
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target / "lifetime.md", lifetime_markdown(inputs, str(scenario), points, choices))
+        md = lifetime_markdown(inputs, str(scenario), points, choices)
+        if found:
+            md += "\n" + variants_markdown(inputs, found)
+        md += f"\nRegenerate: `{command_line()}`\n"
+        atomic_write_text(target / "lifetime.md", md)
         lifetime_plot(inputs, choices, target / "lifetime.png")
         typer.echo(f"wrote {target / 'lifetime.md'} and {target / 'lifetime.png'}", err=True)
     if as_json:
         echo_json({"family": family, "law": law, "loss": loss, "life_days": life_days, "rows": rows(inputs, choices),
                    "sizes": [{"params": p.params, "train_tokens": p.tokens, "optimal_tokens": p.optimal_tokens,
                               "train_usd": p.train_usd, "note": p.note} for p in points]})
+
+
+def command_line() -> str:
+    """The command as run (for the report's regeneration line)."""
+    import shlex
+    import sys
+
+    return "planner " + " ".join(shlex.quote(a) for a in sys.argv[1:])

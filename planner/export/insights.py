@@ -191,6 +191,13 @@ def write(items, folder: Path, command: str) -> Path:
         stem = f"{ins.model}-{ins.hardware}"
         paths = plots(ins, img, stem)
         parts.append(section(ins, {k: f"insights/{p.name}" for k, p in paths.items()}))
+    parts += ["## How big a model to train, when serving costs what the planner says", "",
+              "The lecture's last claim (a model serving enormous traffic is smaller and trained far past "
+              "Chinchilla-optimal) is computed by `planner lifetime`: per lifetime volume, the size and training tokens "
+              "of least training plus serving cost at a loss target, serving priced by the planner's own plans, beside "
+              "the 2N-FLOPs-per-token assumption of the published analyses, and how the answer moves with the serving "
+              "tier and the scale-up domain. The bundled report is `lifetime/lifetime.md` (its regeneration command is "
+              "at its end).", ""]
     md = folder / "insights.md"
     atomic_write_text(md, "\n".join(parts))
     return md

@@ -109,3 +109,24 @@ def lifetime_plot(inputs: LifetimeInputs, choices: list[Choice], path: Path) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def variants_markdown(inputs: LifetimeInputs, found: list[tuple[str, list[Choice]]]) -> str:
+    """How the optimum moves with the serving tier and the scale-up domain, and against the 2N-FLOPs pricing."""
+    L = ["## How the answer moves", "",
+         "Each row re-runs the sweep with the serving side changed. Sparsity (an MoE family) is not among them: it "
+         "needs a MoE scaling law planner lifetime does not carry yet.", "",
+         f"| serving | first volume at {CLAIM_FACTOR:g}x (tokens/day) | at the top volume: params, x Chinchilla | "
+         "2N FLOPs/token at the top volume | $/M tokens at the top volume |", "|---|---:|---|---|---:|"]
+    for label, choices in found:
+        hit = next((c for c in choices if c.point and c.point.tokens / c.point.optimal_tokens >= CLAIM_FACTOR), None)
+        top = next((c for c in reversed(choices) if c.point), None)
+        if top is None:
+            L.append(f"| {label} | - | no size served | - | - |")
+            continue
+        per = top.total_usd / (top.volume * inputs.life_days) * 1e6 if top.volume > 0 else math.nan
+        q = top.naive_point
+        L.append(f"| {label} | {'not reached' if hit is None else f'{hit.volume:,.3g}'} | "
+                 f"{top.point.params / 1e9:,.1f}B, {top.point.tokens / top.point.optimal_tokens:,.1f}x | "
+                 f"{q.params / 1e9:,.1f}B, {q.tokens / q.optimal_tokens:,.1f}x | ${per:,.4f} |")
+    return "\n".join(L) + "\n"

@@ -34,9 +34,9 @@ from planner.studies.scaling import LAWS, tokens_with_repeats
 from planner.units import HOUR_S
 
 DENSE_FAMILIES = ("llama3", "qwen3")
-GRID_POINTS = 12
+GRID_POINTS = 14
 MAX_JOBS = 4
-OVERTRAIN_MAX = 1000.0
+OVERTRAIN_MAX = 3000.0
 """Smallest model of the grid: the size whose tokens are this many times its compute-optimal tokens."""
 NAIVE_UTILISATION = 0.5
 """Serving utilisation of the hardware's bf16 peak the ``2 N`` FLOPs-per-token comparison assumes."""
@@ -249,6 +249,9 @@ def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lam
     for v in inputs.volumes:
         ok = [p for p in points if math.isfinite(p.train_usd) and p.serve_usd_per_hour.get(v) is not None]
         best = min(ok, key=lambda p: p.train_usd + p.serve_usd_per_hour[v] * hours, default=None)
+        if best is not None and best is points[-1] and v > 0:
+            best = replace(best, note=(best.note + "; " if best.note else "") + "the smallest size of the grid "
+                           f"({OVERTRAIN_MAX:g}x past the compute-optimal tokens): a smaller model may be cheaper")
         fin = [p for p in points if math.isfinite(p.train_usd)]
         naive = min(fin, key=lambda p: p.train_usd + naive_serve_usd(inputs, catalog, rs, p.params, v), default=None)
         choices.append(Choice(v, best, best.serve_usd_per_hour[v] * hours if best else math.inf, naive,
@@ -258,3 +261,40 @@ def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lam
                               f"{max(grid(inputs)) / 1e9:,.1f}B parameters can be served on the scenario's hardware "
                               "(memory or SLOs): allow larger hardware, or a looser loss target")
     return points, choices
+
+
+VARIANTS = (
+    ("as given", None),
+    ("faster tier: TPOT and TTFT targets halved", "fast"),
+    ("8-GPU NVLink nodes (b200-sxm)", "b200-sxm"),
+    ("72-GPU NVLink racks (gb200-nvl72)", "gb200-nvl72"),
+)
+"""How the answer moves: the scenario as given, a faster serving tier, and one Blackwell generation on a small and
+on a large scale-up domain (the same chips: only the domain differs)."""
+
+
+def variant_scenario(rs: ResolvedScenario, catalog, kind: str | None) -> ResolvedScenario:
+    sc = rs.scenario
+    if kind is None:
+        return rs
+    if kind == "fast":
+        wls = [w.model_copy(update={"slo": w.slo.model_copy(update={"ttft_ms": w.slo.ttft_ms / 2,
+                                                                       "tpot_ms": w.slo.tpot_ms / 2})})
+               for w in sc.workloads]
+        return resolve_scenario(sc.model_copy(update={"workloads": wls}), catalog, rs.path)
+    return resolve_scenario(sc.model_copy(update={"hardware": [kind], "limits": sc.limits.model_copy(
+        update={"max_units": {}})}), catalog, rs.path)
+
+
+def variants(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lambda _m: None,
+             jobs: int | None = None) -> list[tuple[str, list[Choice]]]:
+    """The optimum per volume under each of :data:`VARIANTS` (a variant no size can be served in is left out)."""
+    out = []
+    for label, kind in VARIANTS:
+        progress(f"variant: {label}")
+        try:
+            _, choices = lifetime(inputs, variant_scenario(rs, catalog, kind), catalog, progress, jobs)
+        except InfeasibleError:
+            continue
+        out.append((label, choices))
+    return out
