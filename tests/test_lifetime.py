@@ -138,14 +138,7 @@ def test_serving_cost_is_planner_plans_cost(sweep, catalog):
     assert c.serve_usd == pytest.approx(plan.objective.usd_per_hour * inputs.life_days * 24, rel=1e-6)
 
 
-def _run(args) -> int:
-    from planner.cli.app import main
-
-    try:
-        main([str(a) for a in args])
-    except SystemExit as e:
-        return e.code or 0
-    return 0
+from tests.test_brownfield import _run  # noqa: E402
 
 
 @pytest.mark.parametrize("args,says", [

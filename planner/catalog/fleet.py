@@ -169,6 +169,10 @@ class DeployedPool:
         return pool_key(self.workload, self.role, self.hardware, self.engine, self.tp, self.ep, self.pp,
                         self.attn_dp, self.weights_dtype)
 
+    @property
+    def layout(self) -> str:
+        return self.notation or f"TP{self.tp} EP{self.ep} PP{self.pp} DP{self.attn_dp}"
+
 
 def pool_key(workload, role, hardware, engine, tp, ep, pp, attn_dp, weights_dtype="") -> tuple:
     """A pool's identity: the same workload, role, hardware, engine, layout and weight format is the same pool

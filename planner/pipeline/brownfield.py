@@ -21,7 +21,6 @@ from planner.results.migration import (
     FleetState,
     HorizonCost,
     Migration,
-    PoolState,
     diff_pools,
     diff_units,
     peak_units,
@@ -36,9 +35,7 @@ COMPARE_TIME_LIMIT_S = 30.0
 
 def deployed_state(fleet: Fleet, demand: dict[str, float]) -> FleetState:
     """The deployed fleet as a state to diff (pools given by hand get ids ``deployed-N``)."""
-    pools = [PoolState(p.workload, p.role, p.hardware, p.engine, p.tp, p.ep, p.pp, p.attn_dp, p.weights_dtype,
-                       p.replicas, p.pool_id or f"deployed-{i + 1}", p.requests_per_s_per_replica, p.tune, p.notation)
-             for i, p in enumerate(fleet.pools)]
+    pools = [replace(p, pool_id=p.pool_id or f"deployed-{i + 1}") for i, p in enumerate(fleet.pools)]
     return FleetState(fleet.units(), pools, dict(fleet.demand) or dict(demand))
 
 

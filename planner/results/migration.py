@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from planner.catalog.fleet import DeployedPool
+
 PoolStatus = Literal["kept", "resized", "retuned", "reconfigured", "re-engined", "new", "removed"]
 ROLE_ORDER = {"prefill": 0, "decode": 1, "aggregated": 2}
 
@@ -104,36 +106,9 @@ class Migration(_M):
 
 
 @dataclass
-class PoolState:
-    workload: str
-    role: str
-    hardware: str
-    engine: str
-    tp: int
-    ep: int
-    pp: int
-    attn_dp: int
-    weights_dtype: str
-    replicas: int
-    pool_id: str = ""
-    rps_per_replica: float | None = None
-    tune: tuple | None = None
-    """Launch flags (batch, cache format and tier, speculative tokens); ``None`` where unknown."""
-    notation: str = ""
-
-    @property
-    def key(self) -> tuple:
-        return (self.workload, self.role, self.hardware, self.engine, self.tp, self.ep, self.pp, self.attn_dp)
-
-    @property
-    def layout(self) -> str:
-        return self.notation or f"TP{self.tp} EP{self.ep} PP{self.pp} DP{self.attn_dp}"
-
-
-@dataclass
 class FleetState:
     units: dict[str, int]
-    pools: list[PoolState]
+    pools: list[DeployedPool]
     demand: dict[str, float] = field(default_factory=dict)
     unit_usd: dict[str, float] = field(default_factory=dict)
     """$/h of one unit of each hardware as held (for the steps' $/h)."""
@@ -143,9 +118,9 @@ class FleetState:
 
 def plan_state(plan) -> FleetState:
     """A plan's fleet (:class:`planner.results.Plan`) as a state to diff."""
-    pools = [PoolState(p.workload, p.role, p.hardware, p.engine, p.layout.tp, p.layout.ep, p.layout.pp,
-                       p.layout.attn_dp, p.weights_dtype, p.replicas, p.id, p.predicted.requests_per_s_per_replica,
-                       (p.batch, p.kv_dtype, p.kv_tier, p.prefix_tier, p.spec_tokens), p.layout.notation)
+    pools = [DeployedPool(p.workload, p.role, p.hardware, p.engine, p.layout.tp, p.layout.ep, p.layout.pp,
+                          p.layout.attn_dp, p.weights_dtype, p.replicas, p.id, p.predicted.requests_per_s_per_replica,
+                          (p.batch, p.kv_dtype, p.kv_tier, p.prefix_tier, p.spec_tokens), p.layout.notation)
              for p in plan.pools]
     units = {g.hardware: g.count for g in plan.units}
     usd = {g.hardware: g.usd_per_hour / max(g.count, 1) for g in plan.units}
@@ -171,7 +146,7 @@ def diff_pools(old: FleetState, new: FleetState) -> list[PoolChange]:
         engines.setdefault((p.workload, p.role), set()).add(p.engine)
     out = []
     for p in sorted(new.pools, key=_order):
-        match = next((q for q in left if q.key == p.key and q.weights_dtype in ("", p.weights_dtype)), None)
+        match = next((q for q in left if q.key[:-1] == p.key[:-1] and q.weights_dtype in ("", p.weights_dtype)), None)
         if match is not None:
             left.remove(match)
             status = "kept" if match.replicas == p.replicas else "resized"
@@ -192,17 +167,17 @@ def diff_pools(old: FleetState, new: FleetState) -> list[PoolChange]:
     return out
 
 
-def _order(p: PoolState):
+def _order(p: DeployedPool):
     return (p.workload, ROLE_ORDER.get(p.role, 3), p.hardware, p.pool_id)
 
 
-def _change(p: PoolState, status: str, before: int, after: int, pool, old_pool) -> PoolChange:
+def _change(p: DeployedPool, status: str, before: int, after: int, pool, old_pool) -> PoolChange:
     return PoolChange(workload=p.workload, role=p.role, hardware=p.hardware, engine=p.engine, layout=p.layout,
                       weights_dtype=p.weights_dtype, status=status, replicas_before=before, replicas_after=after,
                       pool=pool, old_pool=old_pool)
 
 
-def capacity(pools: list[tuple[PoolState, int]]) -> dict[str, float]:
+def capacity(pools: list[tuple[DeployedPool, int]]) -> dict[str, float]:
     """Requests/s per workload of pools up (each with its replicas): aggregated plus the lesser of prefill and
     decode; a workload with a pool of unknown rate is left out."""
     by: dict[str, dict[str, float]] = {}
@@ -210,11 +185,11 @@ def capacity(pools: list[tuple[PoolState, int]]) -> dict[str, float]:
     for p, n in pools:
         if n <= 0:
             continue
-        if p.rps_per_replica is None:
+        if p.requests_per_s_per_replica is None:
             unknown.add(p.workload)
             continue
         d = by.setdefault(p.workload, {})
-        d[p.role] = d.get(p.role, 0.0) + p.rps_per_replica * n
+        d[p.role] = d.get(p.role, 0.0) + p.requests_per_s_per_replica * n
     return {w: d.get("aggregated", 0.0) + min(d.get("prefill", 0.0), d.get("decode", 0.0))
             for w, d in by.items() if w not in unknown}
 
@@ -222,7 +197,7 @@ def capacity(pools: list[tuple[PoolState, int]]) -> dict[str, float]:
 def steps(old: FleetState, new: FleetState, changes: list[PoolChange], lead_time_days: float = 0.0) -> list[Step]:
     """The ordered steps from ``old`` to ``new`` (see the module docstring)."""
     new_by_id = {p.pool_id: p for p in new.pools}
-    up: dict[tuple, tuple[PoolState, int]] = {("old", p.pool_id): (p, p.replicas) for p in old.pools}
+    up: dict[tuple, tuple[DeployedPool, int]] = {("old", p.pool_id): (p, p.replicas) for p in old.pools}
     units = dict(old.units)
     out: list[Step] = []
     demand_before = dict(old.demand) or dict(new.demand)
