@@ -320,6 +320,10 @@ class Scenario(Strict):
     engine: str | None = None
     """Serving engine every pool must run (a catalog engine id: sglang, vllm, trtllm, atom); default: the
     planner chooses per pool among the engines that run on each hardware."""
+    self_quantise: bool = False
+    """Allow weight formats no published checkpoint has and the engine cannot quantise to on load (the plan
+    then says what to quantise, and the export needs the checkpoint's path); default: only formats that can be
+    served from a published checkpoint."""
     require_validated: bool = False
     """Leave out hardware whose efficiency factors were transferred from other hardware (no measured rows of
     its own)."""

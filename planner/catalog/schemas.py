@@ -428,6 +428,9 @@ class EngineWeights(Strict):
     weight_only: dict[Vendor, list[Dtype]] = Field(default_factory=dict)
     """Formats the engine dequantises into bf16 maths (W4A16, W8A16) on hardware of each vendor that has
     no units for them: fewer bytes streamed per step, bf16 FLOP/s."""
+    on_load: list[Dtype] = Field(default_factory=list)
+    """Formats the engine quantises a bf16/fp16 checkpoint to as it loads it (dynamic FP8): no pre-quantised
+    checkpoint needed."""
 
 
 class EngineFeatures(Strict):
@@ -648,6 +651,16 @@ class ContextExtension(Strict):
     source: str = Field(min_length=3)
 
 
+class Checkpoint(Strict):
+    """A published checkpoint of a model in one weight format."""
+
+    weights: Dtype
+    hf_id: HfId
+    vendor: Vendor | None = None
+    """Hardware vendor the format's encoding targets (NVFP4: nvidia, MXFP4: amd); ``None``: any."""
+    source: str = Field(min_length=3)
+
+
 class Published(Strict):
     total_params_b: Pos | None = None
     active_params_b: Pos | None = None
@@ -675,6 +688,8 @@ class ModelSpec(Strict):
     rope scaling that reaches ``max_context_tokens`` (engines need both overridden to serve beyond it)."""
     speculative: Speculative | None = None
     """Speculative decoding a plan may choose for this model (None: not offered)."""
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    """Published checkpoints per weight format beside the native one (``hf_ids[0]``)."""
     published: Published | None = None
 
     @model_validator(mode="after")
@@ -684,6 +699,22 @@ class ModelSpec(Strict):
             raise ValueError("context_extension.native_tokens must be below max_context_tokens (else no extension "
                              "is needed: remove context_extension)")
         return self
+
+    def weights_source(self, dtype: str, vendor: str, engine: EngineSpec | None = None) -> tuple[str, str] | None:
+        """Where a pool serving ``dtype`` weights on ``vendor``'s hardware with ``engine`` gets them:
+        ``("native", id)`` (the checkpoint's own format, or bf16/fp16 from either), ``("published", id)`` (a
+        published checkpoint in that format), ``("on-load", id)`` (the engine quantises the bf16/fp16 checkpoint
+        as it loads it), or ``None``: someone must quantise one first."""
+        native = self.hf_ids[0] if self.hf_ids else self.id
+        wide = ("bf16", "fp16")
+        if dtype == self.weights_dtype or (dtype in wide and self.weights_dtype in wide):
+            return "native", native
+        for c in self.checkpoints:
+            if c.weights == dtype and c.vendor in (None, vendor):
+                return "published", c.hf_id
+        if engine is not None and dtype in engine.weights.on_load and self.weights_dtype in wide:
+            return "on-load", native
+        return None
 
     @property
     def is_moe(self) -> bool:

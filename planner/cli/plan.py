@@ -358,6 +358,9 @@ def export_cmd(
     namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace of the manifests.")] = "default",
     gateway: Annotated[str, typer.Option("--gateway", help="Gateway (Gateway API) the workloads' HTTPRoutes attach to.")] = "inference-gateway",
     force: Annotated[bool, typer.Option("--force", help="Replace an existing export.")] = False,
+    checkpoint: Annotated[
+        list[str] | None, typer.Option("--checkpoint", help="POOL=PATH: the checkpoint a pool loads where no checkpoint of its weight format is published (repeatable).")
+    ] = None,
 ) -> None:
     """Hand a plan to ops: engine launch scripts, expert maps per engine, Kubernetes manifests, routes weighted as
     the plan routes traffic, autoscaling, SLO alerts and a runbook."""
@@ -375,7 +378,14 @@ def export_cmd(
     check_folder(dest, option="--out")
     if not force and owned_files(dest):
         raise InputError(f"{dest} holds an export; pass --force to replace it, or choose another --out")
-    doc = export_plan(plan_dir, targets, dest, cli_catalog(), force=force, namespace=namespace, gateway=gateway)
+    given = {}
+    for item in checkpoint or []:
+        pool, sep, path = item.partition("=")
+        if not sep or not pool or not path:
+            raise InputError(f"--checkpoint: expected POOL=PATH, got '{item}'")
+        given[pool] = path
+    doc = export_plan(plan_dir, targets, dest, cli_catalog(), force=force, namespace=namespace, gateway=gateway,
+                      checkpoints=given)
     typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
                + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
 

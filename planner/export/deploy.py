@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.catalog.loader import Catalog
+from planner.errors import InputError
 from planner.results import Plan, Pool
 
 PORT = 8000
@@ -29,7 +30,8 @@ class Deployment:
     vendor: str
     model_id: str
     model_path: str
-    """Hugging Face id of the checkpoint (the catalog's first ``hf_ids`` entry)."""
+    """The checkpoint the pool loads: the published one in its weight format, else the native one (the catalog's
+    first ``hf_ids`` entry) where the engine quantises on load, else the path given with ``--checkpoint``."""
     native_dtype: str
     weights_dtype: str
     weights_mode: str
@@ -78,6 +80,10 @@ class Deployment:
     slo_tpot_quantile: float | None = 0.9
     """Host memory per chip (the catalog's ``host_dram_gb``): what a pod may ask of its node."""
     lose_units: int = 0
+    weights_source: str = "native"
+    """Where the weights come from: ``native``, ``published`` (a pre-quantised checkpoint: the engine reads its
+    quantisation from its config), ``on-load`` (the engine quantises the native checkpoint as it loads it) or
+    ``given`` (``--checkpoint``)."""
     """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
     router_share: float = 1.0
     """Share of its workload's requests of its role the plan routes to this pool (plan.json ``router_share``)."""
@@ -152,18 +158,41 @@ class Deployment:
         return max(1, math.floor(self.batch * min(self.utilisation, 1.0)))
 
 
-def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None) -> list[Deployment]:
-    """Every pool of ``plan`` as a :class:`Deployment` (the catalog supplies checkpoint ids and host sizes)."""
+def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None,
+                checkpoints: dict[str, str] | None = None) -> list[Deployment]:
+    """Every pool of ``plan`` as a :class:`Deployment` (the catalog supplies checkpoint ids and host sizes;
+    ``checkpoints`` maps a pool id to the path of a checkpoint of its weight format where none is published)."""
+    checkpoints = checkpoints or {}
+    unknown = sorted(set(checkpoints) - {p.id for p in plan.pools})
+    if unknown:
+        raise InputError(f"--checkpoint: no pool {unknown[0]} in the plan (pools: {', '.join(p.id for p in plan.pools)})")
     out = []
     for p in plan.pools:
         # Plans before schema 2.2 name one model for the whole scenario; later ones name each pool's.
         model = catalog.get_model(p.model or plan.scenario["model"])
-        out.append(_one(plan, p, catalog, model, model.architecture.moe, plan_dir))
+        out.append(_one(plan, p, catalog, model, model.architecture.moe, plan_dir, checkpoints.get(p.id)))
     return out
 
 
-def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | None) -> Deployment:
+def weights_of(p: Pool, model, hw, catalog: Catalog, given: str | None) -> tuple[str, str]:
+    """(source, checkpoint) of a pool's weights (:meth:`ModelSpec.weights_source`), or the path ``given``;
+    :class:`InputError` naming the pool and what to do where there is neither."""
+    if given is not None:
+        return "given", given
+    src = model.weights_source(p.weights_dtype, hw.vendor, catalog.engines.get(p.engine))
+    if src is not None:
+        return src
+    tool = "TensorRT Model Optimizer (modelopt hf_ptq)" if hw.vendor == "nvidia" else "AMD Quark" \
+        if hw.vendor == "amd" else "the engine's quantisation tooling"
+    raise InputError(f"pool {p.id}: {model.id} has no published {p.weights_dtype} checkpoint for {hw.vendor} hardware "
+                     f"and {p.engine} does not quantise to {p.weights_dtype} on load; quantise "
+                     f"{(model.hf_ids or [model.id])[0]} to {p.weights_dtype} with {tool} and export with "
+                     f"--checkpoint {p.id}=PATH")
+
+
+def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | None, given: str | None) -> Deployment:
     hw = catalog.get_hardware(p.hardware)
+    source, path = weights_of(p, model, hw, catalog, given)
     w = next(x for x in plan.workloads if x.name == p.workload)
     mem = p.memory_per_chip_bytes
     xp = p.expert_placement
@@ -173,7 +202,7 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
     lay = p.layout
     return Deployment(
         pool=p.id, role=p.role, workload=p.workload, engine=p.engine, hardware=p.hardware, vendor=hw.vendor,
-        model_id=model.id, model_path=(model.hf_ids or [model.id])[0], native_dtype=model.weights_dtype,
+        model_id=model.id, model_path=path, weights_source=source, native_dtype=model.weights_dtype,
         weights_dtype=p.weights_dtype, weights_mode=p.weights_mode, kv_dtype=p.kv_dtype, kv_tier=p.kv_tier,
         prefix_tier=p.prefix_tier, replicas=p.replicas, gpus=p.chips_per_replica,
         gpus_per_host=hw.purchase_unit.host_chips, tp=lay.tp, ep=lay.ep, pp=lay.pp, attn_dp=lay.attn_dp,

@@ -60,21 +60,22 @@ def context_note(d: Deployment, target: str) -> str | None:
 
 
 def _quant(d: Deployment, table: dict) -> str | None:
-    """The quantisation method when the plan serves weights in another format than the checkpoint's."""
-    if d.weights_dtype == d.native_dtype:
+    """The quantisation method to name where the engine quantises the native checkpoint as it loads it; a
+    pre-quantised checkpoint carries its method in its config, which the engines read (naming another one is
+    refused as a mismatch)."""
+    if d.weights_source != "on-load":
         return None
     return table.get((d.weights_dtype, d.vendor))
 
 
 def checkpoint_note(d: Deployment) -> str | None:
-    """What checkpoint the pool needs when its weight format is not the published one."""
-    if d.weights_dtype == d.native_dtype:
+    """Where the pool's weights come from, when not the model's own checkpoint in its own format."""
+    if d.weights_source == "native":
         return None
-    online = d.weights_dtype == "fp8"
-    return (f"weights {d.weights_dtype} ({d.weights_mode}): "
-            + ("quantised on load from the published checkpoint" if online else
-               f"point MODEL_PATH at a {d.weights_dtype} checkpoint of {d.model_path} (pre-quantised; the engine "
-               "loads it, it does not quantise to this format on load)"))
+    how = {"published": f"the published {d.weights_dtype} checkpoint {d.model_path} (its quantisation read from its config)",
+           "on-load": f"quantised to {d.weights_dtype} on load from {d.model_path}",
+           "given": f"the {d.weights_dtype} checkpoint given with --checkpoint ({d.model_path})"}[d.weights_source]
+    return f"weights {d.weights_dtype} ({d.weights_mode}): {how}"
 
 
 def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:

@@ -193,9 +193,12 @@ def roles_for(serving) -> list[str]:
 def weight_options(rs: ResolvedScenario, model: ModelSpec, hw: HardwareSpec, engine: EngineSpec) -> list[tuple[str, str]]:
     """(weight format, mode) pairs of the scenario that ``engine`` serves ``model`` in on ``hw``: ``native``
     where the hardware has units for the format, ``weight-only`` where the engine dequantises it into bf16
-    maths."""
+    maths. A format needs a checkpoint to serve from (:meth:`ModelSpec.weights_source`: the native one, a
+    published one, or the engine's quantisation on load) unless the scenario says ``self_quantise``."""
     out = []
     for w in rs.weights_for(model):
+        if not rs.scenario.self_quantise and model.weights_source(w, hw.vendor, engine) is None:
+            continue  # no published checkpoint in this format, and the engine does not quantise to it on load
         dense, expert = P.resolve_dtypes(model, w)
         modes = {engine.weight_mode(hw, d) for d in {dense, expert}}
         if None in modes:

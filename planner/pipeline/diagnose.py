@@ -52,6 +52,14 @@ def diagnose_candidates(rs: ResolvedScenario, pool: CandidatePool, table: Candid
         allr = pool.rows[pool.rows["workload"] == w.name] if not pool.rows.empty else pool.rows
         if allr.empty:
             wm = rs.model_for(w.name)
+            served = [f for f in rs.weights_for(wm) for h in rs.hardware for e in rs.engines
+                      if e.runs_on(h) and wm.weights_source(f, h.vendor, e) is not None]
+            if not served and not rs.scenario.self_quantise:
+                raise InfeasibleError(
+                    f"{where}: no checkpoint of {wm.id} in the allowed weight formats "
+                    f"({', '.join(rs.weights_for(wm))}) is published for {hw}, and no engine quantises to them on "
+                    f"load; allow the native format ({wm.weights_dtype}) or one with a published checkpoint, or set "
+                    "self_quantise: true (you provide the checkpoint)")
             raise InfeasibleError(
                 f"{where}: no layout of {wm.id} fits in memory on {hw} (weights "
                 f"{', '.join(rs.weights_for(wm))}, KV {', '.join(rs.scenario.kv_cache)}, up to the largest layout); "

@@ -206,7 +206,7 @@ def _make_plan(rs: ResolvedScenario, opts: PlanOptions, progress: Callable[[str]
         plan_months(rs, data, table, plan, max(deadline - time.perf_counter(), 1.0), opts.mip_gap, (x, u))
     say("placing experts and re-checking the plan")
     files = place_pool_experts(rs, plan, opts.expert_time_limit_s, opts.expert_mip_gap)
-    plan.assumptions += list(rs.notes) + assumptions(rs, engine)
+    plan.assumptions += list(rs.notes) + assumptions(rs, engine) + self_quantised(rs, plan.pools)
     plan.sources = sources(rs)
     plan.recheck = recheck(plan, rs)
     if not plan.recheck.ok:
@@ -358,6 +358,21 @@ def assumptions(rs: ResolvedScenario, engine: str | None) -> list[str]:
             f"{model.id}: speculative decoding ({spec.method}) accepts drafts at {', '.join(f'{a:g}' for a in spec.acceptance)} "
             f"(per draft position, the last repeating; {spec.source.strip()}), scaled by each engine's fitted acceptance share."
         )
+    return out
+
+
+def self_quantised(rs: ResolvedScenario, pools) -> list[str]:
+    """A line per pool whose weight format has no published checkpoint and no on-load quantisation (a scenario
+    with ``self_quantise``): what to quantise, and how the export takes it."""
+    hw = {h.id: h for h in rs.hardware}
+    engines = {e.id: e for e in rs.engines}
+    out = []
+    for p in pools:
+        model = rs.model_for(p.workload)
+        if model.weights_source(p.weights_dtype, hw[p.hardware].vendor, engines.get(p.engine)) is None:
+            out.append(f"{p.id}: no {p.weights_dtype} checkpoint of {model.id} is published for {hw[p.hardware].vendor} "
+                       f"hardware and {p.engine} does not quantise to it on load (self_quantise): quantise "
+                       f"{(model.hf_ids or [model.id])[0]} to {p.weights_dtype} and export with --checkpoint {p.id}=PATH")
     return out
 
 
