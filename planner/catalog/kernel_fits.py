@@ -1,0 +1,102 @@
+"""Kernel curves of one system fitted on measured kernel latencies (``planner calibrate kernels``): their families'
+parameters, the physical range of each, and the catalog schema that stores them under a hardware entry."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from planner.catalog.fields import AsOf, NonNegInt, Strict
+
+KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
+    "gemm": ("t0_us", "compute", "tile_half", "memory", "sharpness", "act_bytes"),
+    "moe": ("t0_us", "compute", "tile_half", "memory", "sharpness", "copy_ns"),
+    "attn_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
+    "mla_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
+    "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "sharpness"),
+    "deepep": ("t0_us", "copy_ns", "bus_eff"),
+}
+"""Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
+
+KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
+    "gemm": {"t0_us": (0.0, 100.0), "compute": (0.05, 1.0), "tile_half": (0.0, 5000.0), "memory": (0.05, 1.0),
+             "sharpness": (1.0, 30.0), "act_bytes": (0.0, 24.0)},
+    "moe": {"t0_us": (0.0, 500.0), "compute": (0.02, 1.0), "tile_half": (0.0, 20000.0), "memory": (0.05, 1.0),
+            "sharpness": (1.0, 30.0), "copy_ns": (0.0, 200.0)},
+    "attn_decode": {"t0_us": (0.0, 200.0), "seq_us": (0.0, 20.0), "compute": (0.02, 1.0), "memory": (0.05, 1.0),
+                    "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
+    "mla_decode": {"t0_us": (0.0, 200.0), "seq_us": (0.0, 20.0), "compute": (0.02, 1.0), "memory": (0.05, 1.0),
+                   "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
+    "collective": {"alpha_us": (0.0, 500.0), "alpha_gpu_us": (0.0, 100.0), "bus_eff": (0.02, 1.5),
+                   "sharpness": (1.0, 30.0)},
+    "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5)},
+}
+"""Physical ranges of each parameter (the fit's bounds; a catalog value outside is refused)."""
+
+
+class KernelCurve(Strict):
+    """One fitted kernel curve (``planner/perf/kernels.py``): its parameters and how well it predicts rows it
+    was not fitted on."""
+
+    params: dict[str, float]
+    """The family's parameters (``perf.kernels.PARAMS``), fitted on every row of the family."""
+    rows: NonNegInt
+    """Measured kernel rows (distinct shapes) the parameters were fitted on."""
+    fit_mape: Annotated[float, Field(ge=0)]
+    """Median absolute percentage error on those rows."""
+    holdout_rows: NonNegInt = 0
+    """Rows of shapes left out of a second fit (the held-out rule is in ``holdout``)."""
+    holdout_mape: Annotated[float, Field(ge=0)] | None = None
+    """Median absolute percentage error of that second fit on the held-out rows (None: no rows held out)."""
+    holdout: str = ""
+    """Which shapes were held out (e.g. ``n or k = 7168`` for GEMMs: DeepSeek's hidden size)."""
+    engine_version: str = ""
+
+
+class KernelFits(Strict):
+    """Kernel curves of one system fitted on measured kernel latencies (``planner calibrate kernels``): the
+    physics of each term of a step (GEMMs, fused MoE, decode attention and MLA, collectives, DeepEP), which
+    the end-to-end fit then leaves alone."""
+
+    source: str = Field(min_length=3)
+    as_of: AsOf
+    system: str
+    """The system's name in the kernel data (``h200_sxm``, ``gb200``)."""
+    curves: dict[str, KernelCurve] = Field(default_factory=dict)
+    """Keyed ``FAMILY/ENGINE/FORMAT`` (``gemm/trtllm/fp8_block``, ``collective/nccl/all_reduce``)."""
+    notes: list[str] = Field(default_factory=list)
+    """Families skipped or not fitted, and why."""
+    compose: bool = False
+    """Whether the calibrated step of this hardware is composed from these curves (with the end-to-end factors
+    fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
+    roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
+    `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
+
+    @model_validator(mode="after")
+    def _check(self) -> KernelFits:
+        for key, c in self.curves.items():
+            fam = key.split("/", 1)[0]
+            if key.count("/") != 2 or fam not in KERNEL_PARAMS:
+                raise ValueError(f"kernels.curves key {key!r} must be FAMILY/ENGINE/FORMAT with FAMILY one of "
+                                 f"{', '.join(KERNEL_PARAMS)}")
+            if set(c.params) != set(KERNEL_PARAMS[fam]):
+                raise ValueError(f"kernels.curves.{key}.params must be exactly {', '.join(KERNEL_PARAMS[fam])}")
+            for k, v in c.params.items():
+                lo, hi = KERNEL_BOUNDS[fam][k]
+                if not (lo <= v <= hi):
+                    raise ValueError(f"kernels.curves.{key}.params.{k} = {v} is outside its physical range [{lo}, {hi}]")
+        return self
+
+    def curve(self, family: str, engine: str | None, fmt: str) -> dict[str, float] | None:
+        """The parameters of ``family`` in format ``fmt`` for ``engine`` (another engine's where this one has no
+        curve of that family and format); None where no engine has one."""
+        if engine:
+            c = self.curves.get(f"{family}/{engine}/{fmt}")
+            if c is not None:
+                return c.params
+        for key, c in sorted(self.curves.items()):
+            f, eng, x = key.split("/", 2)
+            if f == family and x == fmt and not eng.endswith("-deepep"):
+                return c.params
+        return None
