@@ -112,5 +112,8 @@ def test_exported_pools_launch_their_own_model(catalog, tmp_path):
     for p in plan.pools:
         text = (tmp_path / "out" / p.id / "launch-vllm.sh").read_text()
         assert f"--served-model-name {p.model}" in text
-        assert catalog.get_model(p.model).hf_ids[0] in text
+        # the model's checkpoint in the pool's weight format (the native one, or the published quantised one)
+        assert by_pool[p.id].model_path in text
+        assert by_pool[p.id].model_path in catalog.get_model(p.model).hf_ids + [
+            c.hf_id for c in catalog.get_model(p.model).checkpoints]
     assert json.loads(plan.model_dump_json())["schema_version"] == SCHEMA_VERSION
