@@ -100,3 +100,28 @@ def test_formats_without_a_checkpoint_are_not_planned_unless_self_quantised(tmp_
     plan = planner.plan(planner.load_scenario(path), planner.PlanOptions(analysis=False))
     assert all(p.weights_dtype == "fp4" for p in plan.pools)
     assert any("--checkpoint" in a and "self_quantise" in a for a in plan.assumptions)
+
+
+def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog):
+    from planner.export.bundle import export_plan
+
+    from planner.export.deploy import crosses_nodes
+
+    src = ROOT / "plans" / "long-context"  # Kimi-K2 replicas spanning two 8-GPU nodes: experts over scale-out
+    export_plan(src, ["vllm", "k8s"], tmp_path / "out", catalog, rdma_resource="rdma/ib")
+    docs = [d for d in yaml.safe_load_all((tmp_path / "out" / "k8s" / "serving.yaml").read_text()) if d]
+    lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+    assert lws
+    for d in lws:
+        tmpl = d["spec"]["leaderWorkerTemplate"]
+        for pod in (tmpl["leaderTemplate"], tmpl["workerTemplate"]):
+            c = pod["spec"]["containers"][0]
+            assert c["readinessProbe"] and c["livenessProbe"] and c["startupProbe"]
+            assert c["resources"]["limits"]["rdma/ib"] == 1 and c["resources"]["requests"]["rdma/ib"] == 1
+        worker = tmpl["workerTemplate"]["spec"]["containers"][0]
+        assert "pgrep -f 'vllm serve'" in worker["livenessProbe"]["exec"]["command"][-1]
+    # pools inside one NVLink domain (GB200 racks) request none
+    pd = deployments(_plan("deepseek-sglang-pd"), catalog, None, None, "rdma/ib")
+    assert all(d.rdma_resource is None and not crosses_nodes(d) for d in pd)
+    runbook = (tmp_path / "out" / "runbook.md").read_text()
+    assert "RDMA between nodes" in runbook and "`rdma/ib`" in runbook

@@ -361,6 +361,9 @@ def export_cmd(
     checkpoint: Annotated[
         list[str] | None, typer.Option("--checkpoint", help="POOL=PATH: the checkpoint a pool loads where no checkpoint of its weight format is published (repeatable).")
     ] = None,
+    rdma_resource: Annotated[
+        str | None, typer.Option("--rdma-resource", help="Extended resource of the cluster's RDMA NICs (e.g. rdma/ib, nvidia.com/hostdev): requested by pods whose traffic crosses nodes (EP across hosts, KV hand-over outside an NVLink domain).")
+    ] = None,
 ) -> None:
     """Hand a plan to ops: engine launch scripts, expert maps per engine, Kubernetes manifests, routes weighted as
     the plan routes traffic, autoscaling, SLO alerts and a runbook."""
@@ -384,8 +387,10 @@ def export_cmd(
         if not sep or not pool or not path:
             raise InputError(f"--checkpoint: expected POOL=PATH, got '{item}'")
         given[pool] = path
+    if rdma_resource is not None and not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9_.-]+", rdma_resource):
+        raise InputError(f"--rdma-resource '{rdma_resource}': an extended resource name is DOMAIN/NAME (rdma/ib)")
     doc = export_plan(plan_dir, targets, dest, cli_catalog(), force=force, namespace=namespace, gateway=gateway,
-                      checkpoints=given)
+                      checkpoints=given, rdma_resource=rdma_resource)
     typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
                + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
 

@@ -68,12 +68,12 @@ def _dump_all(objs: list[dict]) -> str:
 
 def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog, *, force: bool = False,
                 namespace: str = "default", gateway: str = "inference-gateway",
-                checkpoints: dict[str, str] | None = None) -> dict:
+                checkpoints: dict[str, str] | None = None, rdma_resource: str | None = None) -> dict:
     """Write the export of ``plan_dir`` into ``out`` (swapped in whole); return the export.json document.
     ``checkpoints``: pool id -> path of a checkpoint in the pool's weight format where none is published."""
     plan_dir = Path(plan_dir)
     plan = read_plan(plan_dir)
-    deps = deployments(plan, catalog, plan_dir, checkpoints)
+    deps = deployments(plan, catalog, plan_dir, checkpoints, rdma_resource)
     plan_name = k8s._dns(str(plan.scenario.get("name", plan_dir.name)))
     files: list[dict] = []
     skipped: list[dict] = []

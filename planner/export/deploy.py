@@ -9,7 +9,7 @@ compute tray). Batch, memory budget and KV format come from the plan; nothing he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from planner.catalog.loader import Catalog
@@ -80,6 +80,10 @@ class Deployment:
     slo_tpot_quantile: float | None = 0.9
     """Host memory per chip (the catalog's ``host_dram_gb``): what a pod may ask of its node."""
     lose_units: int = 0
+    rdma_resource: str | None = None
+    """Extended resource of an RDMA NIC a pod requests (``--rdma-resource``), for pools whose traffic crosses nodes
+    over scale-out: expert parallelism across hosts, or KV handed from prefill to decode outside one NVLink
+    domain; ``None``: not requested."""
     weights_source: str = "native"
     """Where the weights come from: ``native``, ``published`` (a pre-quantised checkpoint: the engine reads its
     quantisation from its config), ``on-load`` (the engine quantises the native checkpoint as it loads it) or
@@ -159,7 +163,7 @@ class Deployment:
 
 
 def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None,
-                checkpoints: dict[str, str] | None = None) -> list[Deployment]:
+                checkpoints: dict[str, str] | None = None, rdma_resource: str | None = None) -> list[Deployment]:
     """Every pool of ``plan`` as a :class:`Deployment` (the catalog supplies checkpoint ids and host sizes;
     ``checkpoints`` maps a pool id to the path of a checkpoint of its weight format where none is published)."""
     checkpoints = checkpoints or {}
@@ -170,8 +174,16 @@ def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None,
     for p in plan.pools:
         # Plans before schema 2.2 name one model for the whole scenario; later ones name each pool's.
         model = catalog.get_model(p.model or plan.scenario["model"])
-        out.append(_one(plan, p, catalog, model, model.architecture.moe, plan_dir, checkpoints.get(p.id)))
+        d = _one(plan, p, catalog, model, model.architecture.moe, plan_dir, checkpoints.get(p.id))
+        out.append(replace(d, rdma_resource=rdma_resource) if rdma_resource and crosses_nodes(d) else d)
     return out
+
+
+def crosses_nodes(d: Deployment) -> bool:
+    """Whether a pool's traffic crosses hosts over scale-out: a replica spanning hosts outside one NVLink domain
+    (expert parallelism or tensor parallelism over the network), or prefill/decode KV hand-over outside one."""
+    in_domain = d.unit_kind == "rack" and d.gpus <= d.scale_up_domain_chips
+    return (d.multi_host or d.role in ("prefill", "decode")) and not in_domain
 
 
 def weights_of(p: Pool, model, hw, catalog: Catalog, given: str | None) -> tuple[str, str]:

@@ -15,6 +15,7 @@ GPUs are requested by the vendor's device-plugin resource.
 from __future__ import annotations
 
 import math
+import shlex
 
 from planner.catalog.loader import Catalog
 from planner.catalog.scenario import quantile_label
@@ -42,6 +43,9 @@ MODEL_CACHE = "/model-cache"
 """Where a pod keeps downloaded weights (``HF_HOME``): an ``emptyDir`` unless ``--model-cache-pvc`` names a claim."""
 HF_TOKEN_SECRET = "hf-token"
 """Optional Secret (key ``token``) with a Hugging Face token for gated checkpoints (Llama): absent, pods start without it."""
+ENGINE_PROCESS = {"sglang": "sglang.launch_server", "vllm": "vllm serve", "trtllm": "trtllm-serve"}
+"""What a worker pod's liveness and readiness probes look for in its process list: the engine its launch script
+runs (``launch.py``'s command lines)."""
 RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "google": "google.com/tpu", "aws": "aws.amazon.com/neuron"}
 HARDWARE_LABEL = "planner.io/hardware"
 RACK_TOPOLOGY = "nvidia.com/gpu.clique"
@@ -78,6 +82,16 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
         "volumeMounts": [{"name": "launch", "mountPath": "/planner"}, {"name": "shm", "mountPath": "/dev/shm"},
                          {"name": "model-cache", "mountPath": MODEL_CACHE}],
     }
+    if d.rdma_resource:
+        for k in ("limits", "requests"):
+            container["resources"][k][d.rdma_resource] = 1
+    if not leader:
+        # a worker serves no HTTP: it is ready and alive while its engine process runs (the leader's probes see
+        # the group's health through /health)
+        alive = {"exec": {"command": ["/bin/sh", "-c", f"pgrep -f {shlex.quote(ENGINE_PROCESS[target])} >/dev/null"]}}
+        container["startupProbe"] = {**alive, "periodSeconds": 10, "failureThreshold": 60}
+        container["readinessProbe"] = {**alive, "periodSeconds": 10, "failureThreshold": 3}
+        container["livenessProbe"] = {**alive, "periodSeconds": 15, "failureThreshold": 4}
     if leader:
         container["ports"] = [{"name": "http", "containerPort": PORT}]
         container["readinessProbe"] = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10,

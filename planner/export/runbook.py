@@ -16,7 +16,17 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
     L += [f"Plan `{plan_dir}/plan.json` ({plan.status}, ${o.usd_per_hour:,.2f}/h): {fleet}, serving "
           + "; ".join(f"{w.name} {w.requests_per_s:g} req/s (TTFT {w.slo_ttft_s * 1e3:g} ms, TPOT {w.slo_tpot_s * 1e3:g} ms)"
                       for w in plan.workloads) + ".", ""]
+    from planner.export.deploy import crosses_nodes
+
+    over = sorted(d.pool for d in deps if crosses_nodes(d))
+    rdma = ([f"- RDMA between nodes: {', '.join(over)} send expert or KV traffic across hosts over scale-out. "
+             + ("Their pods request one `" + deps[0].rdma_resource + "` each (`--rdma-resource`)."
+                if any(d.rdma_resource for d in deps) else
+                "Re-export with `--rdma-resource <the RDMA device plugin's resource>` so their pods request a NIC; "
+                "without one the engines fall back to TCP, far below the bandwidth the plan assumed.")]
+            if over else [])
     L += ["## Before you start", "",
+          *rdma,
           f"- Label the nodes of each hardware kind `planner.io/hardware=<id>` "
           f"({', '.join(sorted({d.hardware for d in deps}))}); on NVL72 racks the GPU operator's "
           "`nvidia.com/gpu.clique` label keeps a replica inside one NVLink domain.",
