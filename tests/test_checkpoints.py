@@ -104,7 +104,6 @@ def test_formats_without_a_checkpoint_are_not_planned_unless_self_quantised(tmp_
 
 def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog):
     from planner.export.bundle import export_plan
-
     from planner.export.deploy import crosses_nodes
 
     src = ROOT / "plans" / "long-context"  # Kimi-K2 replicas spanning two 8-GPU nodes: experts over scale-out
