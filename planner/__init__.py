@@ -60,7 +60,9 @@ def load_scenario(path: str | Path, catalog: Catalog | None = None, *, engine: s
 
     sc = read_scenario(path)
     if existing is not None:
-        sc = sc.model_copy(update={"existing": str(Path(existing).resolve())})
+        from planner.catalog.fleet import ExistingFleet
+
+        sc = sc.model_copy(update={"existing": ExistingFleet(plan=str(Path(existing).resolve()))})
     rs = resolve_scenario(sc, catalog if catalog is not None else load_catalog(), path)
     return with_engine(rs, engine) if engine is not None else rs
 

@@ -312,7 +312,8 @@ def resolve_fleet(sc, catalog, where: str, base: Path, prices: dict[str, float],
 
 
 def fleet_spec(sc) -> ExistingFleet | None:
-    """The scenario's ``existing`` as an :class:`ExistingFleet` (a bare string is a plan folder)."""
+    """The scenario's ``existing`` as an :class:`ExistingFleet` (a bare string is a plan folder: ``planner plan
+    --from`` sets one)."""
     spec = sc.existing
     return ExistingFleet(plan=spec) if isinstance(spec, str) else spec
 
@@ -346,7 +347,7 @@ def _read_plan(plan_dir: Path, where: str, field: str) -> dict:
     plan's own schema lives above it)."""
     from planner.catalog.inputs import MAX_DATA_BYTES, load_json
 
-    if not plan_dir.is_dir():
+    if not plan_dir.is_dir() or not (plan_dir / "plan.json").is_file():
         raise InputError(f"{where}: field '{field}': {plan_dir} is not a plan folder (give the folder with plan.json)")
     doc = load_json(plan_dir / "plan.json", limit=MAX_DATA_BYTES)
     if not isinstance(doc, dict):

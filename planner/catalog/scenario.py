@@ -338,15 +338,22 @@ class Scenario(Strict):
     """MoE only: routed-token skew over the experts of the scenario's ``model``; sets the imbalance of every
     expert-parallel layout and lets the planner buy redundant expert slots (default: uniform routing)."""
     workloads: list[Workload] = Field(min_length=1)
-    existing: str | ExistingFleet | None = None
-    """The deployed fleet to re-plan from: a plan folder, or its units (with their commitments) and pools
-    (:mod:`planner.catalog.fleet`); default none: a plan from scratch."""
+    existing: ExistingFleet | None = None
+    """The deployed fleet to re-plan from: a plan folder (``existing: PLAN_DIR`` is ``existing: {plan: PLAN_DIR}``),
+    or its units (with their commitments) and pools (:mod:`planner.catalog.fleet`); default none: from scratch."""
     change_costs: ChangeCosts = ChangeCosts()
     """What changing the deployed fleet costs (units added or released, pools reconfigured or re-engined)."""
     horizon_months: Annotated[float, Field(gt=0, le=120)] = DEFAULT_HORIZON_MONTHS
     """Months over which a change must pay for itself (the change costs are spread over them)."""
     start: AsOf | None = None
     """The plan's first day (default: today), against which commitments' end dates are read."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _existing(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("existing"), str):
+            data = {**data, "existing": {"plan": data["existing"]}}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
