@@ -232,6 +232,9 @@ def _run(args) -> int:
     ({"existing": {"units": [{"hardware": "b200-sxm", "count": 2}],
                    "pools": [{"workload": "chat", "hardware": "b200-sxm", "engine": "nosuch", "replicas": 1}]}},
      "existing.pools.0.engine"),
+    ({"existing": {"units": [{"hardware": "b200-sxm", "count": 1, "commitment": "rented"}]}},
+     "existing.units.0.commitment"),
+    ({"existing": "/nonexistent/plan"}, "existing.plan"),
 ])
 def test_bad_fleet_input_names_the_field(tmp_path, capsys, extra, says):
     path = _scenario(tmp_path, 400, extra)
