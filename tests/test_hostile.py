@@ -148,8 +148,8 @@ def test_export_paths_stay_inside_out_even_past_the_schema(tmp_path, catalog, mo
 
     real = bundle.deployments
 
-    def hostile(plan, cat, plan_dir=None, checkpoints=None):
-        return [dataclasses.replace(d, pool="../../escaped") for d in real(plan, cat, plan_dir, checkpoints)]
+    def hostile(plan, cat, *args):
+        return [dataclasses.replace(d, pool="../../escaped") for d in real(plan, cat, *args)]
 
     monkeypatch.setattr(bundle, "deployments", hostile)
     with pytest.raises(InputError, match="outside"):
