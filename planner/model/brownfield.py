@@ -74,7 +74,7 @@ def define_brownfield(m) -> bool | None:
     else:
         m.bf_keep_order = pyo.Constraint(steps, rule=lambda m, g, t: m.bf_keep[g, t] == m.bf_keep[g, 0])
     costs, rows_of = change_classes(m)
-    m._new_cost = costs
+    m._new_cost, m._new_rows = costs, rows_of
     m.K = pyo.Set(initialize=sorted(costs), ordered=True, doc="pool identities that are a change")
     m.bf_new = pyo.Var(m.K, within=pyo.Binary, doc="a new pool identity is used")
     a = m._arr
@@ -197,9 +197,8 @@ def split_start(m, vals) -> None:
 def start_brownfield(m, replicas, vals) -> None:
     """The start's units split (:func:`split_start`) and the new pool identities its replicas use marked."""
     split_start(m, vals)
-    _, rows_of = change_classes(m)
     for k in m.K:
-        vals[m.bf_new[k]] = float(any(replicas(i, t) > 0 for i in rows_of[k] for t in m.T))
+        vals[m.bf_new[k]] = float(any(replicas(i, t) > 0 for i in m._new_rows[k] for t in m.T))
 
 
 def deployed_units(m, h: str) -> int:

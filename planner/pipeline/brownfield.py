@@ -14,7 +14,7 @@ from pyomo.common.collections import ComponentMap
 from planner.catalog.fleet import Fleet
 from planner.catalog.scenario import ResolvedScenario
 from planner.model import PlanData, build_model
-from planner.model.brownfield import change_classes, committed_usd, horizon_hours, keep_rate, split_start
+from planner.model.brownfield import committed_usd, horizon_hours, keep_rate, split_start
 from planner.model.build import solution_values
 from planner.results import Plan
 from planner.results.migration import (
@@ -59,8 +59,7 @@ def horizon_costs(m, data: PlanData, u: dict[str, int], x: dict[int, int]) -> tu
         grp, keep = m._groups[g], vals[m.bf_keep[g, t]]
         run += hw[grp.hardware].chips_per_unit * keep_rate(m, g, t) * keep
         change += fleet.unit_released_usd[grp.hardware] * (grp.count - keep)
-    costs, rows_of = change_classes(m)
-    change += sum(costs[k] for k in m.K if any(x.get(i, 0) > 0 for i in rows_of[k]))
+    change += sum(m._new_cost[k] for k in m.K if any(x.get(i, 0) > 0 for i in m._new_rows[k]))
     return run, committed_usd(m, t), change
 
 
