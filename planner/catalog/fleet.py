@@ -229,13 +229,33 @@ def months_between(a: dt.date, b: dt.date) -> float:
     return (b - a).days / (365.0 / 12.0)
 
 
-def resolve_fleet(sc, catalog, where: str, base: Path, prices: dict[str, float],
-                  today: dt.date | None = None) -> Fleet | None:
-    """The scenario's ``existing`` fleet resolved against ``catalog``: hardware and models known, the plan of this
-    schema version, commitments not ended before ``start``. ``None`` where the scenario names no fleet."""
-    spec = fleet_spec(sc)
+@dataclass(frozen=True)
+class FleetFiles:
+    """The scenario's ``existing`` with its plan folder read (once)."""
+    spec: ExistingFleet
+    plan_dir: Path | None
+    doc: dict
+
+
+def read_fleet(sc, where: str, base: Path) -> FleetFiles | None:
+    """The scenario's ``existing`` and the ``plan.json`` it names (relative to ``base``), or ``None``."""
+    spec = sc.existing
     if spec is None:
         return None
+    if spec.plan is None:
+        return FleetFiles(spec, None, {})
+    plan_dir = Path(spec.plan) if Path(spec.plan).is_absolute() else base / spec.plan
+    return FleetFiles(spec, plan_dir, _read_plan(plan_dir, where, "existing.plan"))
+
+
+def resolve_fleet(sc, files: FleetFiles | None, catalog, where: str, prices: dict[str, float],
+                  today: dt.date | None = None) -> Fleet | None:
+    """The scenario's ``existing`` fleet (read by :func:`read_fleet`) resolved against ``catalog``: hardware and
+    models known, the plan of this schema version, commitments not ended before ``start``. ``None`` where the
+    scenario names no fleet."""
+    if files is None:
+        return None
+    spec = files.spec
     start = sc.start or today or dt.date.today()
     horizon = sc.horizon_months
     notes: list[str] = []
@@ -243,9 +263,8 @@ def resolve_fleet(sc, catalog, where: str, base: Path, prices: dict[str, float],
     pools: list[DeployedPool] = []
     demand: dict[str, float] = {}
     label = "existing"
-    if spec.plan is not None:
-        plan_dir = Path(spec.plan) if Path(spec.plan).is_absolute() else base / spec.plan
-        doc = _read_plan(plan_dir, where, "existing.plan")
+    if files.plan_dir is not None:
+        plan_dir, doc = files.plan_dir, files.doc
         for i, g in enumerate(doc.get("units", [])):
             hid = _hardware(catalog, g.get("hardware", ""), where, f"{label}: {plan_dir}/plan.json units.{i}.hardware")
             units.setdefault(hid, []).append(FleetUnits(hardware=hid, count=int(g["count"]), commitment=spec.commitment,
@@ -311,25 +330,13 @@ def resolve_fleet(sc, catalog, where: str, base: Path, prices: dict[str, float],
                  cc.pool_reconfigured_usd, cc.pool_reengined_usd, cc.lead_time_days, tuple(notes), demand)
 
 
-def fleet_spec(sc) -> ExistingFleet | None:
-    """The scenario's ``existing`` as an :class:`ExistingFleet` (a bare string is a plan folder: ``planner plan
-    --from`` sets one)."""
-    spec = sc.existing
-    return ExistingFleet(plan=spec) if isinstance(spec, str) else spec
-
-
-def fleet_hardware(sc, catalog, where: str, base: Path) -> list[str]:
+def fleet_hardware(files: FleetFiles | None, catalog, where: str) -> list[str]:
     """Hardware ids the deployed fleet holds (its units), so the scenario's candidates include them."""
-    spec = fleet_spec(sc)
-    if spec is None:
+    if files is None:
         return []
-    out = []
-    if spec.plan is not None:
-        plan_dir = Path(spec.plan) if Path(spec.plan).is_absolute() else base / spec.plan
-        doc = _read_plan(plan_dir, where, "existing.plan")
-        out += [_hardware(catalog, g.get("hardware", ""), where, f"existing: {plan_dir}/plan.json units.{i}.hardware")
-                for i, g in enumerate(doc.get("units", []))]
-    out += [_hardware(catalog, u.hardware, where, f"existing.units.{i}.hardware") for i, u in enumerate(spec.units)]
+    out = [_hardware(catalog, g.get("hardware", ""), where, f"existing: {files.plan_dir}/plan.json units.{i}.hardware")
+           for i, g in enumerate(files.doc.get("units", []))]
+    out += [_hardware(catalog, u.hardware, where, f"existing.units.{i}.hardware") for i, u in enumerate(files.spec.units)]
     return list(dict.fromkeys(out))
 
 

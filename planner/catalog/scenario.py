@@ -21,6 +21,7 @@ from planner.catalog.fleet import (
     ExistingFleet,
     Fleet,
     fleet_hardware,
+    read_fleet,
     resolve_fleet,
 )
 from planner.catalog.ids import CatalogId, NameId
@@ -554,7 +555,8 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
             )
         ids = kept
     base = Path(path).parent if path else Path(".")
-    deployed = fleet_hardware(sc, catalog, where, base)
+    fleet_files = read_fleet(sc, where, base)
+    deployed = fleet_hardware(fleet_files, catalog, where)
     extra = [h for h in deployed if h not in ids]
     if extra:
         notes.append(f"kept among the candidates, not added to: the deployed fleet holds {', '.join(extra)}")
@@ -580,7 +582,7 @@ def resolve_scenario(sc: Scenario, catalog: Catalog, path: Path | str | None = N
                 f"{where}: field 'margin.quantile': no measured error for {', '.join(bare)} (efficiency.error_quantiles "
                 "is empty); run `planner calibrate margins --data FILE --write`, or drop the margin"
             )
-    fleet = resolve_fleet(sc, catalog, where, base, prices)
+    fleet = resolve_fleet(sc, fleet_files, catalog, where, prices)
     if fleet is not None:
         notes += list(fleet.notes)
         fleet = replace(fleet, keep_only=tuple(extra))

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pyomo.core as pyo
 from pyomo.common.collections import ComponentMap
 
+from planner.analysis.context import fleet_cost
 from planner.catalog.fleet import Fleet
 from planner.catalog.scenario import ResolvedScenario
 from planner.model import PlanData, build_model
@@ -83,27 +84,23 @@ def plan_migration(rs: ResolvedScenario, data: PlanData, m, solver: Solver, plan
     fleet = data.fleet
     hours = horizon_hours(m)
     run, committed, change = horizon_costs(m, data, u, x)
-    base = snapshot_values(m)
     left = lambda: min(COMPARE_TIME_LIMIT_S, max(deadline - time.perf_counter(), 0.5))  # noqa: E731
     say("comparing with keeping the deployed units and with the from-scratch plan")
     keep = _solve_fixed(m, solver, [(m.u[h], 0) for h in m.H] + [(m.bf_keep[g, t], m._groups[g].count)
                                                                 for g in m.G for t in m.T], left())
-    scratch_m = build_model(replace(data, fleet=None))
+    scratch_data = replace(data, fleet=None)
+    scratch_m = build_model(scratch_data)
     r = solver.limited(time_limit_s=left(), mip_gap=solver.mip_gap).solve(scratch_m)
     scratch = scratch_hour = None
     if r.has_solution:
         _, us = solution_values(scratch_m)
-        scratch_hour = sum(n * data.hardware[h].usd_per_unit_hour for h, n in us.items())
+        scratch_hour = fleet_cost(scratch_m, scratch_data)
         scratch = _held_as(m, solver, us, left())
-    restore(m, base)
     old = deployed_state(fleet, {w.name: w.requests_per_s for w in plan.workloads})
     new = plan_state(plan)
-    new.unit_usd = {h: hd.usd_per_unit_hour for h, hd in data.hardware.items()}
-    for h in old.units:
-        old.unit_usd[h] = data.hardware[h].usd_per_unit_hour
     changes = diff_pools(old, new)
     step_list = steps(old, new, changes, fleet.lead_time_days)
-    _price_steps(step_list, data, m)
+    _price_steps(step_list, data, m)  # the steps' $/h at what the deployed units cost, not at the price
     notes = room_notes(data, step_list) + lead_notes(fleet, old, new, changes)
     if keep is None:
         notes.append("keeping the deployed units as they are cannot serve the demand within the limits")
@@ -129,15 +126,6 @@ def _held_as(m, solver: Solver, units: dict[str, int], time_limit_s: float) -> f
         return float(pyo.value(m.cost)) + committed_usd(m, t) if r.has_solution else None
     finally:
         m.del_component(m.bf_held_as)
-
-
-def snapshot_values(m) -> ComponentMap:
-    return ComponentMap((v, v.value) for v in m.component_data_objects(pyo.Var))
-
-
-def restore(m, values: ComponentMap) -> None:
-    for v, val in values.items():
-        v.set_value(val, skip_validation=True)
 
 
 def _price_steps(step_list, data: PlanData, m) -> None:

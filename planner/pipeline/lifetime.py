@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from planner.analysis.context import fleet_cost
 from planner.catalog.scenario import ResolvedScenario, resolve_scenario
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.model import build_model, prepare
@@ -28,6 +29,7 @@ from planner.model.bounds import greedy_start, solve_from
 from planner.model.data import drop_unpowered
 from planner.options import DEFAULT_MIP_GAP
 from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
+from planner.pipeline.diagnose import diagnose_candidates
 from planner.solve import Solver
 from planner.studies.family import generate
 from planner.studies.scaling import LAWS, tokens_with_repeats
@@ -159,16 +161,18 @@ def size_point(inputs: LifetimeInputs, catalog, target: float) -> tuple[SizePoin
                      train_usd(inputs, catalog, st.active_params, d), note=note), model
 
 
-def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float], time_limit_s: float = 60.0) -> dict[float, float | None]:
-    """The planner's cheapest $/h for ``model`` serving the traffic scenario at each volume (tokens/day): the
-    candidates evaluated once, the plan's MILP solved per volume (the same rows ``planner plan`` would keep)."""
+def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float],
+                  time_limit_s: float = 60.0) -> tuple[dict[float, float | None], str]:
+    """The planner's cheapest $/h for ``model`` serving the traffic scenario at each volume (tokens/day; ``None``:
+    no plan) and, where there is none at any volume, why: the candidates evaluated once, the plan's MILP solved
+    per volume (the same rows ``planner plan`` would keep)."""
     cat = replace(catalog, models={**catalog.models, model.id: model})
     sc = rs.scenario.model_copy(update={"model": model.id, "workloads": [w.model_copy(update={"model": None})
                                                                           for w in rs.scenario.workloads]})
     live = [v for v in volumes if v > 0]
     out: dict[float, float | None] = {v: 0.0 for v in volumes if v <= 0}
     if not live:
-        return out
+        return out, ""
     scens = {v: scaled(sc, v) for v in live}
     shares = {}
     for v in live:
@@ -178,24 +182,17 @@ def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float], ti
     try:
         base, _ = drop_unpowered(resolve_scenario(scens[live[-1]], cat, rs.path))
         pool = evaluate_candidates(base, None, [scenario_slos(base.scenario.workloads)], shares)
-    except PlannerError:
-        return {**out, **{v: None for v in live}}
-    table = select_candidates(pool, scenario_slos(base.scenario.workloads))  # the SLOs, so the rows, are the volumes'
-    if table.rows.empty or set(table.rows["workload"].astype(str)) != {w.name for w in base.scenario.workloads}:
-        return {**out, **{v: None for v in live}}
+        table = select_candidates(pool, scenario_slos(base.scenario.workloads))  # the volumes' SLOs, so rows
+        diagnose_candidates(base, pool, table)
+    except PlannerError as err:
+        return {**out, **{v: None for v in live}}, str(err)
     for v in live:
         rs_v = replace(base, scenario=scens[v])
         m = build_model(prepare(rs_v, table))
         # as `planner plan` solves: from the greedy plan, its cost capping the units (model.bounds)
         r = solve_from(Solver(time_limit_s=time_limit_s, mip_gap=DEFAULT_MIP_GAP), m, greedy_start(m, check=False))
-        out[v] = _fleet_usd(m) if r.has_solution else None
-    return out
-
-
-def _fleet_usd(m) -> float:
-    import pyomo.core as pyo
-
-    return float(sum(round(pyo.value(m.u[h]) or 0) * m._data.hardware[h].usd_per_unit_hour for h in m.H))
+        out[v] = fleet_cost(m, m._data) if r.has_solution else None
+    return out, ""
 
 
 def naive_serve_usd(inputs: LifetimeInputs, catalog, rs: ResolvedScenario, active_params: float, volume: float) -> float:
@@ -209,7 +206,8 @@ def _size(args) -> SizePoint:
     inputs, rs, catalog, target = args
     p, model = size_point(inputs, catalog, target)
     if math.isfinite(p.train_usd):
-        p.serve_usd_per_hour = serving_costs(rs, catalog, model, inputs.volumes)
+        p.serve_usd_per_hour, why = serving_costs(rs, catalog, model, inputs.volumes)
+        p.note = p.note or why
     return p
 
 
@@ -244,22 +242,20 @@ def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lam
     points = _sizes(inputs, rs, catalog, sizes, jobs, progress)
     hours = inputs.life_days * 24.0
     choices = []
-    from planner.perf.params import model_stats  # noqa: F401  (the naive count uses the generated sizes)
-
     for v in inputs.volumes:
         ok = [p for p in points if math.isfinite(p.train_usd) and p.serve_usd_per_hour.get(v) is not None]
         best = min(ok, key=lambda p: p.train_usd + p.serve_usd_per_hour[v] * hours, default=None)
         if best is not None and best is points[-1] and v > 0:
             best = replace(best, note=(best.note + "; " if best.note else "") + "the smallest size of the grid "
                            f"({OVERTRAIN_MAX:g}x past the compute-optimal tokens): a smaller model may be cheaper")
-        fin = [p for p in points if math.isfinite(p.train_usd)]
-        naive = min(fin, key=lambda p: p.train_usd + naive_serve_usd(inputs, catalog, rs, p.params, v), default=None)
-        choices.append(Choice(v, best, best.serve_usd_per_hour[v] * hours if best else math.inf, naive,
-                              naive_serve_usd(inputs, catalog, rs, naive.params, v) if naive else math.inf))
+        naive = min(((naive_serve_usd(inputs, catalog, rs, p.params, v), p) for p in points
+                     if math.isfinite(p.train_usd)), key=lambda sp: sp[1].train_usd + sp[0], default=(math.inf, None))
+        choices.append(Choice(v, best, best.serve_usd_per_hour[v] * hours if best else math.inf, naive[1], naive[0]))
     if all(c.point is None for c in choices if c.volume > 0) and any(v > 0 for v in inputs.volumes):
-        raise InfeasibleError(f"no size of the {inputs.family} family between {min(grid(inputs)) / 1e9:,.1f}B and "
-                              f"{max(grid(inputs)) / 1e9:,.1f}B parameters can be served on the scenario's hardware "
-                              "(memory or SLOs): allow larger hardware, or a looser loss target")
+        why = next((p.note for p in reversed(points) if p.note), "memory or SLOs")
+        raise InfeasibleError(f"no size of the {inputs.family} family between {min(sizes) / 1e9:,.1f}B and "
+                              f"{max(sizes) / 1e9:,.1f}B parameters can be served on the scenario's hardware "
+                              f"(the smallest: {why}); allow larger hardware, or a looser loss target")
     return points, choices
 
 

@@ -111,9 +111,8 @@ class FleetState:
     pools: list[DeployedPool]
     demand: dict[str, float] = field(default_factory=dict)
     unit_usd: dict[str, float] = field(default_factory=dict)
-    """$/h of one unit of each hardware as held (for the steps' $/h)."""
-    committed_usd: float = 0.0
-    """$/h paid whatever is released (reservations' terms)."""
+    """$/h of one unit of each hardware (the steps' $/h at the plans' prices; a re-plan from a deployed fleet
+    prices its steps again at what the deployed units cost)."""
 
 
 def plan_state(plan) -> FleetState:
@@ -204,7 +203,7 @@ def steps(old: FleetState, new: FleetState, changes: list[PoolChange], lead_time
     routed = False
 
     def usd() -> float:
-        return sum(n * new.unit_usd.get(h, old.unit_usd.get(h, 0.0)) for h, n in units.items()) + new.committed_usd
+        return sum(n * new.unit_usd.get(h, old.unit_usd.get(h, 0.0)) for h, n in units.items())
 
     def record(action: str, detail: str) -> None:
         cap = capacity(list(up.values()))
