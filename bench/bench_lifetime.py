@@ -1,8 +1,9 @@
-"""Benchmark of ``planner lifetime`` (issue 48): 20 lifetime volumes for each dense family on a traffic scenario.
+"""Benchmark of ``planner lifetime`` (issue 48): 20 lifetime volumes for a dense and a MoE family on a traffic
+scenario (the target: both in under 60 s on 2 cores).
 
-    python bench/bench_lifetime.py [--scenario catalogs/scenarios/llama-70b-chat.yaml] [--families llama3,qwen3]
+    python bench/bench_lifetime.py [--scenario catalogs/scenarios/llama-70b-chat.yaml] [--families llama3,qwen3-moe]
 
-Prints per family the wall time of the sweep (12 sizes: each size's candidates evaluated once, its plan re-solved
+Prints per family the wall time of the sweep (14 sizes: each size's candidates evaluated once, its plan re-solved
 per volume), the compute-optimal size, and the optimum at the lowest and highest volume.
 """
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default=str(ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml"))
-    ap.add_argument("--families", default="llama3,qwen3")
+    ap.add_argument("--families", default="llama3,qwen3-moe")
     ap.add_argument("--reference", default="70.6e9,15e12", help="N,D of the model whose loss is the target")
     args = ap.parse_args()
     cat = load_catalog()
@@ -42,10 +43,13 @@ def main() -> None:
         points, choices = lifetime(LifetimeInputs(fam, "epoch", loss, volumes, 365.0, "h100-sxm", 0.4), rs, cat)
         wall = time.perf_counter() - t0
         lo, hi = choices[1], choices[-1]
+        def size(p) -> str:
+            return f"{p.params / 1e9:,.1f}B" + (f" ({p.active / 1e9:,.1f}B active)" if p.active < p.params else "")
+
         print(f"{fam}: {len(volumes)} volumes x {len(points)} sizes in {wall:.1f} s; compute-optimal "
-              f"{choices[0].point.params / 1e9:,.1f}B; at {lo.volume:.0e} tok/day {lo.point.params / 1e9:,.1f}B "
+              f"{size(choices[0].point)}; at {lo.volume:.0e} tok/day {size(lo.point)} "
               f"({lo.point.tokens / lo.point.optimal_tokens:,.1f}x); at {hi.volume:.0e} tok/day "
-              f"{hi.point.params / 1e9:,.1f}B ({hi.point.tokens / hi.point.optimal_tokens:,.1f}x)")
+              f"{size(hi.point)} ({hi.point.tokens / hi.point.optimal_tokens:,.1f}x)")
     print(f"total {time.perf_counter() - t_all:.1f} s")
 
 

@@ -23,13 +23,46 @@ def items():
     return [compute(cat, m, h) for m, h in DOC_PAIRS]
 
 
+LIFETIME_ARGS = ["--lifetime", "catalogs/scenarios/llama-70b-chat.yaml", "--lifetime-reference", "70.6e9,15e12",
+                 "--lifetime-volumes", "1e8:1e13:log:6"]
+LIFETIME_HEADING = "## How big a model to train, when serving costs what the planner says"
+
+
 def test_committed_insights_are_current(items, tmp_path):
-    md = write(items, tmp_path, command(DOC_PAIRS, Path("docs")))
-    assert md.read_text() == (ROOT / "docs" / "insights.md").read_text(), (
-        "docs/insights.md is stale: regenerate with " + command(DOC_PAIRS, Path("docs"))
-    )
+    """Everything before the lifetime section is regenerated here; that section (minutes of planning) is checked
+    for its computed parts and its regeneration command in the document's first lines."""
+    cmd = command(DOC_PAIRS, Path("docs"), 2048, LIFETIME_ARGS)
+    md = write(items, tmp_path, cmd)
+    fresh = md.read_text().split(LIFETIME_HEADING)[0]
+    doc = (ROOT / "docs" / "insights.md").read_text()
+    assert doc.split(LIFETIME_HEADING)[0] == fresh, "docs/insights.md is stale: regenerate with " + cmd
+    lifetime = doc.split(LIFETIME_HEADING)[1]
+    for must in ("llama3 (dense)", "qwen3-moe (MoE)", "How the answer moves", "sparsity: top-k of 512 experts",
+                 "72-GPU NVLink racks", "insights/lifetime.png"):
+        assert must in lifetime, must
     for p in (tmp_path / "insights").iterdir():
         assert (ROOT / "docs" / "insights" / p.name).exists()
+    assert (ROOT / "docs" / "insights" / "lifetime.png").exists()
+
+
+def test_insights_lifetime_section_is_computed(tmp_path, monkeypatch):
+    """``--lifetime`` runs the dense and the MoE sweep with their variants and writes the section and its plot."""
+    from planner.pipeline import lifetime as lt
+    from tests.test_brownfield import _run
+
+    monkeypatch.setattr(lt, "GRID_POINTS", 3)
+    monkeypatch.setattr(lt, "VARIANTS", lt.VARIANTS[:2])
+    monkeypatch.setattr(lt, "EXPERT_VARIANTS", (512,))
+    code = _run(["insights", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", tmp_path / "o",
+                 "--lifetime", ROOT / "catalogs" / "scenarios" / "llama-70b-chat.yaml", "--lifetime-reference",
+                 "8e9,15e12", "--lifetime-volumes", "1e9,1e13"])
+    assert code == 0
+    md = (tmp_path / "o" / "insights.md").read_text()
+    section = md.split(LIFETIME_HEADING)[1]
+    assert "llama3 (dense):" in section and "qwen3-moe (MoE):" in section
+    assert "faster tier" in section and "sparsity: top-k of 512 experts" in section
+    assert "--lifetime-reference 8e9,15e12" in md.splitlines()[2]
+    assert (tmp_path / "o" / "insights" / "lifetime.png").stat().st_size > 1000
 
 
 def test_economics_identities(items):

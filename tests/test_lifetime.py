@@ -97,6 +97,69 @@ def sweep(catalog):
     return rs, inputs, points, choices
 
 
+def test_sparse_law_is_the_dense_law_at_the_effective_size():
+    from planner.studies.scaling import effective_params
+
+    # the seed's rule: a hundredfold total parameters is worth tenfold active ones
+    assert effective_params(100e9, 1e9) == pytest.approx(10e9)
+    assert effective_params(5e9, 5e9) == 5e9  # dense
+    assert effective_params(100e9, 1e9, exponent=0.0) == pytest.approx(1e9)
+    assert effective_params(100e9, 1e9, exponent=1.0) == pytest.approx(100e9)
+
+
+@pytest.fixture(scope="module")
+def moe_sweep(catalog):
+    import planner
+    from planner.pipeline import lifetime as lt
+
+    rs = planner.load_scenario(SCENARIO, catalog)
+    loss = LAWS["epoch"].loss(8e9, 15e12)
+    inputs = lt.LifetimeInputs("qwen3-moe", "epoch", loss, [0.0, 1e9, 1e11, 1e13], 365.0, "h100-sxm", 0.4)
+    old = lt.GRID_POINTS
+    lt.GRID_POINTS = 6
+    try:
+        points, choices = lt.lifetime(inputs, rs, catalog)
+    finally:
+        lt.GRID_POINTS = old
+    return inputs, points, choices
+
+
+def test_moe_zero_volume_is_the_compute_optimal_effective_size(moe_sweep):
+    """With no serving, the MoE's effective size is the law's compute-optimal one; it trains at its active
+    parameters, so it is a total several times larger, cheaper to train than the dense optimum."""
+    inputs, points, choices = moe_sweep
+    n_opt, d_opt = LAWS["epoch"].compute_optimal(inputs.loss)
+    zero = choices[0].point
+    assert zero.effective == pytest.approx(n_opt, rel=0.02)
+    assert zero.tokens == pytest.approx(d_opt, rel=0.06)
+    assert zero.active < 0.2 * zero.params and zero.params > 2 * n_opt
+    from planner.pipeline.lifetime import train_usd
+
+    assert zero.train_usd == pytest.approx(train_usd(inputs, load_catalog(), zero.active, zero.tokens))
+    ok = [c for c in choices if c.point]
+    assert ok[-1].point.effective < ok[0].point.effective  # heavy traffic shrinks it too
+    assert all(p.tokens / p.optimal_tokens >= 0.98 for p in points if math.isfinite(p.tokens))
+
+
+def test_moe_serving_cost_is_planner_plans_cost(moe_sweep, catalog):
+    from planner.catalog.scenario import resolve_scenario
+    from planner.options import PlanOptions
+    from planner.pipeline.lifetime import family_model, scaled
+    from planner.pipeline.plan import make_plan
+
+    inputs, _, choices = moe_sweep
+    c = choices[2]
+    model = family_model(inputs, catalog, c.point.target_params)
+    assert model.architecture.moe is not None and model.id == c.point.model_id
+    cat = replace(catalog, models={**catalog.models, model.id: model})
+    import planner
+
+    base = planner.load_scenario(SCENARIO, catalog)
+    sc = scaled(base.scenario.model_copy(update={"model": model.id}), c.volume)
+    plan = make_plan(resolve_scenario(sc, cat, SCENARIO), PlanOptions(analysis=False)).plan
+    assert c.serve_usd == pytest.approx(plan.objective.usd_per_hour * inputs.life_days * 24, rel=1e-6)
+
+
 def test_zero_volume_is_the_compute_optimal_point(sweep):
     _, inputs, _, choices = sweep
     n_opt, d_opt = LAWS["epoch"].compute_optimal(inputs.loss)
@@ -146,7 +209,9 @@ from tests.test_brownfield import _run  # noqa: E402
     (["--loss", "1.83"], "beyond"),
     (["--loss", "2.0", "--volumes", "-5,10"], "--volumes"),
     (["--loss", "2.0", "--mfu", "1.5"], "--mfu"),
-    (["--loss", "2.0", "--family", "qwen3-moe"], "--family"),
+    (["--loss", "2.0", "--family", "mistral"], "--family"),
+    (["--loss", "2.0", "--family", "llama3", "--experts", "64"], "--experts"),
+    (["--loss", "2.0", "--sparse-exponent", "1.5"], "--sparse-exponent"),
     (["--as-good-as", "70e9"], "--as-good-as"),
 ])
 def test_bad_lifetime_input(tmp_path, capsys, args, says):
@@ -173,7 +238,11 @@ def test_lifetime_cli_writes_markdown_plot_and_json(tmp_path, capsys, monkeypatc
                  "--json"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["rows"]) == 2 and doc["rows"][0]["overtrain"] == pytest.approx(1.0, rel=0.05)
+    assert [f["family"] for f in doc["families"]] == ["llama3", "qwen3-moe"]  # dense and MoE by default
+    for fam in doc["families"]:
+        assert len(fam["rows"]) == 2 and fam["rows"][0]["overtrain"] == pytest.approx(1.0, rel=0.05)
+        assert math.isfinite(fam["rows"][1]["total_usd"])
+    moe = doc["families"][1]["rows"][1]
+    assert moe["active_params"] < 0.2 * moe["params"]
     md = (tmp_path / "o" / "lifetime.md").read_text()
-    assert "x Chinchilla" in md and (tmp_path / "o" / "lifetime.png").stat().st_size > 1000
-    assert math.isfinite(doc["rows"][1]["total_usd"])
+    assert "x Chinchilla" in md and "qwen3-moe (MoE)" in md and (tmp_path / "o" / "lifetime.png").stat().st_size > 1000

@@ -324,8 +324,18 @@ def insights(
     engine: Annotated[str | None, typer.Option("--engine", help="trtllm, sglang or vllm efficiency.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing insights.md.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The headline figures as JSON on stdout.")] = False,
+    lifetime: Annotated[
+        Path | None, typer.Option("--lifetime", help="Traffic scenario: add the lifetime-economics section (planner lifetime, dense and MoE, with its variants).")
+    ] = None,
+    lifetime_reference: Annotated[
+        str, typer.Option("--lifetime-reference", help="N,D of the model whose loss (epoch law) is the section's target.")
+    ] = "70.6e9,15e12",
+    lifetime_volumes: Annotated[
+        str, typer.Option("--lifetime-volumes", help="The section's lifetime volumes, tokens per day.")
+    ] = "1e8:1e13:log:6",
 ) -> None:
-    """How batch, context, sparsity, pipelining and scale-up domains set cost and latency, computed."""
+    """How batch, context, sparsity, pipelining and scale-up domains set cost and latency, computed (and, with
+    --lifetime, how big a model to train when serving costs what the planner says)."""
     from planner.export.files import check_file, check_folder, staged
     from planner.export.insights import command, write
     from planner.studies.insights import compute
@@ -340,14 +350,34 @@ def insights(
         flag_value("--model", cat.get_model, m)
         flag_value("--hardware", cat.get_hardware, h)
     items = [compute(cat, m, h, context=context, engine=engine) for m, h in zip(model, hardware, strict=True)]
+    runs, extra = [], []
+    if lifetime is not None:
+        runs = _lifetime_runs(cat, lifetime, lifetime_reference, lifetime_volumes)
+        extra = ["--lifetime", str(lifetime), "--lifetime-reference", lifetime_reference,
+                 "--lifetime-volumes", lifetime_volumes]
     with staged(out, force=force, unit=False) as stage:  # every file (plots included) refused without --force
-        write(items, stage, command(list(zip(model, hardware, strict=True)), out, context))
+        write(items, stage, command(list(zip(model, hardware, strict=True)), out, context, extra), runs,
+              str(lifetime or ""))
     md = out / "insights.md"
     if as_json:
         js = [i.to_json() for i in items]
         echo_json(js[0] if len(js) == 1 else js)
     else:
         typer.echo(f"wrote {md}", err=True)
+
+
+def _lifetime_runs(cat, scenario: Path, reference_text: str, volumes: str):
+    """The lifetime section's sweeps: the dense and the MoE family at the reference model's loss, with variants."""
+    import planner
+    from planner.cli.lifetime import reference
+    from planner.pipeline.lifetime import insights_runs
+    from planner.sweep.points import parse_values
+
+    ref = reference(reference_text, "--lifetime-reference")
+    vols = list(parse_values(volumes, "--lifetime-volumes"))
+    rs = planner.load_scenario(scenario, cat)
+    with stages() as say:
+        return insights_runs(rs, cat, ref, vols, progress=say)
 
 
 @app.command("export")

@@ -179,8 +179,9 @@ def section(ins, images: dict[str, str]) -> str:
 
 
 
-def write(items, folder: Path, command: str) -> Path:
-    """``folder/insights.md`` with plots in ``folder/insights/``."""
+def write(items, folder: Path, command: str, lifetime=None, scenario: str = "") -> Path:
+    """``folder/insights.md`` with plots in ``folder/insights/``; ``lifetime`` (the runs of
+    :func:`planner.pipeline.lifetime.run_families` on ``scenario``) computes the lifetime section."""
     from planner.catalog.writer import atomic_write_text
 
     img = folder / "insights"
@@ -191,19 +192,42 @@ def write(items, folder: Path, command: str) -> Path:
         stem = f"{ins.model}-{ins.hardware}"
         paths = plots(ins, img, stem)
         parts.append(section(ins, {k: f"insights/{p.name}" for k, p in paths.items()}))
-    parts += ["## How big a model to train, when serving costs what the planner says", "",
-              "The lecture's last claim (a model serving enormous traffic is smaller and trained far past "
-              "Chinchilla-optimal) is computed by `planner lifetime`: per lifetime volume, the size and training tokens "
-              "of least training plus serving cost at a loss target, serving priced by the planner's own plans, beside "
-              "the 2N-FLOPs-per-token assumption of the published analyses, and how the answer moves with the serving "
-              "tier and the scale-up domain. The bundled report is `lifetime/lifetime.md` (its regeneration command is "
-              "at its end).", ""]
+    parts += ["## How big a model to train, when serving costs what the planner says", ""]
+    if lifetime:
+        parts.append(lifetime_section(lifetime, scenario, img))
+    else:
+        parts += ["The lecture's last claim (a model serving enormous traffic is smaller and trained far past "
+                  "Chinchilla-optimal) is computed by `planner lifetime`, and here with `--lifetime SCENARIO`.", ""]
     md = folder / "insights.md"
     atomic_write_text(md, "\n".join(parts))
     return md
 
 
-def command(pairs: list[tuple[str, str]], out: Path, context: int = 2048) -> str:
-    """The command line that regenerates an insights document."""
+def lifetime_section(runs, scenario: str, img: Path) -> str:
+    """The seed's over-training claim, computed: where each family's optimum reaches ~100x past Chinchilla, how
+    the answer moves with the serving tier, the scale-up domain and sparsity, and how far the 2N-FLOPs pricing of the
+    published analyses lands from it."""
+    from planner.export.lifetime import claim, compare_markdown, header, lifetime_plot, variants_markdown
+
+    img.mkdir(parents=True, exist_ok=True)
+    lifetime_plot(runs, img / "lifetime.png")
+    L = ["The lecture's last claim: a model that serves enormous traffic should be smaller and trained far past "
+         "Chinchilla-optimal (~100x), because serving dwarfs the extra training. Per lifetime volume, the size and "
+         "training tokens of least training plus serving cost at one loss target, serving priced by the planner's "
+         "own cheapest plan for each generated model (`planner lifetime`, whose report has every volume and size).",
+         "", *header(runs, scenario), compare_markdown(runs)]
+    L += [f"- {claim(r.inputs, r.choices)}" for r in runs]
+    L += ["", "![over-training and total cost against lifetime tokens](insights/lifetime.png)", ""]
+    L += [variants_markdown(r) for r in runs if r.variants]
+    L += ["The 2N-FLOPs columns price serving as the published analyses do (Sardana and Frankle 2024): 2 N_active "
+          f"FLOPs per token at {runs[0].inputs.naive_utilisation:.0%} of the cheapest candidate hardware's bf16 peak. "
+          "Where the planner's optimum is smaller (more over-trained) than theirs, real serving is dearer per FLOP "
+          "than that assumption (SLO-limited batches, KV memory, whole units); where larger, cheaper.", ""]
+    return "\n".join(L)
+
+
+def command(pairs: list[tuple[str, str]], out: Path, context: int = 2048, lifetime: list[str] | None = None) -> str:
+    """The command line that regenerates an insights document (``lifetime``: its lifetime options)."""
     args = " ".join(f"--model {m} --hardware {h}" for m, h in pairs)
-    return f"planner insights {args} --out {out} --force" + (f" --context {context}" if context != 2048 else "")
+    return (f"planner insights {args} --out {out} --force" + (f" --context {context}" if context != 2048 else "")
+            + ("".join(f" {a}" for a in lifetime) if lifetime else ""))

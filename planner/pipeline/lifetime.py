@@ -10,6 +10,10 @@ model: its $/h times the life's hours. The optimum is taken over a grid of sizes
 serving volume: more volume never asks for a larger model) down to where training runs ``OVERTRAIN_MAX`` times past
 the compute-optimal tokens; each size's candidates are evaluated once and its plan re-solved per volume.
 
+A sparse (MoE) family is priced at its effective parameters (:func:`planner.studies.scaling.effective_params`): the
+grid is over effective sizes, each generated at the total that gives it (the family's experts and top-k, or
+``experts`` of them), trained at ``6 N_active D``.
+
 Beside it, the published analyses' assumption (Sardana and Frankle 2024): inference at ``2 N`` FLOPs per token at a
 fixed utilisation of the serving hardware's peak, priced at its price: what that says the optimum is.
 """
@@ -29,13 +33,13 @@ from planner.model.bounds import greedy_start, solve_from
 from planner.model.data import drop_unpowered
 from planner.options import DEFAULT_MIP_GAP
 from planner.perf.candidates import evaluate_candidates, prefix_shares, scenario_slos, select_candidates
+from planner.perf.params import model_stats
 from planner.pipeline.diagnose import diagnose_candidates
 from planner.solve import Solver
-from planner.studies.family import generate
-from planner.studies.scaling import LAWS, tokens_with_repeats
+from planner.studies.family import FAMILY_MEMBERS, SPARSE_FAMILIES, generate
+from planner.studies.scaling import LAWS, SPARSE_EXPONENT, effective_params, tokens_with_repeats
 from planner.units import HOUR_S
 
-DENSE_FAMILIES = ("llama3", "qwen3")
 GRID_POINTS = 14
 MAX_JOBS = 4
 OVERTRAIN_MAX = 3000.0
@@ -57,11 +61,22 @@ class LifetimeInputs:
     train_usd_per_chip_hour: float | None = None
     unique_tokens: float | None = None
     naive_utilisation: float = NAIVE_UTILISATION
+    experts: int | None = None
+    """Routed experts of a sparse family's models (default: the nearest member's; top-k kept)."""
+    sparse_exponent: float = SPARSE_EXPONENT
+
+    @property
+    def sparse(self) -> bool:
+        return self.family in SPARSE_FAMILIES
 
     def check(self) -> None:
-        if self.family not in DENSE_FAMILIES:
-            raise InputError(f"--family: '{self.family}' is not a dense family ({', '.join(DENSE_FAMILIES)}); sparse "
-                             "families need a MoE scaling law, which planner lifetime does not carry yet")
+        if self.family not in FAMILY_MEMBERS:
+            raise InputError(f"--family: '{self.family}' is not known; use {', '.join(FAMILY_MEMBERS)}")
+        if self.experts is not None and (not self.sparse or self.experts < 2):
+            raise InputError(f"--experts: {self.experts} needs a sparse family ({', '.join(SPARSE_FAMILIES)}) and at "
+                             "least 2 experts")
+        if not 0 <= self.sparse_exponent <= 1:
+            raise InputError(f"--sparse-exponent: {self.sparse_exponent:g} must be in [0, 1]")
         if self.law not in LAWS:
             raise InputError(f"--law: '{self.law}' is not known; use {', '.join(LAWS)}")
         LAWS[self.law].check(self.loss)
@@ -77,7 +92,8 @@ class LifetimeInputs:
 
 @dataclass
 class SizePoint:
-    """One model size of the grid: the generated model and its training."""
+    """One model size of the grid: the generated model and its training (``params`` its total, ``effective``
+    what the scaling law sees: the total for a dense model)."""
     target_params: float
     params: float
     model_id: str
@@ -87,6 +103,8 @@ class SizePoint:
     serve_usd_per_hour: dict[float, float | None] = field(default_factory=dict)
     """Per volume (tokens/day): the plan's $/h (``None``: no plan serves it)."""
     note: str = ""
+    active: float = 0.0
+    effective: float = 0.0
 
 
 @dataclass
@@ -139,26 +157,45 @@ def scaled(rs_sc, volume: float):
                                                for w in sc.workloads]})
 
 
-def size_point(inputs: LifetimeInputs, catalog, target: float) -> tuple[SizePoint, object]:
-    from planner.perf.params import model_stats
+def family_model(inputs: LifetimeInputs, catalog, effective: float):
+    """The family's model whose effective parameters are ``effective`` (a dense model: its total); a sparse one
+    is generated at a guessed total, then at the total corrected by what the guess gave (at fixed experts and
+    top-k the active share is nearly fixed, so the effective size is nearly proportional to the total)."""
+    if not inputs.sparse:
+        return generate(catalog, inputs.family, effective)
+    total = effective
+    for _ in range(4):
+        model = generate(catalog, inputs.family, total, experts=inputs.experts)
+        st = model_stats(model)
+        got = effective_params(st.total_params, st.active_params, inputs.sparse_exponent)
+        if abs(got / effective - 1) < 0.01:
+            break
+        total *= effective / got
+    return model
 
+
+def size_point(inputs: LifetimeInputs, catalog, target: float) -> tuple[SizePoint, object]:
     law = LAWS[inputs.law]
-    model = generate(catalog, inputs.family, target)
-    st = model_stats(model)
-    eff = law.tokens_for(st.total_params, inputs.loss)
-    note = ""
-    if eff is None:
-        return SizePoint(target, st.total_params, model.id, math.inf, law.optimal_tokens(st.total_params), math.inf,
-                         note="cannot reach the loss"), model
     try:
-        d = tokens_with_repeats(eff, inputs.unique_tokens)
+        model = family_model(inputs, catalog, target)
+    except InputError as e:
+        return SizePoint(target, math.inf, "", math.inf, math.inf, math.inf, note=str(e)), None
+    st = model_stats(model)
+    eff = effective_params(st.total_params, st.active_params, inputs.sparse_exponent) if inputs.sparse else st.total_params
+
+    def point(tokens: float, train: float, note: str = "") -> SizePoint:
+        return SizePoint(target, st.total_params, model.id, tokens, law.optimal_tokens(eff), train, note=note,
+                         active=st.active_params, effective=eff)
+
+    need = law.tokens_for(eff, inputs.loss)
+    if need is None:
+        return point(math.inf, math.inf, "cannot reach the loss"), model
+    try:
+        d = tokens_with_repeats(need, inputs.unique_tokens)
     except InfeasibleError as e:
-        return SizePoint(target, st.total_params, model.id, math.inf, law.optimal_tokens(st.total_params), math.inf,
-                         note=str(e)), model
-    if d > eff * (1 + 1e-9):
-        note = f"{d / inputs.unique_tokens:.1f} epochs of the unique tokens"
-    return SizePoint(target, st.total_params, model.id, d, law.optimal_tokens(st.total_params),
-                     train_usd(inputs, catalog, st.active_params, d), note=note), model
+        return point(math.inf, math.inf, str(e)), model
+    note = f"{d / inputs.unique_tokens:.1f} epochs of the unique tokens" if d > need * (1 + 1e-9) else ""
+    return point(d, train_usd(inputs, catalog, st.active_params, d), note), model
 
 
 def serving_costs(rs: ResolvedScenario, catalog, model, volumes: list[float],
@@ -205,7 +242,7 @@ def naive_serve_usd(inputs: LifetimeInputs, catalog, rs: ResolvedScenario, activ
 def _size(args) -> SizePoint:
     inputs, rs, catalog, target = args
     p, model = size_point(inputs, catalog, target)
-    if math.isfinite(p.train_usd):
+    if math.isfinite(p.train_usd) and model is not None:
         p.serve_usd_per_hour, why = serving_costs(rs, catalog, model, inputs.volumes)
         p.note = p.note or why
     return p
@@ -248,7 +285,7 @@ def lifetime(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lam
         if best is not None and best is points[-1] and v > 0:
             best = replace(best, note=(best.note + "; " if best.note else "") + "the smallest size of the grid "
                            f"({OVERTRAIN_MAX:g}x past the compute-optimal tokens): a smaller model may be cheaper")
-        naive = min(((naive_serve_usd(inputs, catalog, rs, p.params, v), p) for p in points
+        naive = min(((naive_serve_usd(inputs, catalog, rs, p.active, v), p) for p in points
                      if math.isfinite(p.train_usd)), key=lambda sp: sp[1].train_usd + sp[0], default=(math.inf, None))
         choices.append(Choice(v, best, best.serve_usd_per_hour[v] * hours if best else math.inf, naive[1], naive[0]))
     if all(c.point is None for c in choices if c.volume > 0) and any(v > 0 for v in inputs.volumes):
@@ -282,15 +319,61 @@ def variant_scenario(rs: ResolvedScenario, catalog, kind: str | None) -> Resolve
         update={"max_units": {}})}), catalog, rs.path)
 
 
+EXPERT_VARIANTS = (32, 512)
+"""Sparsity variants of a sparse family: its top-k over this many routed experts (denser and sparser than the
+members' 128)."""
+
+
 def variants(inputs: LifetimeInputs, rs: ResolvedScenario, catalog, progress=lambda _m: None,
-             jobs: int | None = None) -> list[tuple[str, list[Choice]]]:
-    """The optimum per volume under each of :data:`VARIANTS` (a variant no size can be served in is left out)."""
+             jobs: int | None = None, given: list[Choice] | None = None) -> list[tuple[str, list[Choice]]]:
+    """The optimum per volume under each of :data:`VARIANTS` and, for a sparse family, each of
+    :data:`EXPERT_VARIANTS` (a variant no size can be served in is left out; ``given``: the sweep as given,
+    already run)."""
+    runs = [(label, inputs, variant_scenario(rs, catalog, kind)) for label, kind in VARIANTS
+            if kind is not None or given is None]
+    if inputs.sparse:
+        runs += [(f"sparsity: top-k of {e} experts", replace(inputs, experts=e), rs) for e in EXPERT_VARIANTS]
     out = []
-    for label, kind in VARIANTS:
+    for label, inp, sc in runs:
         progress(f"variant: {label}")
         try:
-            _, choices = lifetime(inputs, variant_scenario(rs, catalog, kind), catalog, progress, jobs)
+            _, choices = lifetime(inp, sc, catalog, progress, jobs)
         except InfeasibleError:
             continue
         out.append((label, choices))
+    return ([(VARIANTS[0][0], given)] if given is not None else []) + out
+
+
+@dataclass
+class LifetimeRun:
+    """One family's sweep: its sizes, the optimum per volume and, where asked, how it moves."""
+    inputs: LifetimeInputs
+    points: list[SizePoint]
+    choices: list[Choice]
+    variants: list[tuple[str, list[Choice]]] = field(default_factory=list)
+
+
+def run_families(inputs: list[LifetimeInputs], rs: ResolvedScenario, catalog, *, with_variants: bool = False,
+                 progress=lambda _m: None, jobs: int | None = None) -> list[LifetimeRun]:
+    """The sweep of each family (``planner lifetime`` and the lifetime section of ``planner insights``)."""
+    out = []
+    for inp in inputs:
+        progress(f"family {inp.family}")
+        points, choices = lifetime(inp, rs, catalog, progress, jobs)
+        found = variants(inp, rs, catalog, progress, jobs, given=choices) if with_variants else []
+        out.append(LifetimeRun(inp, points, choices, found))
     return out
+
+
+INSIGHTS_FAMILIES = ("llama3", "qwen3-moe")
+
+
+def insights_runs(rs: ResolvedScenario, catalog, reference: tuple[float, float], volumes: list[float],
+                  progress=lambda _m: None) -> list[LifetimeRun]:
+    """The lifetime section of ``planner insights``: a dense and a MoE family at the loss of a reference model
+    (``N, D`` under the Epoch law), trained on H100s at 40% MFU, served for a year, with every variant."""
+    loss = LAWS["epoch"].loss(*reference)
+    inputs = [LifetimeInputs(f, "epoch", loss, volumes, 365.0, "h100-sxm", 0.4) for f in INSIGHTS_FAMILIES]
+    for i in inputs:
+        i.check()
+    return run_families(inputs, rs, catalog, with_variants=True, progress=progress)

@@ -12,6 +12,14 @@ Repeated data (Muennighoff et al. 2023, "Scaling Data-Constrained Language Model
 ``U`` unique ones (``R = D / U - 1`` repetitions) are worth ``D' = U + U R* (1 - exp(-R / R*))`` fresh tokens with
 ``R* = 15.4``, so a loss that needs ``D'`` effective tokens costs ``D = U (1 - R* ln(1 - (D'/U - 1) / R*))`` and no
 amount of repetition gives more than ``U (1 + R*)``.
+
+Sparse (MoE) models enter the same laws through an effective parameter count: a model of ``N_total`` parameters of
+which ``N_active`` fire per token reaches the loss of a dense model of
+``N_eff = N_active (N_total / N_active)^s`` parameters, ``s`` = :data:`SPARSE_EXPONENT` = 1/2 (the geometric mean of
+total and active). That is the lecture the project starts from: "you need to increase total parameters a hundredfold
+to get the equivalent of 10x as many active parameters" (Reiner Pope, seeds/001). Training costs ``6 N_active D``.
+``s`` is an input (``--sparse-exponent``): 0 prices a MoE as its active parameters, 1 as its total; a fitted law's
+exponent belongs there. The data term is the dense law's (a MoE at the same effective size needs the same tokens).
 """
 
 from __future__ import annotations
@@ -77,6 +85,15 @@ LAWS: dict[str, ScalingLaw] = {
 }
 REPEAT_DECAY = 15.4
 """``R*_D`` of Muennighoff et al. 2023: repetitions after which repeated tokens are worth 1/e of fresh ones."""
+
+
+SPARSE_EXPONENT = 0.5
+"""``s`` of ``N_eff = N_active (N_total / N_active)^s``: a hundredfold total parameters is worth tenfold active ones."""
+
+
+def effective_params(total: float, active: float, exponent: float = SPARSE_EXPONENT) -> float:
+    """The dense-equivalent parameters of a model of ``total`` parameters, ``active`` of them per token."""
+    return active * (total / active) ** exponent if active < total else total
 
 
 def tokens_with_repeats(effective: float, unique: float | None) -> float:
