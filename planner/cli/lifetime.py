@@ -21,7 +21,7 @@ def lifetime(
     ] = "llama3,qwen3-moe",
     loss: Annotated[float | None, typer.Option("--loss", help="Loss target under --law.")] = None,
     as_good_as: Annotated[
-        str | None, typer.Option("--as-good-as", help="N,D: the loss of a model of N parameters trained on D tokens (e.g. 70.6e9,15e12 for Llama 3.1 70B).")
+        str | None, typer.Option("--as-good-as", help="N,D: the loss of a model of N parameters trained on D tokens (e.g. 70.6e9,15e12 for Llama 3.1 70B; a MoE reference: its effective N, sqrt(total x active)).")
     ] = None,
     law: Annotated[str, typer.Option("--law", help="chinchilla (Hoffmann et al. 2022) or epoch (Besiroglu et al. 2024).")] = "epoch",
     volumes: Annotated[
