@@ -262,7 +262,9 @@ def test_cli_export_and_schema(tmp_path, capsys):
     shutil.copytree(ROOT / "plans" / "llama-70b-chat", src)
     for args, code in ((["export", src, "--target", "all"], 0), (["export", src, "--target", "all"], 1),
                        (["export", src, "--target", "docker"], 1), (["export", tmp_path / "nope", "--target", "k8s"], 1),
-                       (["export", src, "--target", "sglang", "--namespace", "Bad_NS", "--force"], 1)):
+                       (["export", src, "--target", "sglang", "--namespace", "Bad_NS", "--force"], 1),
+                       (["export", src, "--target", "k8s", "--routing", "istio", "--force"], 1),
+                       (["export", src, "--target", "k8s", "--routing", "inference-pool", "--force"], 0)):
         try:
             main([str(a) for a in args])
             got = 0
@@ -325,7 +327,7 @@ def test_routes_split_traffic_as_the_plan_routes_it(exported):
         by_name = {r["metadata"]["name"]: r for r in routes}
         for w in plan.workloads:
             pools = [p for p in plan.pools if p.workload == w.name]
-            refs = by_name[w.name.lower()]["spec"]["rules"][0]["backendRefs"]
+            refs = by_name[w.name.lower()]["spec"]["rules"][-1]["backendRefs"]  # the weighted split
             assert {r["name"] for r in refs} <= services
             total = sum(r["weight"] for r in refs)
             agg = [p for p in pools if p.role == "aggregated"]
@@ -338,6 +340,79 @@ def test_routes_split_traffic_as_the_plan_routes_it(exported):
         runbook = (dest / "runbook.md").read_text()
         for p in plan.pools:
             assert f"| {p.router_share:.1%} |" in runbook
+
+
+def test_prefix_families_stay_on_one_pool(exported):
+    """Where a workload's pools reuse prefixes, each family bucket (every value 00-ff of the header) is sent to
+    exactly one backend by a header rule, the backends' bucket shares are the weighted split's within half a
+    bucket, and the runbook lists them; a workload without prefix reuse has only the weighted rule."""
+    import re
+
+    from planner.export import k8s
+
+    seen = 0
+    for name, dest in exported.items():
+        plan = read_plan(ROOT / "plans" / name)
+        for r in (o for o in yaml.safe_load_all((dest / "k8s" / "routes.yaml").read_text()) if o):
+            rules = r["spec"]["rules"]
+            w = next(x for x in plan.workloads if x.name.lower() == r["metadata"]["name"])
+            reuse = any(p.prefix_tier != "none" for p in plan.pools if p.workload == w.name)
+            weighted = rules[-1]["backendRefs"]
+            if not reuse or len(weighted) < 2:
+                assert len(rules) == 1, (name, w.name)
+                continue
+            seen += 1
+            family = rules[:-1]
+            assert len(family) == len(weighted) <= 15  # Gateway API: at most 16 rules a route
+            total = sum(b["weight"] for b in weighted)
+            hits = {}
+            for v in (f"{i:02x}" for i in range(k8s.PREFIX_BUCKETS)):
+                owners = [f["backendRefs"][0]["name"] for f in family
+                          if re.fullmatch(f["matches"][0]["headers"][0]["value"], v)]
+                assert len(owners) == 1, (name, v, owners)
+                hits[owners[0]] = hits.get(owners[0], 0) + 1
+            for b in weighted:
+                assert hits.get(b["name"], 0) / k8s.PREFIX_BUCKETS == pytest.approx(
+                    b["weight"] / total, abs=0.5 / k8s.PREFIX_BUCKETS + 1e-4), (name, b["name"])
+            assert f"`{k8s.PREFIX_HEADER}` header" in (dest / "runbook.md").read_text()
+    assert seen >= 2
+
+
+def test_hex_range_regex_matches_exactly_its_range():
+    import re
+
+    from planner.export.k8s import hex_range_regex
+
+    for lo, hi in [(0, 256), (0, 24), (24, 256), (15, 17), (0x8a, 0xc3), (0xff, 0x100), (16, 32)]:
+        rx = hex_range_regex(lo, hi)
+        assert [i for i in range(256) if re.fullmatch(rx, f"{i:02x}")] == list(range(lo, hi)), rx
+        assert not re.fullmatch(rx, "Z0") and not re.fullmatch(rx, ":0")  # no ASCII spans like [8-b]
+
+
+def test_inference_pool_routing(tmp_path, catalog):
+    """``routing="inference-pool"``: each aggregated pool is an InferencePool (valid against its CRD) selecting
+    the pool's serving pods, the HTTPRoute's backends name them with the plan's weights, and the runbook says how
+    their endpoint pickers are installed."""
+    import jsonschema
+
+    dest = tmp_path / "ip"
+    export_plan(ROOT / "plans" / "llama-70b-chat", ["k8s"], dest, catalog, routing="inference-pool")
+    objs = [o for o in yaml.safe_load_all((dest / "k8s" / "routes.yaml").read_text()) if o]
+    pools = {o["metadata"]["name"]: o for o in objs if o["kind"] == "InferencePool"}
+    plan = read_plan(ROOT / "plans" / "llama-70b-chat")
+    assert set(pools) == {p.id.lower() for p in plan.pools if p.role == "aggregated"}
+    for o in pools.values():
+        jsonschema.Draft7Validator(crd_schema("inferencepool")).validate(o)
+        assert o["spec"]["selector"]["matchLabels"]["planner.io/pool"] == o["metadata"]["name"]
+    route = next(o for o in objs if o["kind"] == "HTTPRoute")
+    jsonschema.Draft7Validator(crd_schema("httproute")).validate(route)
+    weighted = route["spec"]["rules"][-1]["backendRefs"]
+    assert {b["name"] for b in weighted} == set(pools)
+    assert all(b["kind"] == "InferencePool" and b["group"] == "inference.networking.k8s.io" for b in weighted)
+    for p in plan.pools:
+        b = next(x for x in weighted if x["name"] == p.id.lower())
+        assert b["weight"] / sum(x["weight"] for x in weighted) == pytest.approx(p.router_share, abs=2e-4)
+    assert "InferencePools" in (dest / "runbook.md").read_text()
 
 
 def test_context_stays_within_the_checkpoint_or_says_how_it_is_extended(catalog, tmp_path):

@@ -391,6 +391,9 @@ def export_cmd(
     checkpoint: Annotated[
         list[str] | None, typer.Option("--checkpoint", help="POOL=PATH: the checkpoint a pool loads where no checkpoint of its weight format is published (repeatable).")
     ] = None,
+    routing: Annotated[
+        str, typer.Option("--routing", help="httproute (each pool a Service, weighted) or inference-pool (aggregated pools as Gateway API Inference Extension InferencePools).")
+    ] = "httproute",
     rdma_resource: Annotated[
         str | None, typer.Option("--rdma-resource", help="Extended resource of the cluster's RDMA NICs (e.g. rdma/ib, nvidia.com/hostdev): requested by pods whose traffic crosses nodes (EP across hosts, KV hand-over outside an NVLink domain).")
     ] = None,
@@ -417,10 +420,12 @@ def export_cmd(
         if not sep or not pool or not path:
             raise InputError(f"--checkpoint: expected POOL=PATH, got '{item}'")
         given[pool] = path
+    if routing not in ("httproute", "inference-pool"):
+        raise InputError(f"--routing '{routing}': use httproute or inference-pool")
     if rdma_resource is not None and not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9_.-]+", rdma_resource):
         raise InputError(f"--rdma-resource '{rdma_resource}': an extended resource name is DOMAIN/NAME (rdma/ib)")
     doc = export_plan(plan_dir, targets, dest, cli_catalog(), force=force, namespace=namespace, gateway=gateway,
-                      checkpoints=given, rdma_resource=rdma_resource)
+                      checkpoints=given, rdma_resource=rdma_resource, routing=routing)
     typer.echo(f"wrote {len(doc['files']) + 1} files under {dest} ({', '.join(targets)})"
                + (f"; not exported: {len(doc['skipped'])} (see export.json)" if doc["skipped"] else ""), err=True)
 

@@ -68,7 +68,8 @@ def _dump_all(objs: list[dict]) -> str:
 
 def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog, *, force: bool = False,
                 namespace: str = "default", gateway: str = "inference-gateway",
-                checkpoints: dict[str, str] | None = None, rdma_resource: str | None = None) -> dict:
+                checkpoints: dict[str, str] | None = None, rdma_resource: str | None = None,
+                routing: str = "httproute") -> dict:
     """Write the export of ``plan_dir`` into ``out`` (swapped in whole); return the export.json document.
     ``checkpoints``: pool id -> path of a checkpoint in the pool's weight format where none is published."""
     plan_dir = Path(plan_dir)
@@ -116,8 +117,9 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
                 args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
             add(f"{d.pool}/launch-{t}.sh", launch.script(d, t, args, notes=notes), d.pool, "launch", t)
     if "k8s" in targets:
-        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped, gateway)
-    add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped),
+        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped, gateway, routing)
+    add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped,
+                              routing=routing),
         None, "runbook")
     add("README.md", _readme(plan, deps, launch_of), None, "readme")
     if plan.migration is not None:
@@ -165,7 +167,7 @@ def _notes(d: Deployment, target: str) -> list[str]:
 
 
 def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_name: str, namespace: str, add,
-         skipped: list[dict], gateway: str = "inference-gateway") -> None:
+         skipped: list[dict], gateway: str = "inference-gateway", routing: str = "httproute") -> None:
     runnable = []
     target_of = {}
     for d in deps:
@@ -199,7 +201,9 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     services = [k8s.pool_service(d, plan_name, namespace) for d in deps]
     services += [s for w in every if (s := k8s.service(w, [d for d in deps if d.workload == w], plan_name,
                                                            namespace)) is not None]
-    routes = [k8s.route(w, [d for d in deps if d.workload == w], plan_name, namespace, gateway) for w in every]
+    routes = [k8s.route(w, [d for d in deps if d.workload == w], plan_name, namespace, gateway, routing) for w in every]
+    if routing == "inference-pool":
+        routes = [k8s.inference_pool(d, plan_name, namespace) for d in deps if d.role == "aggregated"] + routes
     for d in runnable:
         h = k8s.autoscaler(d, catalog, namespace)
         if h is not None:

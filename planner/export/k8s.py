@@ -240,14 +240,104 @@ def route_weights(deps: list[Deployment]) -> dict[str, int]:
     return out
 
 
-def route(workload: str, deps: list[Deployment], plan_name: str, namespace: str, gateway: str) -> dict:
-    """The workload's HTTPRoute (Gateway API v1): requests split over its pools as the plan routes them."""
+PREFIX_HEADER = "x-prefix-family"
+"""Request header carrying a prefix family's bucket: the first two hex digits (lowercase) of a hash of the family's
+key (its shared system prompt, tenant or conversation id), set by the client or the gateway in front."""
+PREFIX_BUCKETS = 256
+HEX = "0123456789abcdef"
+INFERENCE_POOL_GROUP = "inference.networking.k8s.io"
+MAX_FAMILY_RULES = 15
+"""Family rules a route may carry beside its weighted rule (Gateway API: at most 16 rules per HTTPRoute); a
+workload with more backends keeps only the weighted split."""
+EPP_PORT = 9002
+"""Port of a pool's endpoint picker (the Inference Extension's ext-proc service)."""
+
+
+def prefix_routed(deps: list[Deployment]) -> bool:
+    """Whether a workload's route keeps each prefix family on one pool: its pools reuse cached prefixes, and
+    the plan sized each pool's prefix tier for its share of the families (formulation.md, the prefix rule)."""
+    return any(d.prefix_tier != "none" for d in deps) and 1 < len(route_weights(deps)) <= MAX_FAMILY_RULES
+
+
+def bucket_ranges(weights: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Backend -> ``[lo, hi)`` of the ``PREFIX_BUCKETS`` family buckets it serves: contiguous, in proportion to
+    its weight (largest remainder, so each share is within half a bucket of the weight's)."""
+    total = sum(weights.values())
+    if total <= 0:
+        return {}
+    exact = {k: PREFIX_BUCKETS * w / total for k, w in weights.items()}
+    count = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: count[k] - exact[k])[:PREFIX_BUCKETS - sum(count.values())]:
+        count[k] += 1
+    out, lo = {}, 0
+    for k in weights:
+        if count[k]:
+            out[k] = (lo, lo + count[k])
+            lo += count[k]
+    return out
+
+
+def hex_range_regex(lo: int, hi: int) -> str:
+    """An RE2 pattern matching exactly the two-hex-digit values in ``[lo, hi)`` (character classes list their
+    digits, never an ASCII span such as ``8-b``)."""
+    def cls(a: int, b: int) -> str:
+        return HEX[a] if a == b else "[" + HEX[a:b + 1] + "]"
+
+    parts = []
+    while lo < hi:
+        high, low = divmod(lo, 16)
+        if low == 0 and hi - lo >= 16:
+            n = (hi - lo) // 16
+            parts.append(cls(high, high + n - 1) + "[0-9a-f]")
+            lo += 16 * n
+        else:
+            end = min(hi, (high + 1) * 16)
+            parts.append(HEX[high] + cls(low, end - 1 - high * 16))
+            lo = end
+    return "^(" + "|".join(parts) + ")$"
+
+
+def _backend(name: str, weight: int, pools: set[str], routing: str) -> dict:
+    ref = {"name": name, "port": 80, "weight": weight}
+    if routing == "inference-pool" and name in pools:
+        ref = {"group": INFERENCE_POOL_GROUP, "kind": "InferencePool", "name": name, "weight": weight}
+    return ref
+
+
+def route(workload: str, deps: list[Deployment], plan_name: str, namespace: str, gateway: str,
+          routing: str = "httproute") -> dict:
+    """The workload's HTTPRoute (Gateway API v1): requests split over its pools as the plan routes them. Where
+    its pools reuse prefixes, a rule per backend keeps each prefix family (header :data:`PREFIX_HEADER`) on
+    one backend, the families split in the plan's proportions; requests without the header take the weighted
+    split. ``routing="inference-pool"``: aggregated pools are reached through their InferencePools."""
     weights = route_weights(deps)
+    pools = {d.name for d in deps if d.role == "aggregated"}
+    rules = []
+    if prefix_routed(deps):
+        for name, (lo, hi) in bucket_ranges(weights).items():
+            rules.append({"matches": [{"path": {"type": "PathPrefix", "value": "/"},
+                                       "headers": [{"type": "RegularExpression", "name": PREFIX_HEADER,
+                                                    "value": hex_range_regex(lo, hi)}]}],
+                          "backendRefs": [_backend(name, 1, pools, routing)]})
+    rules.append({"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                  "backendRefs": [_backend(name, w, pools, routing) for name, w in weights.items()]})
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
             "metadata": {"name": _dns(workload), "namespace": namespace, "labels": {"app.kubernetes.io/part-of": plan_name}},
-            "spec": {"parentRefs": [{"name": gateway}],
-                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                                "backendRefs": [{"name": name, "port": 80, "weight": w} for name, w in weights.items()]}]}}
+            "spec": {"parentRefs": [{"name": gateway}], "rules": rules}}
+
+
+def inference_pool(d: Deployment, plan_name: str, namespace: str) -> dict:
+    """An aggregated pool as an Inference Extension InferencePool (its serving pods, the leaders of multi-host
+    replicas) with its endpoint picker ``<pool>-epp`` (deployed with the extension's chart; fail-open, so the
+    pool serves before its picker runs)."""
+    selector = {"planner.io/pool": d.name}
+    if d.multi_host:
+        selector["leaderworkerset.sigs.k8s.io/worker-index"] = "0"
+    return {"apiVersion": f"{INFERENCE_POOL_GROUP}/v1", "kind": "InferencePool",
+            "metadata": {"name": d.name, "namespace": namespace, "labels": _labels(d, plan_name)},
+            "spec": {"selector": {"matchLabels": selector}, "targetPorts": [{"number": PORT}],
+                     "endpointPickerRef": {"name": f"{d.name}-epp"[:63], "port": {"number": EPP_PORT},
+                                           "failureMode": "FailOpen"}}}
 
 
 def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:

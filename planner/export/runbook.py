@@ -8,7 +8,7 @@ from planner.results import Plan, capacity_after_losing
 
 
 def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, plan_dir: str, namespace: str,
-            skipped: list[dict]) -> str:
+            skipped: list[dict], routing: str = "httproute") -> str:
     sc = plan.scenario
     o = plan.objective
     L = [f"# Runbook: {sc['name']}", ""]
@@ -57,9 +57,14 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "4. Routers last: the engine's prefill/decode router for disaggregated workloads, labelled "
           "`planner.io/router=<workload>`, then `k8s/services.yaml` (one Service per pool, one per router) and "
           "`k8s/routes.yaml`: each workload's HTTPRoute splits its requests over its pools with the plan's router "
-          "shares as weights (the table below); it attaches to the Gateway named at export (`--gateway`).",
+          "shares as weights (the table below); it attaches to the Gateway named at export (`--gateway`)."
+          + (" With `--routing inference-pool` the aggregated pools are InferencePools (in `k8s/routes.yaml`), "
+             "each naming its endpoint picker `<pool>-epp` on port 9002: install one per pool with the Gateway API "
+             "Inference Extension's chart; until it runs, the pool fails open (plain load balancing)."
+             if routing == "inference-pool" else ""),
           "5. `k8s/disruption.yaml`, `k8s/autoscaling.yaml` (where written), `k8s/monitoring.yaml` (PodMonitors: "
           "what the Prometheus operator scrapes) and `k8s/alerts.yaml`.", ""]
+    L += _prefix_lines(plan, deps)
     L += ["## Pools", "", "| pool | role | hardware | replicas | hosts x GPUs per replica | engine | capacity req/s | "
           "router share | utilisation | launch |", "|---|---|---|---:|---|---|---:|---:|---:|---|"]
     for d in deps:
@@ -106,3 +111,28 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           f"`planner plan <scenario.yaml> --out {plan_dir} --force` with the scenario `{sc['name']}` updated "
           f"(demand, targets, prices), then `planner export {plan_dir} --target all --force`.", ""]
     return "\n".join(L)
+
+
+def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
+    """Prefix-family routing: which family buckets each backend of a workload serves, beside the plan's share."""
+    from planner.export import k8s
+
+    L = []
+    for w in sorted({d.workload for d in deps}):
+        ds = [d for d in deps if d.workload == w]
+        if not k8s.prefix_routed(ds):
+            continue
+        weights = k8s.route_weights(ds)
+        total = sum(weights.values())
+        if not L:
+            L += ["## Prefix families", "",
+                  f"The plan sizes each pool's prefix cache for its share of a workload's prefix families, so a family "
+                  f"must stay on one pool: send each request's family bucket in the `{k8s.PREFIX_HEADER}` header, the "
+                  "first two hex digits (lowercase) of a hash of the family's key (its shared system prompt, tenant or "
+                  "conversation id). The HTTPRoute sends each bucket range to one backend; requests without the "
+                  "header take the weighted split (and lose that reuse).", "",
+                  "| workload | backend | buckets | share of families | plan's share |", "|---|---|---|---:|---:|"]
+        for name, (lo, hi) in k8s.bucket_ranges(weights).items():
+            L.append(f"| {w} | {name} | {lo:02x}-{hi - 1:02x} | {(hi - lo) / k8s.PREFIX_BUCKETS:.1%} | "
+                     f"{weights[name] / total:.1%} |")
+    return L + [""] if L else []

@@ -39,8 +39,9 @@ CRDS = {
     "servicemonitor": "monitoring.coreos.com_servicemonitors.yaml",
     "podmonitor": "monitoring.coreos.com_podmonitors.yaml",
     "httproute": "gateway.networking.k8s.io_httproutes.yaml",
+    "inferencepool": "inference.networking.k8s.io_inferencepools.yaml",
 }
-LICENCES = ("LICENSE-lws", "LICENSE-prometheus-operator", "LICENSE-gateway-api")
+LICENCES = ("LICENSE-lws", "LICENSE-prometheus-operator", "LICENSE-gateway-api", "LICENSE-gateway-api-inference-extension")
 
 
 def gz(data: bytes) -> bytes:
