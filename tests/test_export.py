@@ -415,6 +415,64 @@ def test_inference_pool_routing(tmp_path, catalog):
     assert "InferencePools" in (dest / "runbook.md").read_text()
 
 
+def test_pd_router_and_both_roles_autoscale(tmp_path, catalog):
+    """A disaggregated SGLang workload gets its PD router: discovery of exactly the prefill and decode leaders (the
+    selectors match the pod labels of the DisaggregatedSet's roles), each prefill leader annotated with the
+    bootstrap port its launch pins, pod-watch RBAC, labels the workload's router Service selects. Prefill and
+    decode roles both autoscale, each through the DisaggregatedSetRoleScaler named ``<set>-<role>`` of a role in
+    External scaling mode (no inline replicas). All of it validates (core kinds strict, CRDs by schema)."""
+    import jsonschema
+    import kubernetes_validate as kv
+
+    dest = tmp_path / "pd"
+    export_plan(ROOT / "plans" / "deepseek-sglang-pd", ["k8s"], dest, catalog)
+    load = lambda f: [o for o in yaml.safe_load_all((dest / "k8s" / f).read_text()) if o]  # noqa: E731
+    routers = load("routers.yaml")
+    assert [o["kind"] for o in routers] == ["ServiceAccount", "Role", "RoleBinding", "Deployment"]
+    for o in routers:
+        kv.validate(o, "1.33", strict=True)
+    dep = routers[-1]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--pd-disaggregation", "--service-discovery"} <= set(args)
+    svc = next(o for o in load("services.yaml") if o["metadata"]["name"] == "chat-router")
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (ds,) = [o for o in load("serving.yaml") if o["kind"] == "DisaggregatedSet"]
+    jsonschema.Draft7Validator(crd_schema("disaggregatedset")).validate(ds)
+
+    def selector(flag: str) -> dict:
+        i = args.index(flag) + 1
+        out = {}
+        while i < len(args) and not args[i].startswith("--"):
+            k, _, v = args[i].partition("=")
+            out[k] = v
+            i += 1
+        return out
+
+    for role in ("prefill", "decode"):
+        sel = selector(f"--{role}-selector")
+        assert sel.pop("leaderworkerset.sigs.k8s.io/worker-index") == "0"  # leaders only (LWS labels them)
+        matching = [r for r in ds["spec"]["roles"]
+                    if sel.items() <= r["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"].items()]
+        assert {r["metadata"]["labels"]["planner.io/role"] for r in matching} == {role} and matching
+        for r in matching:
+            leader = r["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+            if role == "prefill":
+                port = leader["metadata"]["annotations"]["sglang.ai/bootstrap-port"]
+                pool = r["metadata"]["labels"]["planner.io/pool"]
+                assert f"--disaggregation-bootstrap-port {port}" in (dest / "k8s" / "configmaps.yaml").read_text()
+                assert pool
+    hpas = {h["metadata"]["name"]: h for h in load("autoscaling.yaml")}
+    for r in ds["spec"]["roles"]:
+        pool = r["metadata"]["labels"]["planner.io/pool"]
+        ref = hpas[pool]["spec"]["scaleTargetRef"]
+        assert ref == {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSetRoleScaler",
+                       "name": f"{ds['metadata']['name']}-{r['name']}"}
+        assert r["scaling"] == {"mode": "External"} and "replicas" not in r["spec"]
+        kv.validate(hpas[pool], "1.33", strict=True)
+    assert {r["metadata"]["labels"]["planner.io/role"] for r in ds["spec"]["roles"]} == {"prefill", "decode"}
+    assert "routers.yaml" in (dest / "runbook.md").read_text()
+
+
 def test_context_stays_within_the_checkpoint_or_says_how_it_is_extended(catalog, tmp_path):
     """Qwen3's config allows 40,960 tokens; the catalog's 131,072 needs YaRN. A workload within 40,960 starts the
     engines at 40,960 (no rope override); a longer one gets the rope scaling and max_position_embeddings

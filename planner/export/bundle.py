@@ -58,12 +58,20 @@ def parse_targets(values: list[str]) -> list[str]:
     return out
 
 
+class _Plain(yaml.SafeDumper):
+    """Writes a value shared by two fields twice, never as a YAML anchor and alias (which some tools reject and
+    every reader has to resolve)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def _dump(obj) -> str:
-    return yaml.safe_dump(obj, sort_keys=False, width=120)
+    return yaml.dump(obj, Dumper=_Plain, sort_keys=False, width=120)
 
 
 def _dump_all(objs: list[dict]) -> str:
-    return yaml.safe_dump_all(objs, sort_keys=False, width=120)
+    return yaml.dump_all(objs, Dumper=_Plain, sort_keys=False, width=120)
 
 
 def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog, *, force: bool = False,
@@ -191,10 +199,18 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
             args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
         data["launch.sh"] = launch.script(d, d.engine, args, notes=_notes(d, d.engine))
         cms.append(k8s.configmap(d, data, namespace))
+    for d in runnable:
+        h = k8s.autoscaler(d, catalog, namespace)
+        if h is not None:
+            hpas.append(h)
+    scaled = {h["metadata"]["name"] for h in hpas}
     workloads = sorted({d.workload for d in runnable})
+    routers = []
     for w in workloads:
         ds = [d for d in runnable if d.workload == w]
-        serving += k8s.workload_objects(ds, target_of, plan_name, namespace)
+        serving += k8s.workload_objects(ds, target_of, plan_name, namespace,
+                                        {d.pool for d in ds if d.name in scaled})
+        routers += k8s.pd_router(w, ds, plan_name, namespace)
     # Services and routes cover every pool, those without a launch template too (run by hand with the pool's
     # labels, they get the traffic the plan gives them; the route never shifts it onto the others)
     every = sorted({d.workload for d in deps})
@@ -204,14 +220,12 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     routes = [k8s.route(w, [d for d in deps if d.workload == w], plan_name, namespace, gateway, routing) for w in every]
     if routing == "inference-pool":
         routes = [k8s.inference_pool(d, plan_name, namespace) for d in deps if d.role == "aggregated"] + routes
-    for d in runnable:
-        h = k8s.autoscaler(d, catalog, namespace)
-        if h is not None:
-            hpas.append(h)
     add("k8s/configmaps.yaml", _dump_all(cms), None, "k8s")
     add("k8s/serving.yaml", _dump_all(serving), None, "k8s")
     add("k8s/services.yaml", _dump_all(services), None, "k8s")
     add("k8s/routes.yaml", _dump_all(routes), None, "k8s")
+    if routers:
+        add("k8s/routers.yaml", _dump_all(routers), None, "k8s")
     add("k8s/disruption.yaml", _dump_all([k8s.disruption_budget(d, namespace) for d in runnable]), None, "k8s")
     if hpas:  # an empty YAML stream is refused by `kubectl apply`
         add("k8s/autoscaling.yaml", _dump_all(hpas), None, "k8s")

@@ -18,6 +18,8 @@ from planner.results import Plan, Pool
 
 PORT = 8000
 """HTTP port every engine serves on inside its pod (set explicitly on each command line)."""
+SGLANG_BOOTSTRAP_PORT = 8998
+"""SGLang's prefill bootstrap port (``--disaggregation-bootstrap-port``, its default), where decode pulls KV."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import shlex
 
 from planner.catalog.loader import Catalog
 from planner.catalog.scenario import quantile_label
-from planner.export.deploy import PORT, Deployment
+from planner.export.deploy import PORT, SGLANG_BOOTSTRAP_PORT, Deployment
 
 IMAGES = {
     ("sglang", "nvidia"): "lmsysorg/sglang:latest",
@@ -108,7 +108,11 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
                     {"name": "model-cache", "emptyDir": {}}],
     }
-    return {"metadata": {"labels": _labels(d, plan_name)}, "spec": spec}
+    meta: dict = {"labels": _labels(d, plan_name)}
+    if leader and d.role == "prefill" and target == "sglang":
+        # the PD router reads each prefill leader's bootstrap port from this annotation (service discovery)
+        meta["annotations"] = {BOOTSTRAP_ANNOTATION: str(BOOTSTRAP_PORT)}
+    return {"metadata": meta, "spec": spec}
 
 
 def _lws_template(d: Deployment, target: str, plan_name: str) -> dict:
@@ -132,8 +136,11 @@ def configmap(d: Deployment, files: dict[str, str], namespace: str) -> dict:
             "metadata": {"name": f"{d.name}-launch", "namespace": namespace}, "data": files}
 
 
-def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_name: str, namespace: str) -> list[dict]:
-    """Serving objects of one workload's pools (Deployments, LeaderWorkerSets or a DisaggregatedSet)."""
+def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_name: str, namespace: str,
+                     scaled: frozenset[str] | set[str] = frozenset()) -> list[dict]:
+    """Serving objects of one workload's pools (Deployments, LeaderWorkerSets or a DisaggregatedSet). A
+    disaggregated pool in ``scaled`` takes its replicas from an autoscaler: its role is ``scaling.mode:
+    External`` (the controller's DisaggregatedSetRoleScaler, :func:`role_scaler`, is what its autoscaler scales)."""
     out = []
     disagg = [d for d in deps if d.role in ("prefill", "decode")]
     for d in deps:
@@ -156,16 +163,34 @@ def workload_objects(deps: list[Deployment], target_of: dict[str, str], plan_nam
         w = _dns(disagg[0].workload)
         roles = []
         for d in disagg:
-            roles.append({"name": _dns(d.pool)[:63], "metadata": {"labels": _labels(d, plan_name)},
-                          "spec": _lws_template(d, target_of[d.pool], plan_name)})
+            role = {"name": role_name(d), "metadata": {"labels": _labels(d, plan_name)},
+                    "spec": _lws_template(d, target_of[d.pool], plan_name)}
+            if d.pool in scaled:
+                role["scaling"] = {"mode": "External"}  # spec.replicas is ignored and must not be set
+                del role["spec"]["replicas"]
+            roles.append(role)
         spec: dict = {"roles": roles}
         if all(_rack_bound(d) for d in disagg):
             spec["placementPolicy"] = {"type": "ExclusiveTopology", "topology": RACK_TOPOLOGY}
         out.append({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
-                    "metadata": {"name": f"{w}-pd", "namespace": namespace,
+                    "metadata": {"name": disaggregated_set(w), "namespace": namespace,
                                  "labels": {"app.kubernetes.io/part-of": plan_name, "planner.io/workload": w}},
                     "spec": spec})
     return out
+
+
+def disaggregated_set(workload: str) -> str:
+    return f"{_dns(workload)}-pd"
+
+
+def role_name(d: Deployment) -> str:
+    return _dns(d.pool)[:63]
+
+
+def role_scaler(d: Deployment) -> str:
+    """Name of the DisaggregatedSetRoleScaler the controller creates for a role in External scaling mode:
+    ``<DisaggregatedSet>-<role>`` (kubernetes-sigs/lws DisaggregatedSet docs, KEP-849)."""
+    return f"{disaggregated_set(d.workload)}-{role_name(d)}"
 
 
 def disruption_budget(d: Deployment, namespace: str) -> dict:
@@ -342,16 +367,23 @@ def inference_pool(d: Deployment, plan_name: str, namespace: str) -> dict:
 
 def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:
     """Scale a serving pool on requests in flight per replica (the planned batch at the planned load),
-    between the planned replicas and half as many again (bounded by the units one may add)."""
+    between the planned replicas and half as many again (bounded by the units one may add). Prefill and decode
+    roles scale independently, each through its DisaggregatedSetRoleScaler (whose selector counts one pod, the
+    leader, per replica)."""
     eng = catalog.get_engine(d.engine)
-    if d.role == "prefill" or eng.metrics is None or eng.metrics.running_requests is None:
+    if eng.metrics is None or eng.metrics.running_requests is None:
         return None
-    kind, api = ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1") if d.multi_host else ("Deployment", "apps/v1")
+    if d.role in ("prefill", "decode"):
+        kind, api, name = "DisaggregatedSetRoleScaler", "disaggregatedset.x-k8s.io/v1", role_scaler(d)
+    elif d.multi_host:
+        kind, api, name = "LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", d.name
+    else:
+        kind, api, name = "Deployment", "apps/v1", d.name
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": d.name, "namespace": namespace},
         "spec": {
-            "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": d.name},
+            "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": name},
             "minReplicas": d.replicas,
             "maxReplicas": max(d.replicas + 1, math.ceil(d.replicas * 1.5)),
             "metrics": [{"type": "Pods", "pods": {
@@ -359,6 +391,62 @@ def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:
                 "target": {"type": "AverageValue", "averageValue": str(d.scale_target_in_flight)}}}],
         },
     }
+
+
+BOOTSTRAP_PORT = SGLANG_BOOTSTRAP_PORT
+BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"
+"""Pod annotation the SGLang router reads a discovered prefill worker's bootstrap port from (its default
+``--bootstrap-port-annotation``)."""
+ROUTER_METRICS_PORT = 29000
+LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def pd_router(workload: str, deps: list[Deployment], plan_name: str, namespace: str) -> list[dict]:
+    """The prefill/decode router of a disaggregated SGLang workload: ``sglang_router.launch_router`` in PD mode
+    discovering the prefill and decode leaders by their labels (so it follows the autoscalers), with the pod
+    watch rights it needs; the workload's ``<workload>-router`` Service selects it. Empty for other engines (their
+    routers take static worker lists, which a DisaggregatedSet's generated names and an autoscaler defeat; the
+    runbook says what to run)."""
+    pd = [d for d in deps if d.role in ("prefill", "decode")]
+    if not pd or any(d.engine != "sglang" for d in pd):
+        return []
+    w = _dns(workload)
+    name = f"{w}-router"
+    def labels() -> dict:  # a fresh dict per use: a shared one is written as a YAML alias
+        return {"app.kubernetes.io/part-of": plan_name, "planner.io/router": w}
+
+    def meta() -> dict:
+        return {"name": name, "namespace": namespace, "labels": labels()}
+
+    def selector(role: str) -> list[str]:
+        return [f"planner.io/workload={w}", f"planner.io/role={role}", f"{LEADER_LABEL}=0"]
+
+    args = ["--pd-disaggregation", "--service-discovery",
+            "--prefill-selector", *selector("prefill"), "--decode-selector", *selector("decode"),
+            "--service-discovery-namespace", namespace, "--service-discovery-port", str(PORT),
+            "--bootstrap-port-annotation", BOOTSTRAP_ANNOTATION,
+            "--prefill-policy", "cache_aware", "--decode-policy", "power_of_two",
+            "--host", "0.0.0.0", "--port", str(PORT),
+            "--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]
+    probe = {"tcpSocket": {"port": PORT}, "periodSeconds": 10, "failureThreshold": 3}
+    container = {"name": "router", "image": IMAGES[("sglang", pd[0].vendor)],
+                 "command": ["python3", "-m", "sglang_router.launch_router"], "args": args,
+                 "ports": [{"name": "http", "containerPort": PORT}, {"name": "metrics", "containerPort": ROUTER_METRICS_PORT}],
+                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+                 "readinessProbe": probe, "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(),
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(),
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(),
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"planner.io/router": w}},
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                  "template": {"metadata": {"labels": labels()},
+                               "spec": {"serviceAccountName": name, "containers": [container]}}}},
+    ]
 
 
 def alerts(deps: list[Deployment], catalog: Catalog, plan_name: str, namespace: str) -> dict:

@@ -22,7 +22,7 @@ import json
 import re
 import shlex
 
-from planner.export.deploy import PORT, Deployment
+from planner.export.deploy import PORT, SGLANG_BOOTSTRAP_PORT, Deployment
 
 TARGETS = ("sglang", "vllm", "trtllm")
 
@@ -111,6 +111,8 @@ def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:
     if d.role in ("prefill", "decode"):
         args += ["--disaggregation-mode", d.role,
                  "--disaggregation-transfer-backend", "mori" if d.vendor == "amd" else "nixl"]
+        if d.role == "prefill":  # pinned: the PD router reads it from the pod's annotation
+            args += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
     if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
         ratio = max(2.0, (d.prefix_bytes_per_replica / d.gpus + d.host_kv_bytes) / max(d.kv_bytes, 1.0))
         args += ["--enable-hierarchical-cache", "--hicache-ratio", f"{ratio:.1f}"]

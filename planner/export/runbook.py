@@ -54,15 +54,16 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "2. Prefill pools first (in `k8s/serving.yaml`, the DisaggregatedSet's prefill roles): wait until their "
           "leaders are Ready; decode workers need them to pull KV from.",
           "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
-          "4. Routers last: the engine's prefill/decode router for disaggregated workloads, labelled "
-          "`planner.io/router=<workload>`, then `k8s/services.yaml` (one Service per pool, one per router) and "
+          "4. Routers last: " + _router_text(deps) + " Then `k8s/services.yaml` (one Service per pool, one per router) and "
           "`k8s/routes.yaml`: each workload's HTTPRoute splits its requests over its pools with the plan's router "
           "shares as weights (the table below); it attaches to the Gateway named at export (`--gateway`)."
           + (" With `--routing inference-pool` the aggregated pools are InferencePools (in `k8s/routes.yaml`), "
              "each naming its endpoint picker `<pool>-epp` on port 9002: install one per pool with the Gateway API "
              "Inference Extension's chart; until it runs, the pool fails open (plain load balancing)."
              if routing == "inference-pool" else ""),
-          "5. `k8s/disruption.yaml`, `k8s/autoscaling.yaml` (where written), `k8s/monitoring.yaml` (PodMonitors: "
+          "5. `k8s/disruption.yaml`, `k8s/autoscaling.yaml` (where written; a disaggregated role scales through the "
+          "DisaggregatedSetRoleScaler `<set>-<role>` its `scaling.mode: External` makes the LWS controller create, "
+          "which needs a controller newer than v0.9.0 and one slice), `k8s/monitoring.yaml` (PodMonitors: "
           "what the Prometheus operator scrapes) and `k8s/alerts.yaml`.", ""]
     L += _prefix_lines(plan, deps)
     L += ["## Pools", "", "| pool | role | hardware | replicas | hosts x GPUs per replica | engine | capacity req/s | "
@@ -136,3 +137,35 @@ def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
             L.append(f"| {w} | {name} | {lo:02x}-{hi - 1:02x} | {(hi - lo) / k8s.PREFIX_BUCKETS:.1%} | "
                      f"{weights[name] / total:.1%} |")
     return L + [""] if L else []
+
+
+ROUTER_DOC = {
+    "trtllm": "`trtllm-serve disaggregated -c disagg_config.yaml` with the context and generation leaders' URLs "
+              "(`context_servers.urls`, `generation_servers.urls`)",
+    "vllm": "a proxy that sends each request to a prefill leader, then to a decode leader (vLLM's NixlConnector "
+            "pairing; the vLLM docs' `toy_proxy_server.py --prefiller-hosts ... --decoder-hosts ...`)",
+}
+
+
+def _router_text(deps: list[Deployment]) -> str:
+    """What routes each disaggregated workload: SGLang's router is generated (it discovers the workers); the
+    others take static worker lists, which the DisaggregatedSet's generated LeaderWorkerSet names (revision
+    hashes) and the role autoscalers defeat, so the runbook names what to run."""
+    from planner.export import k8s
+
+    pd = sorted({(d.workload, d.engine) for d in deps if d.role in ("prefill", "decode")})
+    if not pd:
+        return "no workload is disaggregated."
+    parts = []
+    for w, engine in pd:
+        if engine == "sglang":
+            parts.append(f"`k8s/routers.yaml` runs {w}'s SGLang router in PD mode (`sglang_router.launch_router "
+                         "--pd-disaggregation --service-discovery`): it finds the prefill and decode leaders by their "
+                         f"labels, reads each prefill leader's bootstrap port from `{k8s.BOOTSTRAP_ANNOTATION}`, and "
+                         "follows the autoscalers; its ServiceAccount and Role let it watch pods.")
+        else:
+            parts.append(f"{w} ({engine}): not generated; run {ROUTER_DOC.get(engine, 'the engine router')} with "
+                         f"the label `planner.io/router={k8s._dns(w)}`, listing the leaders of "
+                         f"`kubectl get pods -l planner.io/workload={k8s._dns(w)},{k8s.LEADER_LABEL}=0` "
+                         "(re-list them when an autoscaler moves a role).")
+    return " ".join(parts)
