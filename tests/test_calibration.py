@@ -250,18 +250,3 @@ def test_a_layout_the_model_cannot_be_sharded_into_is_not_predicted(catalog):
     assert note[3].startswith("decode_tp_size 48 does not divide the 128 attention heads")
     assert out["predicted_tpot_ms"][[0, 2, 3]].isna().all() and out["predicted_ttft_ms"][[0, 2, 3]].isna().all()
     assert out["predicted_tpot_ms"][1] > 0 and note[1] == ""
-
-
-def test_unmeasured_hardware_inherits_its_nearest_measured_sibling(catalog):
-    """A chip without rows takes the factors of a measured chip of its architecture (else its vendor), the
-    nearest by datasheet: the transfers the catalog records (H800 from H100, B300 from B200, the GB300 rack from
-    the GB200 rack, MI325X from MI300X), and with one chip held out, its twin; no relative across vendors."""
-    from planner.calib.fit import relative
-
-    measured = ["b200-sxm", "gb200-nvl72", "h100-sxm", "h200-sxm", "mi300x", "mi355x"]
-    assert {h: relative(catalog, h, measured) for h in ("h800-sxm", "b300-sxm", "gb300-nvl72", "mi325x")} == {
-        "h800-sxm": "h100-sxm", "b300-sxm": "b200-sxm", "gb300-nvl72": "gb200-nvl72", "mi325x": "mi300x"}
-    held = {h: relative(catalog, h, [m for m in measured if m != h]) for h in measured}
-    assert held == {"b200-sxm": "gb200-nvl72", "gb200-nvl72": "b200-sxm", "h100-sxm": "h200-sxm",
-                    "h200-sxm": "h100-sxm", "mi300x": "mi355x", "mi355x": "mi300x"}
-    assert relative(catalog, "tpu-v5e", measured) is None and relative(catalog, "trn2", measured) is None

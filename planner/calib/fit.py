@@ -14,16 +14,14 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
    that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
    engine's, by a penalty on the log of each factor's ratio to the prior.
-4. Hardware without measured rows gets the factors of its nearest measured relative (:func:`relative`: the same
-   architecture, else the same vendor, nearest by datasheet) or the all-data fit, recorded as transferred with
-   ``fitted_rows: 0``.
+4. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
+   and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,25 +115,13 @@ START = EngineEfficiency(
     spec_accept_scale=0.9, draft_overhead_us=100.0, attn_dp_wait_steps=5.0, first_token_steps=2.0, prefill_compute=0.5, memory=0.8, step_overhead_us=500, layer_overhead_us=10, moe_layer_overhead_us=10, seq_overhead_us=5,
     collective_latency_us=10, scale_out_latency_us=20, prefill_comm_bandwidth=0.5, comm_overlap=0.3, interference=1.0, queueing=0.2, ttft_overhead_ms=30, prefill_expert_overhead_us=5,
 )
-def relative(catalog: Catalog, hid: str, measured) -> str | None:
-    """The measured hardware whose fitted factors ``hid`` (without rows of its own) inherits: among ``measured``
-    (ids with rows), those of its architecture (the same kernel libraries and compilers), else of its vendor (the
-    same software stack), the nearest by datasheet: memory bandwidth, bf16 peak and scale-up domain, in log ratio
-    (an H800 is an H100 with fewer NVLinks, a B300 a B200 with more FLOPs, a GB300 rack a GB200 rack). ``None``:
-    no measured hardware of its vendor (the all-hardware fit applies)."""
-    hw = catalog.hardware[hid]
-    cands = [catalog.hardware[m] for m in measured if m != hid and m in catalog.hardware]
-    pool = ([c for c in cands if hw.architecture is not None and c.architecture == hw.architecture]
-            or [c for c in cands if c.vendor == hw.vendor])
-    if not pool:
-        return None
-
-    def distance(c) -> float:
-        return (abs(math.log(c.hbm_bandwidth_tb_s / hw.hbm_bandwidth_tb_s))
-                + abs(math.log(c.flops("bf16") / hw.flops("bf16")))
-                + abs(math.log(c.scale_up_domain_chips / hw.scale_up_domain_chips)))
-
-    return min(pool, key=lambda c: (distance(c), c.id)).id
+# Measured relatives for hardware without rows of its own.
+FAMILY = {
+    "h800-sxm": "h100-sxm",
+    "b300-sxm": "b200-sxm",
+    "gb300-nvl72": "gb200-nvl72",
+    "mi325x": "mi300x",
+}
 
 
 @dataclass
@@ -328,7 +314,7 @@ def group_prior(hw: EngineEfficiency, engine: EngineEfficiency) -> EngineEfficie
 
 def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of: dt.date | None = None) -> dict[str, Efficiency]:
     """One ``Efficiency`` per catalog hardware entry from a fit. Hardware without measured rows takes the
-    factors of its measured relative (:func:`relative`) or of the all-hardware fit, and says so
+    factors of its measured relative (``FAMILY``) or of the all-hardware fit, and says so
     (``transferred_from``, ``fitted_rows: 0``); per-engine blocks only for engines that run on it."""
     as_of = as_of or dt.date.today()
     out: dict[str, Efficiency] = {}
@@ -351,16 +337,14 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 engine_rows={eng: k for (h, eng), k in result.rows.items() if h == hid and keep(eng)},
             )
             continue
-        rel = relative(catalog, hid, result.by_hw)
-        if rel is not None:
+        rel = FAMILY.get(hid)
+        if rel in result.by_hw:
             engines = {eng: eff for (h, eng), eff in result.by_group.items() if h == rel and keep(eng)}
             own = has_kernels(catalog, hid)
-            kin = ("same architecture" if catalog.hardware[rel].architecture == hw.architecture
-                   else "same vendor, the nearest architecture measured")
             out[hid] = Efficiency(
-                source=(f"kernel curves from {hid}'s own kernels; engine overheads transferred from {rel} ({kin}; no "
-                        f"measured serving rows for {hid} in {data_name})") if own else
-                f"transferred from {rel} ({kin}; no measured rows for {hid} in {data_name})",
+                source=(f"kernel curves from {hid}'s own kernels; engine overheads transferred from {rel} (same vendor "
+                        f"and generation; no measured serving rows for {hid} in {data_name})") if own else
+                f"transferred from {rel} (same vendor and generation; no measured rows for {hid} in {data_name})",
                 as_of=as_of,
                 default=result.by_hw[rel],
                 by_engine=engines,

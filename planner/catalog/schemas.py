@@ -221,10 +221,6 @@ class HardwareSpec(Strict):
     id: CatalogId
     name: Label
     vendor: Vendor
-    architecture: Label | None = None
-    """The chip's architecture (``hopper``, ``blackwell``, ``cdna3``): chips of one architecture run the same
-    kernel libraries and compilers, so a measured sibling's efficiency factors are what an unmeasured one
-    inherits (:func:`planner.calib.fit.relative`)."""
     aliases: list[Alias] = Field(default_factory=list)
     """Names measured data uses for this system (``h100_sxm``, ``gb200``)."""
     source: str = Field(min_length=3)
