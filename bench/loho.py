@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.calib import fit as F  # noqa: E402
-from planner.calib.data import Measured, load_measured  # noqa: E402
-from planner.calib.metrics import evaluation_frame, format_table, summary_rows  # noqa: E402
-from planner.calib.report import _predict_with, held_out  # noqa: E402
+from planner.calib.data import load_measured  # noqa: E402
+from planner.calib.metrics import format_table, summary_rows  # noqa: E402
+from planner.calib.report import _predict_with, held_out, per_file_frames  # noqa: E402
 from planner.catalog.loader import Catalog, load_catalog  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "calibration"
@@ -110,15 +110,9 @@ def main() -> None:
     for hw, _, _, _, rel in results:
         print(f"  {hw} held out: inherits from {rel or 'the all-hardware fit'}")
     for rule, k in (("sibling", 2), ("all-hardware", 3)):
-        pred = pd.concat([r[k].set_axis(r[1]) for r in results])
-        for m in sets:
-            mine = norm.loc[pred.index][norm.loc[pred.index, "src"] == m.path.name]
-            if mine.empty:
-                continue
-            rows = mine["row_in_file"].to_numpy()
-            sub = Measured(m.path, m.fmt, m.raw.loc[rows], m.norm.loc[rows])
-            f = evaluation_frame(sub, pred.loc[mine.index].set_axis(rows))
-            print(f"\n## {m.path.name}, leave one hardware out, transfer: {rule}\n")
+        frames = per_file_frames(sets, norm, pd.concat([r[k].set_axis(r[1]) for r in results]))
+        for name, f in frames.items():
+            print(f"\n## {name}, leave one hardware out, transfer: {rule}\n")
             print(format_table(summary_rows(f, None), []))
             print()
             print(format_table(summary_rows(f, ["system"]), ["system"]))

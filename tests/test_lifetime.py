@@ -80,21 +80,26 @@ def test_scaling_laws_give_back_their_published_points():
         tokens_with_repeats(20e12, 1e12)
 
 
-@pytest.fixture(scope="module")
-def sweep(catalog):
+def _sweep(catalog, family: str, grid: int):
+    """A lifetime sweep of ``family`` at Llama 3.1 8B's loss over four volumes, on a ``grid``-size grid."""
     import planner
     from planner.pipeline import lifetime as lt
 
     rs = planner.load_scenario(SCENARIO, catalog)
     loss = LAWS["epoch"].loss(8e9, 15e12)
-    inputs = lt.LifetimeInputs("llama3", "epoch", loss, [0.0, 1e9, 1e11, 1e13], 365.0, "h100-sxm", 0.4)
+    inputs = lt.LifetimeInputs(family, "epoch", loss, [0.0, 1e9, 1e11, 1e13], 365.0, "h100-sxm", 0.4)
     old = lt.GRID_POINTS
-    lt.GRID_POINTS = 7
+    lt.GRID_POINTS = grid
     try:
         points, choices = lt.lifetime(inputs, rs, catalog)
     finally:
         lt.GRID_POINTS = old
     return rs, inputs, points, choices
+
+
+@pytest.fixture(scope="module")
+def sweep(catalog):
+    return _sweep(catalog, "llama3", 7)
 
 
 def test_sparse_law_is_the_dense_law_at_the_effective_size():
@@ -109,19 +114,7 @@ def test_sparse_law_is_the_dense_law_at_the_effective_size():
 
 @pytest.fixture(scope="module")
 def moe_sweep(catalog):
-    import planner
-    from planner.pipeline import lifetime as lt
-
-    rs = planner.load_scenario(SCENARIO, catalog)
-    loss = LAWS["epoch"].loss(8e9, 15e12)
-    inputs = lt.LifetimeInputs("qwen3-moe", "epoch", loss, [0.0, 1e9, 1e11, 1e13], 365.0, "h100-sxm", 0.4)
-    old = lt.GRID_POINTS
-    lt.GRID_POINTS = 6
-    try:
-        points, choices = lt.lifetime(inputs, rs, catalog)
-    finally:
-        lt.GRID_POINTS = old
-    return inputs, points, choices
+    return _sweep(catalog, "qwen3-moe", 6)[1:]
 
 
 def test_moe_zero_volume_is_the_compute_optimal_effective_size(moe_sweep):

@@ -59,7 +59,12 @@ def held_out(sets: list[Measured], catalog: Catalog, key: str, *, values=None, j
             results = list(ex.map(_fold, args))
     else:
         results = [_fold(a) for a in args]
-    pred = pd.concat([p.set_axis(idx) for idx, p in results])
+    return per_file_frames(sets, norm, pd.concat([p.set_axis(idx) for idx, p in results]))
+
+
+def per_file_frames(sets: list[Measured], norm: pd.DataFrame, pred: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The evaluation frame of each file's rows among ``pred`` (predictions indexed as ``norm``, both files
+    prepared together)."""
     out = {}
     for m in sets:
         mine = norm.loc[pred.index][norm.loc[pred.index, "src"] == m.path.name]
