@@ -1,0 +1,197 @@
+"""Read an engine's command-line flags from its released wheel, without installing it (issue 44, item 1).
+
+    python tests/data/engine_flags_from_wheel.py sglang==0.5.23 [--wheel PATH] [--out FILE] [--compare]
+
+Downloads the wheel with ``pip download NAME==VERSION --no-deps`` (or reads ``--wheel``) and parses its sources with
+``ast``; nothing is imported or run. Supported: SGLang >= 0.5.22, whose server flags are derived from annotated
+record fields (``sglang/srt/arg_groups/fields/*.py``: ``name: A[type, "help" | Arg(...)] = default``; the rules of
+``arg_groups/arg_utils.add_cli_args_from_dataclass``: ``--`` + the field name with ``-`` for ``_`` unless
+``Arg.cli_name``, plus ``Arg.aliases``; ``Arg.no_cli`` skipped; ``Literal`` gives the choices, ``bool`` a
+``store_true`` flag, ``List`` one or more values) plus the flags ``server_args.add_cli_args`` registers by hand
+(dynamic choices, deprecated spellings, ``--config``).
+
+Writes one entry per flag in ``engine-flags.json``'s shape (``aliases``, ``type``, ``default``, ``choices``,
+``takes_value``, ``deprecated``) with the wheel's name and SHA-256 as the source. ``--compare`` prints how it differs
+from the carried ``reference/engine-flags.json.gz`` (flags added, removed, deprecated, choices changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIELDS = "sglang/srt/arg_groups/fields/"
+CHOICES = "sglang/srt/arg_groups/choices.py"
+SERVER_ARGS = "sglang/srt/server_args.py"
+STORE_TRUE_ACTIONS = {"store_true", "DeprecatedStoreTrueAction"}
+
+
+def download(spec: str, folder: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", spec, "--no-deps", "-d", str(folder), "-q"], check=True)
+    return next(folder.glob("*.whl"))
+
+
+def _constants(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound to literals (lists, tuples, sets of constants), for ``choices=NAME``."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                value = ast.literal_eval(node.value) if node.value is not None else None
+            except (ValueError, SyntaxError, TypeError):
+                continue
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = list(value) if isinstance(value, (list, tuple, set, frozenset)) else value
+    return out
+
+
+def _type_of(node: ast.expr) -> tuple[str, list | None, bool]:
+    """(type name, Literal choices, is a list) of an annotation's type part, Optional unwrapped."""
+    if isinstance(node, ast.Subscript):
+        head = ast.unparse(node.value)
+        if head in ("Optional",):
+            return _type_of(node.slice)
+        if head in ("Literal",):
+            elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            vals = [ast.literal_eval(e) for e in elts]
+            return (type(vals[0]).__name__ if vals else "str"), vals, False
+        if head in ("List", "list"):
+            return _type_of(node.slice)[0], None, True
+        if head in ("Union",):
+            elts = [e for e in node.slice.elts if ast.unparse(e) != "None"]
+            return _type_of(elts[0]) if len(elts) == 1 else ("str", None, False)
+    if isinstance(node, ast.BinOp):  # X | None
+        parts = [p for p in (node.left, node.right) if ast.unparse(p) != "None"]
+        return _type_of(parts[0]) if len(parts) == 1 else ("str", None, False)
+    return ast.unparse(node), None, False
+
+
+def _kw(call: ast.Call, name: str):
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _value(node, consts):
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return consts.get(ast.unparse(node), ast.unparse(node))
+
+
+def field_flags(src: str, consts: dict) -> dict[str, dict]:
+    """Flags of one ``fields/*.py`` module."""
+    out = {}
+    for cls in (n for n in ast.parse(src).body if isinstance(n, ast.ClassDef)):
+        for st in cls.body:
+            if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                continue
+            ann = st.annotation
+            if not (isinstance(ann, ast.Subscript) and ast.unparse(ann.value) in ("A", "Annotated")):
+                continue
+            parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+            tp, meta = parts[0], parts[1] if len(parts) > 1 else None
+            arg = meta if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg" else None
+            if arg is not None and _value(_kw(arg, "no_cli"), consts) is True:
+                continue
+            name = _value(_kw(arg, "cli_name"), consts) if arg is not None else None
+            flag = name or "--" + st.target.id.replace("_", "-")
+            type_name, literal, is_list = _type_of(tp)
+            action = ast.unparse(_kw(arg, "action")) if arg is not None and _kw(arg, "action") is not None else None
+            choices = _value(_kw(arg, "choices"), consts) if arg is not None else None
+            takes = not (type_name == "bool" and action is None and not is_list) and action not in STORE_TRUE_ACTIONS
+            if action is not None and action.strip("'\"") in STORE_TRUE_ACTIONS:
+                takes = False
+            out[flag] = {
+                "aliases": list(_value(_kw(arg, "aliases"), consts) or []) if arg is not None else [],
+                "type": type_name if not is_list else f"list[{type_name}]",
+                "default": _value(st.value, consts) if st.value is not None else None,
+                "choices": choices if isinstance(choices, list) else literal,
+                "takes_value": takes,
+                "deprecated": False,
+                "field": st.target.id,
+            }
+    return out
+
+
+def manual_flags(src: str, consts: dict) -> dict[str, dict]:
+    """Flags ``server_args.add_cli_args`` registers with ``parser.add_argument`` (deprecated ones marked)."""
+    out = {}
+    for node in ast.walk(ast.parse(src)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument" and node.args):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        if not names:
+            continue
+        action = _kw(node, "action")
+        act = ast.unparse(action).strip("'\"") if action is not None else None
+        choices = _value(_kw(node, "choices"), consts)
+        out[names[0]] = {"aliases": names[1:], "type": ast.unparse(_kw(node, "type")) if _kw(node, "type") else "str",
+                         "default": None, "choices": choices if isinstance(choices, list) else None,
+                         "takes_value": act not in STORE_TRUE_ACTIONS, "deprecated": bool(act and "Deprecated" in act)}
+    return out
+
+
+def sglang_flags(wheel: Path) -> dict:
+    z = zipfile.ZipFile(wheel)
+    consts = _constants(ast.parse(z.read(CHOICES).decode()))
+    flags: dict[str, dict] = {}
+    for name in sorted(n for n in z.namelist() if n.startswith(FIELDS) and n.endswith(".py")):
+        src = z.read(name).decode()
+        flags.update(field_flags(src, {**consts, **_constants(ast.parse(src))}))
+    flags.update(manual_flags(z.read(SERVER_ARGS).decode(), consts))
+    return dict(sorted(flags.items()))
+
+
+def compare(new: dict, engine: str) -> list[str]:
+    old = json.loads(gzip.decompress((HERE / "reference" / "engine-flags.json.gz").read_bytes()))[engine]["flags"]
+    lines = [f"added: {len(set(new) - set(old))}; removed: {len(set(old) - set(new))}"]
+    lines += [f"  removed {f}" for f in sorted(set(old) - set(new))]
+    lines += [f"  deprecated {f}" for f, e in new.items() if e.get("deprecated")]
+    for f in sorted(set(old) & set(new)):
+        a, b = old[f].get("choices"), new[f].get("choices")
+        if a and b and sorted(map(str, a)) != sorted(map(str, b)):
+            lines.append(f"  choices of {f}: {sorted(map(str, a))} -> {sorted(map(str, b))}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec", help="NAME==VERSION (sglang only)")
+    ap.add_argument("--wheel", type=Path)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--compare", action="store_true")
+    a = ap.parse_args(argv)
+    name, _, version = a.spec.partition("==")
+    if name != "sglang" or not version:
+        print(f"{a.spec}: only sglang==VERSION is read so far", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = a.wheel or download(a.spec, Path(tmp))
+        flags = sglang_flags(wheel)
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    doc = {"source": {"package": name, "version": version, "wheel": wheel.name, "sha256": digest,
+                      "read": "ast over sglang/srt/arg_groups/fields/*.py and server_args.add_cli_args"},
+           "flag_count": len(flags), "flags": flags}
+    if a.out:
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{name} {version}: {len(flags)} flags from {wheel.name}")
+    if a.compare:
+        print("\n".join(compare(flags, name)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
