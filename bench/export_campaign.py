@@ -14,7 +14,8 @@ target. Checks, per export (the same checks as ``tests/test_export.py``, on the 
 - every Kubernetes object validates: CRD kinds against their ``openAPIV3Schema`` (LeaderWorkerSet,
   DisaggregatedSet, PrometheusRule, PodMonitor, HTTPRoute), core kinds with ``kubernetes-validate`` strict;
 - prefill and decode of one workload run one engine; every HPA targets an object the export creates (or the
-  scaler a DisaggregatedSet role in External mode gets).
+  scaler a DisaggregatedSet role in External mode gets); every pod's resource claim names the channel template of a
+  ComputeDomain the export creates.
 
 Prints the count of scenarios, plans (solved), exports, violations by kind, and the coverage: engine x serving
 mode x technique (expert parallelism, attention DP, two-batch overlap, speculative decoding, prefix tier, KV
@@ -86,6 +87,19 @@ def _techniques(d) -> set[str]:
     return t
 
 
+def _pod_specs(o: dict) -> list[dict]:
+    spec = o.get("spec", {})
+    if o["kind"] in ("Deployment",):
+        return [spec["template"]["spec"]]
+    if o["kind"] == "LeaderWorkerSet":
+        lws = [spec]
+    elif o["kind"] == "DisaggregatedSet":
+        lws = [r["spec"] for r in spec["roles"]]
+    else:
+        return []
+    return [t[k]["spec"] for x in lws for t in [x["leaderWorkerTemplate"]] for k in ("leaderTemplate", "workerTemplate")]
+
+
 def _check_export(dest: Path, deps, catalog) -> list[str]:
     import jsonschema
     import kubernetes_validate as kv
@@ -115,7 +129,10 @@ def _check_export(dest: Path, deps, catalog) -> list[str]:
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
     for o in objs:
         try:
-            if o["kind"] in schemas:
+            if o["kind"] == "ComputeDomain":  # NVIDIA's DRA driver CRD: not among the carried schemas
+                assert o["apiVersion"] == "resource.nvidia.com/v1beta1" and set(o["spec"]) == {"numNodes", "channel"}
+                names.add(("ResourceClaimTemplate", o["spec"]["channel"]["resourceClaimTemplate"]["name"]))
+            elif o["kind"] in schemas:
                 jsonschema.Draft7Validator(schemas[o["kind"]]).validate(o)
             else:
                 kv.validate(o, "1.33", strict=True)
@@ -126,6 +143,10 @@ def _check_export(dest: Path, deps, catalog) -> list[str]:
                 if r.get("scaling", {}).get("mode") == "External":
                     names.add(("DisaggregatedSetRoleScaler", f"{o['metadata']['name']}-{r['name']}"))
     for o in objs:
+        for pod in _pod_specs(o):
+            for c in pod.get("resourceClaims", []):
+                if ("ResourceClaimTemplate", c["resourceClaimTemplateName"]) not in names:
+                    bad.append(f"claim: {o['metadata']['name']} claims {c['resourceClaimTemplateName']}, no ComputeDomain makes it")
         if o["kind"] == "HorizontalPodAutoscaler":
             ref = o["spec"]["scaleTargetRef"]
             if (ref["kind"], ref["name"]) not in names:

@@ -173,6 +173,11 @@ def test_kubernetes_objects_validate(exported):
                     # the CRD's own schema is not checked against the metaschema: Prometheus Operator's holds a
                     # Go regex ('^(?i)...') Python's re refuses; our objects carry no field with a pattern
                     jsonschema.Draft7Validator(schemas[obj["kind"]]).validate(obj)
+                if obj["kind"] == "ComputeDomain":  # NVIDIA's DRA driver CRD, not among the carried schemas
+                    assert obj["apiVersion"] == "resource.nvidia.com/v1beta1"
+                    assert set(obj["spec"]) == {"numNodes", "channel"}
+                    assert set(obj["spec"]["channel"]["resourceClaimTemplate"]) == {"name"}
+                    continue
                 if obj["kind"] == "PrometheusRule":
                     assert obj["apiVersion"] == "monitoring.coreos.com/v1"
                     for g in obj["spec"]["groups"]:
@@ -340,6 +345,36 @@ def test_routes_split_traffic_as_the_plan_routes_it(exported):
         runbook = (dest / "runbook.md").read_text()
         for p in plan.pools:
             assert f"| {p.router_share:.1%} |" in runbook
+
+
+def test_rack_replicas_across_hosts_claim_the_nvlink_channel(exported, catalog):
+    """A replica spanning hosts of one NVL72 rack claims its pool's ComputeDomain channel on every pod (leader and
+    workers), the claim naming the template its ComputeDomain creates; a replica that fits one host, or spans hosts
+    over scale-out, claims none."""
+    seen = 0
+    for dest in exported.values():
+        objs = [o for o in yaml.safe_load_all((dest / "k8s" / "serving.yaml").read_text()) if o]
+        cds = dest / "k8s" / "compute-domains.yaml"
+        domains = [o for o in yaml.safe_load_all(cds.read_text()) if o] if cds.exists() else []
+        templates = {o["spec"]["channel"]["resourceClaimTemplate"]["name"] for o in domains}
+        assert all(o["kind"] == "ComputeDomain" for o in domains)
+        for o in objs:
+            for pod in _pods(o):
+                claims = pod["spec"].get("resourceClaims", [])
+                labels = pod["metadata"]["labels"]
+                if claims:
+                    seen += 1
+                    (c,) = claims
+                    assert c["resourceClaimTemplateName"] in templates, c
+                    assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": c["name"]}]
+                    assert labels["planner.io/pool"] in c["resourceClaimTemplateName"]
+    assert seen > 0
+    # the pools that claim are exactly the multi-host pools inside a rack's NVLink domain
+    from planner.export.k8s import needs_compute_domain
+
+    for name in PLANS:
+        for d in deployments(read_plan(ROOT / "plans" / name), catalog, ROOT / "plans" / name):
+            assert needs_compute_domain(d) == (d.multi_host and d.unit_kind == "rack" and d.gpus <= d.scale_up_domain_chips)
 
 
 def test_prefix_families_stay_on_one_pool(exported):

@@ -222,6 +222,9 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
     if routing == "inference-pool":
         routes = [k8s.inference_pool(d, plan_name, namespace) for d in deps if d.role == "aggregated"] + routes
     add("k8s/configmaps.yaml", _dump_all(cms), None, "k8s")
+    domains = [k8s.compute_domain(d, plan_name, namespace) for d in runnable if k8s.needs_compute_domain(d)]
+    if domains:
+        add("k8s/compute-domains.yaml", _dump_all(domains), None, "k8s")
     add("k8s/serving.yaml", _dump_all(serving), None, "k8s")
     add("k8s/services.yaml", _dump_all(services), None, "k8s")
     add("k8s/routes.yaml", _dump_all(routes), None, "k8s")

@@ -108,6 +108,10 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
                     {"name": "model-cache", "emptyDir": {}}],
     }
+    if needs_compute_domain(d):
+        # the rack's multi-node NVLink (IMEX) channel: NCCL's cuMem/NVLS across the hosts of a replica needs it
+        container["resources"]["claims"] = [{"name": CHANNEL_CLAIM}]
+        spec["resourceClaims"] = [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template(d)}]
     meta: dict = {"labels": _labels(d, plan_name)}
     if leader and d.role == "prefill" and target == "sglang":
         # the PD router reads each prefill leader's bootstrap port from this annotation (service discovery)
@@ -129,6 +133,29 @@ def _lws_template(d: Deployment, target: str, plan_name: str) -> dict:
 
 def _rack_bound(d: Deployment) -> bool:
     return d.unit_kind == "rack" and d.gpus <= d.scale_up_domain_chips
+
+
+CHANNEL_CLAIM = "compute-domain-channel"
+
+
+def needs_compute_domain(d: Deployment) -> bool:
+    """A replica spanning hosts inside one rack's NVLink domain (GB200/GB300 NVL72): its GPUs talk over multi-node
+    NVLink, which Kubernetes hands out as an IMEX channel of a ComputeDomain (NVIDIA's DRA driver)."""
+    return d.multi_host and _rack_bound(d)
+
+
+def channel_template(d: Deployment) -> str:
+    return f"{d.name}-channel"[:63]
+
+
+def compute_domain(d: Deployment, plan_name: str, namespace: str) -> dict:
+    """The pool's ComputeDomain (``resource.nvidia.com/v1beta1``, NVIDIA k8s-dra-driver-gpu): the controller runs
+    the IMEX daemons of the nodes its pods land on and creates the ResourceClaimTemplate the pods claim a channel
+    from. ``numNodes: 0``: with the driver's default ``IMEXDaemonsWithDNSNames`` the count is not used (it only gated
+    start-up before), so an autoscaler can add replicas."""
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+            "metadata": {"name": f"{d.name}-domain"[:63], "namespace": namespace, "labels": _labels(d, plan_name)},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template(d)}}}}
 
 
 def configmap(d: Deployment, files: dict[str, str], namespace: str) -> dict:

@@ -50,7 +50,11 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
         L += runbook_lines(plan.migration)
     L += ["## Bring-up order" + (" (a fresh cluster; from the deployed fleet, follow the migration above)"
                                  if plan.migration is not None else ""), "",
-          "1. `kubectl apply -f k8s/configmaps.yaml` (launch scripts, engine configs, expert maps).",
+          "1. `kubectl apply -f k8s/configmaps.yaml` (launch scripts, engine configs, expert maps)"
+          + ("; then `k8s/compute-domains.yaml`: a ComputeDomain per pool whose replicas span hosts of a rack's "
+             "NVLink domain (NVIDIA's DRA driver, `k8s-dra-driver-gpu` with ComputeDomain support, on Kubernetes with "
+             "DRA); each of its pods claims the domain's IMEX channel, which NCCL needs across the hosts."
+             if any(_needs_domain(d) for d in deps) else "."),
           "2. Prefill pools first (in `k8s/serving.yaml`, the DisaggregatedSet's prefill roles): wait until their "
           "leaders are Ready; decode workers need them to pull KV from.",
           "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
@@ -112,6 +116,12 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           f"`planner plan <scenario.yaml> --out {plan_dir} --force` with the scenario `{sc['name']}` updated "
           f"(demand, targets, prices), then `planner export {plan_dir} --target all --force`.", ""]
     return "\n".join(L)
+
+
+def _needs_domain(d: Deployment) -> bool:
+    from planner.export.k8s import needs_compute_domain
+
+    return needs_compute_domain(d)
 
 
 def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
