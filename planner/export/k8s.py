@@ -63,6 +63,10 @@ def _dns(s: str) -> str:
     return out[:63] or "x"
 
 
+dns_name = _dns
+"""A name as a Kubernetes object or label value takes it (lowercase, '-' for the rest, 63 characters at most)."""
+
+
 def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: str) -> dict:
     # LeaderWorkerSet gives every pod of a group LWS_LEADER_ADDRESS and LWS_WORKER_INDEX (0 on the leader)
     cmd = ("export LEADER_ADDR=\"$LWS_LEADER_ADDRESS\" NODE_RANK=\"$LWS_WORKER_INDEX\"; " if multi else "") + \

@@ -3,6 +3,7 @@ watch and what to do when an alert fires."""
 
 from __future__ import annotations
 
+from planner.export import k8s
 from planner.export.deploy import Deployment
 from planner.results import Plan, capacity_after_losing
 
@@ -54,7 +55,7 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           + ("; then `k8s/compute-domains.yaml`: a ComputeDomain per pool whose replicas span hosts of a rack's "
              "NVLink domain (NVIDIA's DRA driver, `k8s-dra-driver-gpu` with ComputeDomain support, on Kubernetes with "
              "DRA); each of its pods claims the domain's IMEX channel, which NCCL needs across the hosts."
-             if any(_needs_domain(d) for d in deps) else "."),
+             if any(k8s.needs_compute_domain(d) for d in deps) else "."),
           "2. Prefill pools first (in `k8s/serving.yaml`, the DisaggregatedSet's prefill roles): wait until their "
           "leaders are Ready; decode workers need them to pull KV from.",
           "3. Decode and aggregated pools (`k8s/serving.yaml`); wait for every replica's readiness probe (`/health`).",
@@ -118,16 +119,8 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
     return "\n".join(L)
 
 
-def _needs_domain(d: Deployment) -> bool:
-    from planner.export.k8s import needs_compute_domain
-
-    return needs_compute_domain(d)
-
-
 def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
     """Prefix-family routing: which family buckets each backend of a workload serves, beside the plan's share."""
-    from planner.export import k8s
-
     L = []
     for w in sorted({d.workload for d in deps}):
         ds = [d for d in deps if d.workload == w]
@@ -161,8 +154,6 @@ def _router_text(deps: list[Deployment]) -> str:
     """What routes each disaggregated workload: SGLang's router is generated (it discovers the workers); the
     others take static worker lists, which the DisaggregatedSet's generated LeaderWorkerSet names (revision
     hashes) and the role autoscalers defeat, so the runbook names what to run."""
-    from planner.export import k8s
-
     pd = sorted({(d.workload, d.engine) for d in deps if d.role in ("prefill", "decode")})
     if not pd:
         return "no workload is disaggregated."
@@ -175,7 +166,7 @@ def _router_text(deps: list[Deployment]) -> str:
                          "follows the autoscalers; its ServiceAccount and Role let it watch pods.")
         else:
             parts.append(f"{w} ({engine}): not generated; run {ROUTER_DOC.get(engine, 'the engine router')} with "
-                         f"the label `planner.io/router={k8s._dns(w)}`, listing the leaders of "
-                         f"`kubectl get pods -l planner.io/workload={k8s._dns(w)},{k8s.LEADER_LABEL}=0` "
+                         f"the label `planner.io/router={k8s.dns_name(w)}`, listing the leaders of "
+                         f"`kubectl get pods -l planner.io/workload={k8s.dns_name(w)},{k8s.LEADER_LABEL}=0` "
                          "(re-list them when an autoscaler moves a role).")
     return " ".join(parts)
