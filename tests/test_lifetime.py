@@ -205,6 +205,9 @@ from tests.test_brownfield import _run  # noqa: E402
     (["--loss", "2.0", "--family", "mistral"], "--family"),
     (["--loss", "2.0", "--family", "llama3", "--experts", "64"], "--experts"),
     (["--loss", "2.0", "--sparse-exponent", "1.5"], "--sparse-exponent"),
+    (["--loss", "2.0", "--train-price", "-2"], "--train-price"),
+    (["--loss", "2.0", "--life-days", "0"], "--life-days"),
+    (["--loss", "2.0", "--unique-tokens", "-1"], "--unique-tokens"),
     (["--as-good-as", "70e9"], "--as-good-as"),
 ])
 def test_bad_lifetime_input(tmp_path, capsys, args, says):

@@ -86,6 +86,8 @@ class LifetimeInputs:
             raise InputError("--volumes: a volume is negative or not finite (tokens per day, 0 or more)")
         if self.life_days <= 0:
             raise InputError(f"--life-days: {self.life_days:g} must be positive")
+        if self.train_usd_per_chip_hour is not None and not (0 < self.train_usd_per_chip_hour < math.inf):
+            raise InputError(f"--train-price: {self.train_usd_per_chip_hour:g} must be a positive USD per chip-hour")
         if self.unique_tokens is not None and self.unique_tokens <= 0:
             raise InputError(f"--unique-tokens: {self.unique_tokens:g} must be positive")
 
