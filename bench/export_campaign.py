@@ -9,7 +9,9 @@ allowed), prefix reuse and prompt length; each is planned without the analysis, 
 target. Checks, per export (the same checks as ``tests/test_export.py``, on the references carried in
 ``tests/data/``):
 
-- every launch command's flags are the engine's, with values among its choices (``check_argv``);
+- every launch command of the plan's own engine passes its target release's flag table and start-up rules
+  (``planner.export.verify``: the export refuses otherwise; checked again here), and no pool's own-engine launch
+  is left out; launches for other engines that cannot start a pool's layout are left out and counted;
 - every launch script parses (``bash -n``);
 - every Kubernetes object validates: CRD kinds against their ``openAPIV3Schema`` (LeaderWorkerSet,
   DisaggregatedSet, PrometheusRule, PodMonitor, HTTPRoute), core kinds with ``kubernetes-validate`` strict;
@@ -105,19 +107,18 @@ def _check_export(dest: Path, deps, catalog) -> list[str]:
     import kubernetes_validate as kv
 
     from planner.export import launch
-    from tests.conftest import crd_schema, engine_flags
-    from tests.test_export import check_argv
+    from planner.export.verify import Launch, verify
+    from tests.conftest import crd_schema
 
     bad: list[str] = []
-    flags = engine_flags()
-    for d in deps:
-        for t in launch.TARGETS:
-            if not catalog.get_engine(t).runs_on(catalog.get_hardware(d.hardware)):
-                continue
-            try:
-                check_argv(t, launch.command(d, t, expert_location="/x/map.json" if d.expert_map else None), flags)
-            except AssertionError as e:
-                bad.append(f"flags: {d.pool} {t}: {str(e).splitlines()[0]}")
+    own = [Launch(d, d.engine, launch.command(d, d.engine, expert_location="/x/map.json" if d.expert_map else None),
+                  launch.trtllm_config(d) if d.engine == "trtllm" else None)
+           for d in deps if d.engine in launch.TARGETS]
+    # the release's flags and start-up rules, again, on the plan's own engines (the export refuses on a finding)
+    bad += [f"rule: {v.line()[:200]}" for v in verify(own, catalog)]
+    skipped = json.loads((dest / "export.json").read_text())["skipped"]
+    bad += [f"left out: {s['pool']} {s['target']}: {s['reason'][:160]}" for s in skipped
+            if s["target"] == next((d.engine for d in deps if d.pool == s["pool"]), None)]
     for s in dest.glob("*/launch-*.sh"):
         r = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
         if r.returncode:
@@ -159,6 +160,35 @@ def _check_export(dest: Path, deps, catalog) -> list[str]:
     return bad
 
 
+def _exercised(deps, catalog) -> tuple[list[str], list[str]]:
+    """Rules whose ``when`` held on some launch of the plan's own engines (so their ``require`` was checked), and
+    the flags those launches emit (engine|flag)."""
+    from planner.catalog.releases import flag_table, rules_for
+    from planner.export import launch
+    from planner.export.checks import evaluate, functions, parse
+    from planner.export.verify import Launch, command_of
+
+    fired, flags = set(), set()
+    for d in deps:
+        if d.engine not in launch.TARGETS:
+            continue
+        eng = catalog.get_engine(d.engine)
+        cmd = command_of(Launch(d, d.engine, launch.command(d, d.engine),
+                                launch.trtllm_config(d) if d.engine == "trtllm" else None), catalog)
+        parse(cmd, flag_table(catalog, eng))
+        flags |= {f"{d.engine}|{f}" for f in cmd.values}
+        names = functions(cmd)
+        for r in rules_for(catalog, eng):
+            if r.scope == "pair":
+                continue
+            scope = dict(names)
+            for k, expr in r.vars.items():
+                scope[k] = evaluate(expr, scope)
+            if evaluate(r.when, scope):
+                fired.add(r.id)
+    return sorted(fired), sorted(flags)
+
+
 def one(sc: dict) -> dict:
     from planner.catalog import load_catalog
     from planner.catalog.scenario import Scenario, resolve_scenario
@@ -194,6 +224,9 @@ def one(sc: dict) -> dict:
         out["violations"] += _check_export(dest, deps, cat)
         out["coverage"] = sorted({f"{d.engine}|{d.role}|{t}" for d in deps for t in (_techniques(d) or {"plain"})})
         out["pools"] = len(plan["pools"])
+        out["rules_exercised"], out["flags"] = _exercised(deps, cat)
+        out["equivalents_left_out"] = sum(1 for s in json.loads((dest / "export.json").read_text())["skipped"]
+                                          if s["reason"].startswith("pool '"))
     return out
 
 
@@ -216,7 +249,23 @@ def main(argv: list[str] | None = None) -> int:
     kinds = Counter(v.split(":")[0] for r in res for v in r["violations"])
     cov = Counter(c for r in exported for c in r["coverage"])
     engine_mode = Counter("|".join(c.split("|")[:2]) for c in cov.elements())
+    from planner.catalog import load_catalog
+    from planner.catalog.releases import rules_for
+    from planner.export.checks import coverage
+
+    cat = load_catalog()
+    rules = [r for e in ("sglang", "vllm", "trtllm") for r in rules_for(cat, cat.get_engine(e))]
+    emitted: dict[str, set[str]] = {}
+    for r in exported:
+        for ef in r["flags"]:
+            e, f = ef.split("|", 1)
+            emitted.setdefault(e, set()).add(f)
+    fired = sorted({x for r in exported for x in r["rules_exercised"]})
     doc = {"scenarios": len(scs), "planned": len(planned), "exported": len(exported),
+           "rules": len(rules), "rules_touching_emitted_flags": coverage(rules, emitted),
+           "rules_exercised": len(fired), "rules_never_exercised": sorted({r.id for r in rules if r.scope != "pair"}
+                                                                          - set(fired)),
+           "equivalent_scripts_left_out": sum(r.get("equivalents_left_out", 0) for r in exported),
            "pools": sum(r.get("pools", 0) for r in exported), "violations": dict(kinds), "wall_s": round(wall, 1),
            "engine_role_pools": dict(sorted(engine_mode.items())), "coverage": dict(sorted(cov.items())),
            "not_planned": Counter(r.get("why", "")[:80] for r in res if not r["planned"]).most_common(8),
@@ -226,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{doc['scenarios']} scenarios, {doc['planned']} planned, {doc['exported']} exported "
               f"({doc['pools']} pools) in {wall:.0f} s; violations: {dict(kinds) or 'none'}")
+        print(f"rules: {doc['rules']} encoded; touching flags the export emitted: "
+              f"{doc['rules_touching_emitted_flags']}; exercised (when held on some launch): {doc['rules_exercised']}; "
+              f"equivalent scripts left out (another engine cannot start the layout): "
+              f"{doc['equivalent_scripts_left_out']}")
         print("pools by engine and role: " + ", ".join(f"{k} {v}" for k, v in doc["engine_role_pools"].items()))
         print("coverage (engine|role|technique: pools): " + ", ".join(f"{k} {v}" for k, v in doc["coverage"].items()))
         for why, n in doc["not_planned"]:

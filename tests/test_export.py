@@ -1,4 +1,5 @@
-"""Ops export: every launch flag is one the engine accepts (engine-flags.json), every expert map has the
+"""Ops export: every launch flag is one the target engine release accepts (catalogs/engines/releases/), every
+expert map has the
 shape its engine loads, every Kubernetes object validates against its schema (the lws CRDs, upstream
 schemas for core objects)."""
 
@@ -38,40 +39,25 @@ def exported(tmp_path_factory, catalog):
     return out
 
 
-def check_argv(engine: str, argv: list[str], flags: dict) -> None:
-    """Every option is a flag (or alias) of ``engine``; values follow flags that take one and obey known choices."""
-    table = flags[engine]["flags"]
-    names = {}
-    for key, entry in table.items():
-        names[key] = entry
-        for a in entry.get("aliases") or []:
-            names[a] = entry
-        for a in entry.get("negated_forms") or []:
-            names[a] = {**entry, "takes_value": False}
-    i = next(k for k, a in enumerate(argv) if a.startswith("--"))
-    while i < len(argv):
-        a = argv[i]
-        assert a.startswith("--"), f"{engine}: stray argument {a!r} in {argv}"
-        assert a in names, f"{engine} does not accept {a}"
-        entry = names[a]
-        assert not entry.get("deprecated"), f"{engine}: {a} is deprecated"
-        if entry.get("takes_value") is True:
-            assert i + 1 < len(argv), f"{engine}: {a} needs a value"
-            value = argv[i + 1]
-            if entry.get("choices") and not value.startswith("$"):
-                assert value in entry["choices"], f"{engine}: {a} {value} not in {entry['choices']}"
-            if entry.get("type") == "int" and not value.startswith("$"):
-                int(value)
-            if entry.get("type") == "float":
-                float(value)
-            if str(entry.get("type", "")).startswith("json"):
-                json.loads(value)
-            i += 2
-        else:
-            i += 1
+def check_argv(engine: str, argv: list[str], catalog) -> None:
+    """Every option is a flag (or alias) of the target release of ``engine`` (its flag table read from the
+    release's package), not deprecated, with a value where it takes one, within its choices; ints and JSON parse."""
+    from planner.catalog.releases import flag_table
+    from planner.export.checks import Command, parse
+
+    table = flag_table(catalog, catalog.get_engine(engine))
+    cmd = Command(pool="p", engine=engine, argv=argv)
+    found = parse(cmd, table)
+    assert not found, [v.line() for v in found]
+    for key, value in cmd.values.items():
+        entry = table.flags[key]
+        if entry.get("type") == "int" and isinstance(value, str) and not value.startswith("$"):
+            int(value)
+        if entry.get("type") == "json":
+            json.loads(value)
 
 
-def test_launch_flags_are_accepted_by_each_engine(flags, catalog):
+def test_launch_flags_are_accepted_by_each_engine(catalog):
     seen = set()
     for name in PLANS:
         plan = read_plan(ROOT / "plans" / name)
@@ -80,23 +66,25 @@ def test_launch_flags_are_accepted_by_each_engine(flags, catalog):
                 if not catalog.get_engine(t).runs_on(catalog.get_hardware(d.hardware)):
                     continue
                 argv = launch.command(d, t, expert_location="/x/expert-location-sglang.json" if d.expert_map else None)
-                check_argv(t, argv, flags)
+                check_argv(t, argv, catalog)
                 seen |= {(t, a) for a in argv if a.startswith("--")}
     # the checks saw the flags that matter for production layouts
-    for t, f in [("sglang", "--enable-dp-attention"), ("sglang", "--ep-num-redundant-experts"),
+    for t, f in [("sglang", "--attn-dp-size"), ("sglang", "--ep-num-redundant-experts"),
                  ("sglang", "--init-expert-location"), ("sglang", "--disaggregation-mode"),
                  ("vllm", "--enable-expert-parallel"), ("vllm", "--data-parallel-size"),
                  ("trtllm", "--moe_expert_parallel_size")]:
         assert (t, f) in seen, (t, f)
 
 
-def test_unknown_flag_is_caught(flags):
-    with pytest.raises(AssertionError, match="does not accept"):
-        check_argv("sglang", ["python3", "-m", "sglang.launch_server", "--enable-deepep-moe"], flags)
-    with pytest.raises(AssertionError, match="not in"):
-        check_argv("sglang", ["x", "--kv-cache-dtype", "fp8"], flags)
-    with pytest.raises(AssertionError, match="does not accept"):
-        check_argv("trtllm", ["trtllm-serve", "m", "--tp-size", "8"], flags)  # click takes exact names only
+def test_unknown_flag_is_caught(catalog):
+    with pytest.raises(AssertionError, match="not a flag"):
+        check_argv("sglang", ["python3", "-m", "sglang.launch_server", "--enable-deepep-moe"], catalog)
+    with pytest.raises(AssertionError, match="not among"):
+        check_argv("sglang", ["x", "--kv-cache-dtype", "fp8"], catalog)
+    with pytest.raises(AssertionError, match="not a flag"):
+        check_argv("trtllm", ["trtllm-serve", "m", "--tp-size", "8"], catalog)  # click takes exact names only
+    with pytest.raises(AssertionError, match="deprecated"):
+        check_argv("sglang", ["x", "--dp-size", "8", "--enable-dp-attention"], catalog)
 
 
 def test_trtllm_config_keys_are_llm_api_fields(flags, exported):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 import planner.units as units
 from planner.catalog.fields import (  # noqa: F401  (re-exported: the schemas' field types)
@@ -345,7 +345,10 @@ class EngineFeatures(Strict):
     """Serving techniques the engine implements (each read from its launch flags)."""
 
     attention_dp: bool
-    """Attention data parallelism with expert-parallel MoE (SGLang ``--enable-dp-attention``)."""
+    """Attention data parallelism with expert-parallel MoE (SGLang ``--attn-dp-size``)."""
+    attention_dp_tensor_parallel: bool = True
+    """Whether each attention-DP rank can itself be tensor parallel (SGLang, vLLM); TensorRT-LLM fixes the DP
+    width at the TP size when attention DP is on (``dp_size = tp_size``: attention at TP 1)."""
     expert_parallel: bool
     redundant_experts: bool
     """Redundant expert slots beyond the model's experts (SGLang ``--ep-num-redundant-experts``)."""
@@ -372,6 +375,32 @@ class EngineMetrics(Strict):
     source: str = Field(min_length=3)
 
 
+class EngineRelease(Strict):
+    """The engine release an export targets: its version, container images, and the flag table and start-up
+    rules read from that release (``engines/releases/``) that every exported command is checked against."""
+
+    version: str = Field(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+_@-]*$")
+    images: dict[str, str] = Field(min_length=1)
+    """Container image pinned to ``version`` (a tag, never ``latest``) per hardware vendor, or per hardware id
+    where the engine builds one image per chip family (SGLang's ROCm images: ``-mi30x``, ``-mi35x``); a hardware
+    id's entry wins over its vendor's."""
+    flags: str = Field(pattern=r"^[A-Za-z0-9._-]+\.json\.gz$")
+    """File in ``engines/releases/`` with the release's flags (``tests/data/engine_flags_from_wheel.py``)."""
+    source: str = Field(min_length=3)
+    as_of: AsOf
+
+    @field_validator("images")
+    @classmethod
+    def _pinned(cls, v: dict[str, str]) -> dict[str, str]:
+        for vendor, image in v.items():
+            if ":" not in image.rsplit("/", 1)[-1] or image.endswith((":latest", ":nightly")):
+                raise ValueError(f"image for {vendor} ('{image}') must carry a version tag, not latest")
+        return v
+
+    def image_for(self, hardware: str, vendor: str) -> str | None:
+        return self.images.get(hardware) or self.images.get(vendor)
+
+
 class EngineSpec(Strict):
     """A serving engine: where it runs, which formats and techniques it offers."""
 
@@ -389,6 +418,8 @@ class EngineSpec(Strict):
     """KV-cache formats it offers."""
     features: EngineFeatures
     metrics: EngineMetrics | None = None
+    release: EngineRelease | None = None
+    """The release exports target (images, flags and start-up rules); None: the export refuses this engine."""
     prefill_chunk_tokens: Annotated[int, Field(gt=0)] = DEFAULT_CHUNK_TOKENS
     """Most prompt tokens one step of an aggregated worker takes (chunked-prefill size, or the token budget
     per step); longer prompts are taken in chunks of this many tokens, shorter ones whole."""

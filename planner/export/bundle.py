@@ -17,7 +17,9 @@ from planner.errors import InputError
 from planner.export import expert_maps, k8s, launch
 from planner.export.deploy import Deployment, deployments
 from planner.export.files import inside, staged
+from planner.export.routers import pd_router
 from planner.export.runbook import runbook
+from planner.export.verify import Launch, refuse, verify
 from planner.results import Plan
 
 TARGETS = ("sglang", "vllm", "trtllm", "k8s")
@@ -89,6 +91,7 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
     skipped: list[dict] = []
     texts: dict[str, str] = {}
     launch_of: dict[str, list[str]] = {}
+    checked: dict[tuple[str, str], Launch] = {}
 
     def add(path: str, text: str, pool: str | None, kind: str, engine: str | None = None) -> None:
         inside(out, path)  # refused before anything is written
@@ -116,6 +119,7 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
                     add(f"{d.pool}/expert-location-vllm.json", json.dumps(expert_maps.vllm_note(d), indent=1) + "\n",
                         d.pool, "expert-location", t)
             args = launch.command(d, t, expert_location=None if loc is None else f"${{PLANNER_DIR}}/{loc}")
+            cfg = None
             if t == "trtllm":
                 assign = expert_maps.trtllm_assignments(maps[d.pool], d) if maps[d.pool] is not None else None
                 cfg = launch.trtllm_config(d, assign)
@@ -125,8 +129,22 @@ def export_plan(plan_dir: Path, targets: list[str], out: Path, catalog: Catalog,
                         "expert-location", t)
                 args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
             add(f"{d.pool}/launch-{t}.sh", launch.script(d, t, args, notes=notes), d.pool, "launch", t)
+            checked[(d.pool, t)] = Launch(d, t, args, cfg)
     if "k8s" in targets:
-        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped, gateway, routing)
+        _k8s(plan, deps, catalog, maps, plan_name, namespace, add, skipped, gateway, routing, checked)
+    found = verify(list(checked.values()), catalog)
+    # a launch for another engine than the plan's that this engine cannot start is left out, with the reason;
+    # the plan's own engine must start as planned, or nothing is written
+    own = {d.pool: d.engine for d in deps}
+    for v in [v for v in found if v.engine and v.engine != own.get(v.pool)]:
+        path = f"{v.pool}/launch-{v.engine}.sh"
+        if path in texts:
+            for f in [f for f in files if f["pool"] == v.pool and f["engine"] == v.engine]:
+                files.remove(f)
+                texts.pop(f["path"], None)
+            launch_of[v.pool] = [x for x in launch_of.get(v.pool, []) if x != path]
+            skipped.append({"pool": v.pool, "target": v.engine, "reason": v.line()})
+    refuse([v for v in found if not v.engine or v.engine == own.get(v.pool)])
     add("runbook.md", runbook(plan, deps, launch_of, plan_dir=str(plan_dir), namespace=namespace, skipped=skipped,
                               routing=routing),
         None, "runbook")
@@ -176,7 +194,8 @@ def _notes(d: Deployment, target: str) -> list[str]:
 
 
 def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_name: str, namespace: str, add,
-         skipped: list[dict], gateway: str = "inference-gateway", routing: str = "httproute") -> None:
+         skipped: list[dict], gateway: str = "inference-gateway", routing: str = "httproute",
+         checked: dict | None = None) -> None:
     runnable = []
     target_of = {}
     for d in deps:
@@ -194,11 +213,15 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
             data["expert-location-sglang.json"] = json.dumps(expert_maps.sglang_location(maps[d.pool], d))
             loc = "${PLANNER_DIR}/expert-location-sglang.json"
         args = launch.command(d, d.engine, expert_location=loc)
+        cfg = None
         if d.engine == "trtllm":
             assign = expert_maps.trtllm_assignments(maps[d.pool], d) if maps[d.pool] is not None else None
-            data["config-trtllm.yaml"] = _dump(launch.trtllm_config(d, assign))
+            cfg = launch.trtllm_config(d, assign)
+            data["config-trtllm.yaml"] = _dump(cfg)
             args = [a if a != "config.yaml" else "${PLANNER_DIR}/config-trtllm.yaml" for a in args]
         data["launch.sh"] = launch.script(d, d.engine, args, notes=_notes(d, d.engine))
+        if checked is not None:
+            checked[(d.pool, d.engine)] = Launch(d, d.engine, args, cfg)
         cms.append(k8s.configmap(d, data, namespace))
     for d in runnable:
         h = k8s.autoscaler(d, catalog, namespace)
@@ -211,7 +234,8 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
         ds = [d for d in runnable if d.workload == w]
         serving += k8s.workload_objects(ds, target_of, plan_name, namespace,
                                         {d.pool for d in ds if d.name in scaled})
-        routers += k8s.pd_router(w, ds, plan_name, namespace)
+        routers += pd_router(w, ds, plan_name, namespace,
+                             {e.id: e.release.version for e in catalog.engines.values() if e.release})
     # Services and routes cover every pool, those without a launch template too (run by hand with the pool's
     # labels, they get the traffic the plan gives them; the route never shifts it onto the others)
     every = sorted({d.workload for d in deps})

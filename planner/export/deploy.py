@@ -86,11 +86,13 @@ class Deployment:
     """Extended resource of an RDMA NIC a pod requests (``--rdma-resource``), for pools whose traffic crosses nodes
     over scale-out: expert parallelism across hosts, or KV handed from prefill to decode outside one NVLink
     domain; ``None``: not requested."""
+    """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
     weights_source: str = "native"
     """Where the weights come from: ``native``, ``published`` (a pre-quantised checkpoint: the engine reads its
     quantisation from its config), ``on-load`` (the engine quantises the native checkpoint as it loads it) or
     ``given`` (``--checkpoint``)."""
-    """Purchase units the plan promises to survive losing (``resilience.lose_units``)."""
+    image: str | None = None
+    """The container image of the plan's engine release for this pool's hardware (catalog ``release.images``)."""
     router_share: float = 1.0
     """Share of its workload's requests of its role the plan routes to this pool (plan.json ``router_share``)."""
     native_context_tokens: int | None = None
@@ -235,4 +237,12 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         lose_units=plan.resilience.lose_units if plan.resilience is not None else 0, router_share=p.router_share,
         native_context_tokens=model.context_extension.native_tokens if model.context_extension else None,
         rope_scaling=dict(model.context_extension.rope_scaling) if model.context_extension else None,
+        image=_image(catalog, p.engine, hw),
     )
+
+
+def _image(catalog: Catalog, engine: str, hw) -> str | None:
+    eng = catalog.engines.get(engine)
+    if eng is None or eng.release is None:
+        return None
+    return eng.release.image_for(hw.id, hw.vendor)

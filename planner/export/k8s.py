@@ -19,17 +19,9 @@ import shlex
 
 from planner.catalog.loader import Catalog
 from planner.catalog.scenario import quantile_label
+from planner.errors import InputError
 from planner.export.deploy import PORT, SGLANG_BOOTSTRAP_PORT, Deployment
-
-IMAGES = {
-    ("sglang", "nvidia"): "lmsysorg/sglang:latest",
-    ("sglang", "amd"): "lmsysorg/sglang:latest-rocm",
-    ("vllm", "nvidia"): "vllm/vllm-openai:latest",
-    ("vllm", "amd"): "rocm/vllm:latest",
-    ("vllm", "google"): "vllm/vllm-tpu:latest",
-    ("trtllm", "nvidia"): "nvcr.io/nvidia/tensorrt-llm/release:latest",
-}
-"""Default images (pin a version before production; the runbook says so)."""
+from planner.export.launch import environment
 
 CPU_PER_GPU = 4
 """CPU cores a serving pod requests per GPU (tokenisation, the scheduler, the HTTP server): a stated default,
@@ -50,6 +42,9 @@ RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "google": "google.
 HARDWARE_LABEL = "planner.io/hardware"
 RACK_TOPOLOGY = "nvidia.com/gpu.clique"
 """Node label of an NVLink domain (set by NVIDIA's GPU operator on NVL72 racks): a replica stays inside one."""
+BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"
+"""Pod annotation SGLang's router reads each prefill leader's bootstrap port from (service discovery)."""
+LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 def _labels(d: Deployment, plan_name: str) -> dict:
@@ -67,6 +62,14 @@ dns_name = _dns
 """A name as a Kubernetes object or label value takes it (lowercase, '-' for the rest, 63 characters at most)."""
 
 
+def image_of(d: Deployment) -> str:
+    """The pool's pinned engine image (catalog ``release.images``); an :class:`InputError` where none is pinned."""
+    if not d.image:
+        raise InputError(f"pool {d.pool}: no {d.engine} image pinned for {d.hardware} ({d.vendor}); add one to "
+                         f"release.images of the {d.engine} engine in the catalog")
+    return d.image
+
+
 def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: str) -> dict:
     # LeaderWorkerSet gives every pod of a group LWS_LEADER_ADDRESS and LWS_WORKER_INDEX (0 on the leader)
     cmd = ("export LEADER_ADDR=\"$LWS_LEADER_ADDRESS\" NODE_RANK=\"$LWS_WORKER_INDEX\"; " if multi else "") + \
@@ -74,11 +77,13 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
     env = [{"name": "MODEL_PATH", "value": d.model_path},
            {"name": "HF_HOME", "value": MODEL_CACHE},
            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}]
+    if "VLLM_NIXL_SIDE_CHANNEL_HOST" in environment(d, target):  # peers reach the handshake at the pod's address
+        env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     gpus = d.gpus_per_pod
     memory_gib = max(16, int(HOST_MEMORY_SHARE * d.host_dram_bytes_per_chip * gpus / 2**30))
     container = {
         "name": "engine",
-        "image": IMAGES[(target, d.vendor)],
+        "image": image_of(d),
         "command": ["/bin/bash", "-c", cmd],
         "env": env,
         "resources": {"limits": {RESOURCE[d.vendor]: gpus},
@@ -119,7 +124,7 @@ def _pod(d: Deployment, target: str, *, leader: bool, multi: bool, plan_name: st
     meta: dict = {"labels": _labels(d, plan_name)}
     if leader and d.role == "prefill" and target == "sglang":
         # the PD router reads each prefill leader's bootstrap port from this annotation (service discovery)
-        meta["annotations"] = {BOOTSTRAP_ANNOTATION: str(BOOTSTRAP_PORT)}
+        meta["annotations"] = {BOOTSTRAP_ANNOTATION: str(SGLANG_BOOTSTRAP_PORT)}
     return {"metadata": meta, "spec": spec}
 
 
@@ -422,62 +427,6 @@ def autoscaler(d: Deployment, catalog: Catalog, namespace: str) -> dict | None:
                 "target": {"type": "AverageValue", "averageValue": str(d.scale_target_in_flight)}}}],
         },
     }
-
-
-BOOTSTRAP_PORT = SGLANG_BOOTSTRAP_PORT
-BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"
-"""Pod annotation the SGLang router reads a discovered prefill worker's bootstrap port from (its default
-``--bootstrap-port-annotation``)."""
-ROUTER_METRICS_PORT = 29000
-LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-
-
-def pd_router(workload: str, deps: list[Deployment], plan_name: str, namespace: str) -> list[dict]:
-    """The prefill/decode router of a disaggregated SGLang workload: ``sglang_router.launch_router`` in PD mode
-    discovering the prefill and decode leaders by their labels (so it follows the autoscalers), with the pod
-    watch rights it needs; the workload's ``<workload>-router`` Service selects it. Empty for other engines (their
-    routers take static worker lists, which a DisaggregatedSet's generated names and an autoscaler defeat; the
-    runbook says what to run)."""
-    pd = [d for d in deps if d.role in ("prefill", "decode")]
-    if not pd or any(d.engine != "sglang" for d in pd):
-        return []
-    w = _dns(workload)
-    name = f"{w}-router"
-    def labels() -> dict:  # a fresh dict per use: a shared one is written as a YAML alias
-        return {"app.kubernetes.io/part-of": plan_name, "planner.io/router": w}
-
-    def meta() -> dict:
-        return {"name": name, "namespace": namespace, "labels": labels()}
-
-    def selector(role: str) -> list[str]:
-        return [f"planner.io/workload={w}", f"planner.io/role={role}", f"{LEADER_LABEL}=0"]
-
-    args = ["--pd-disaggregation", "--service-discovery",
-            "--prefill-selector", *selector("prefill"), "--decode-selector", *selector("decode"),
-            "--service-discovery-namespace", namespace, "--service-discovery-port", str(PORT),
-            "--bootstrap-port-annotation", BOOTSTRAP_ANNOTATION,
-            "--prefill-policy", "cache_aware", "--decode-policy", "power_of_two",
-            "--host", "0.0.0.0", "--port", str(PORT),
-            "--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]
-    probe = {"tcpSocket": {"port": PORT}, "periodSeconds": 10, "failureThreshold": 3}
-    container = {"name": "router", "image": IMAGES[("sglang", pd[0].vendor)],
-                 "command": ["python3", "-m", "sglang_router.launch_router"], "args": args,
-                 "ports": [{"name": "http", "containerPort": PORT}, {"name": "metrics", "containerPort": ROUTER_METRICS_PORT}],
-                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-                 "readinessProbe": probe, "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4}}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(),
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(),
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(),
-         "spec": {"replicas": 1, "selector": {"matchLabels": {"planner.io/router": w}},
-                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-                  "template": {"metadata": {"labels": labels()},
-                               "spec": {"serviceAccountName": name, "containers": [container]}}}},
-    ]
 
 
 def alerts(deps: list[Deployment], catalog: Catalog, plan_name: str, namespace: str) -> dict:

@@ -1,14 +1,16 @@
 """Engine launch commands for a pool: SGLang, vLLM and TensorRT-LLM (``trtllm-serve``).
 
-Each function maps a :class:`Deployment` onto the engine's own flags (names and choices as read from the
-engines' sources, ``shared/reference/engine-flags.json``; tests check every flag against it). A command is
+Each function maps a :class:`Deployment` onto the engine's own flags for the release the engine's catalog entry
+targets (``release``); :mod:`planner.export.checks` checks every command against that release's flag table and
+start-up rules before anything is written. A command is
 a list of arguments; :func:`script` wraps it in a shell script whose multi-host variables come from the
 environment (``NODE_RANK``, ``LEADER_ADDR``: set by the LeaderWorkerSet manifests, or by hand).
 
 Engine specifics that are not flags:
 
 - SGLang counts ``--tp-size`` over all GPUs of the instance; with attention data parallelism
-  ``--dp-size`` ranks each run attention on ``tp-size / dp-size`` GPUs (``--enable-dp-attention``).
+  ``--attn-dp-size`` groups each run attention on ``tp-size / attn-dp-size`` GPUs (the 0.5.22+ spelling of the
+  deprecated ``--dp-size N --enable-dp-attention``).
 - vLLM runs attention data parallelism as ``--data-parallel-size`` engine ranks of ``--tensor-parallel-size``
   GPUs; ``--enable-expert-parallel`` spreads experts over all of them. It takes no explicit expert map:
   redundant experts go to ``--eplb-config`` and the balancer places them at run time.
@@ -31,7 +33,7 @@ _VLLM_KV = {"fp8": "fp8", "bf16": "auto", "fp16": "auto"}
 _SGL_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp4", "nvidia"): "modelopt_fp4",
               ("fp4", "amd"): "mxfp4", ("int8", "nvidia"): "w8a8_int8", ("int8", "amd"): "w8a8_int8",
               ("int4", "nvidia"): "gptq_marlin", ("int4", "amd"): "moe_wna16"}
-_VLLM_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp8", "google"): "fp8",
+_VLLM_QUANT = {("fp8", "nvidia"): "fp8_per_tensor", ("fp8", "amd"): "fp8_per_tensor", ("fp8", "google"): "fp8_per_tensor",
                ("fp4", "nvidia"): "modelopt_fp4", ("fp4", "amd"): "mxfp4", ("int4", "nvidia"): "gptq_marlin",
                ("int8", "nvidia"): "fp8"}
 
@@ -89,11 +91,11 @@ def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:
         args += ["--json-model-override-args", json.dumps(_extension(d))]
     if d.pp > 1:
         args += ["--pp-size", str(d.pp)]
-    if d.attn_dp > 1:
-        args += ["--dp-size", str(d.attn_dp), "--enable-dp-attention"]
+    if d.attn_dp > 1:  # SGLang >= 0.5.22: attention-DP groups inside the TP group (--dp-size now means replicas)
+        args += ["--attn-dp-size", str(d.attn_dp)]
     if d.ep > 1:
         args += ["--ep-size", str(d.ep)]
-        if d.multi_host or d.attn_dp > 1:
+        if d.multi_host or d.attn_dp > 1 or d.two_batch_overlap:
             args += ["--moe-a2a-backend", "mori" if d.vendor == "amd" else "deepep"]
         if d.redundant_experts:
             args += ["--ep-num-redundant-experts", str(d.redundant_experts)]
@@ -180,8 +182,6 @@ def trtllm(d: Deployment) -> list[str]:
         args += ["--moe_expert_parallel_size", str(d.ep)]
     if d.multi_host:
         args += ["--gpus_per_node", str(d.gpus_per_host)]
-    if d.role in ("prefill", "decode"):
-        args += ["--server_role", "CONTEXT" if d.role == "prefill" else "GENERATION"]
     return args
 
 
@@ -205,7 +205,38 @@ def trtllm_config(d: Deployment, assignments: dict[int, list[int]] | None = None
         cfg["speculative_config"] = {"decoding_type": "MTP", "max_draft_len": d.spec_tokens}
     if d.role in ("prefill", "decode"):
         cfg["cache_transceiver_config"] = {"backend": "NIXL"}
+    if d.role == "prefill":  # "not yet supported in disaggregated context server architectures" (README)
+        cfg["disable_overlap_scheduler"] = True
     return cfg
+
+
+_CHECKPOINT_QUANT = {("fp8", "nvidia"): "fp8", ("fp8", "amd"): "fp8", ("fp4", "nvidia"): "modelopt_fp4",
+                     ("fp4", "amd"): "mxfp4", ("int4", "nvidia"): "gptq_marlin", ("int4", "amd"): "moe_wna16",
+                     ("int8", "nvidia"): "w8a8_int8", ("int8", "amd"): "w8a8_int8"}
+
+
+def facts(d: Deployment) -> dict:
+    """What the start-up rules (``engines/releases/rules.yaml``) know of a pool besides its command: its layout,
+    its hardware's vendor, the checkpoint's own length and quantisation (``none``: a checkpoint without a
+    quantisation config; ``unknown``: one given with ``--checkpoint``)."""
+    if d.weights_source == "given":
+        quant = "unknown"
+    elif d.weights_source == "on-load" or d.native_dtype in ("bf16", "fp16") and d.weights_source == "native":
+        quant = _CHECKPOINT_QUANT.get((d.native_dtype, d.vendor), "none")
+    else:
+        quant = _CHECKPOINT_QUANT.get((d.weights_dtype, d.vendor), "unknown")
+    return {"vendor": d.vendor, "role": d.role, "gpus": d.gpus, "hosts": d.hosts, "tp": d.tp, "ep": d.ep, "pp": d.pp,
+            "attn_dp": d.attn_dp, "max_position_embeddings": d.native_context_tokens, "checkpoint_quant": quant,
+            "bootstrap_port_annotation": SGLANG_BOOTSTRAP_PORT}
+
+
+def environment(d: Deployment, target: str) -> dict[str, str]:
+    """Variables a pool's launch script exports (name -> the shell default used when the caller sets none)."""
+    env: dict[str, str] = {}
+    if target == "vllm" and d.role in ("prefill", "decode"):
+        # NIXL's handshake side channel listens on localhost unless told the address peers reach (engine-rules 2.4)
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "$(hostname -i | cut -d' ' -f1)"
+    return env
 
 
 def command(d: Deployment, target: str, *, expert_location: str | None = None) -> list[str]:
@@ -245,6 +276,8 @@ def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> 
     lines += [_comment(f"# {n}") for n in notes]
     lines += ['MODEL_PATH="${MODEL_PATH:-}"', f'[ -n "$MODEL_PATH" ] || printf -v MODEL_PATH %s {shlex.quote(d.model_path)}',
               'PLANNER_DIR="${PLANNER_DIR:-$(cd "$(dirname "$0")" && pwd)}"  # this script\'s folder: maps and configs']
+    for name, default in environment(d, target).items():
+        lines.append(f'export {name}="${{{name}:-{default}}}"')
     if d.multi_host:
         lines += ['NODE_RANK="${NODE_RANK:?set NODE_RANK (0 on the leader host)}"',
                   'LEADER_ADDR="${LEADER_ADDR:?set LEADER_ADDR to the leader host address}"']

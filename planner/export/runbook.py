@@ -142,18 +142,9 @@ def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
     return L + [""] if L else []
 
 
-ROUTER_DOC = {
-    "trtllm": "`trtllm-serve disaggregated -c disagg_config.yaml` with the context and generation leaders' URLs "
-              "(`context_servers.urls`, `generation_servers.urls`)",
-    "vllm": "a proxy that sends each request to a prefill leader, then to a decode leader (vLLM's NixlConnector "
-            "pairing; the vLLM docs' `toy_proxy_server.py --prefiller-hosts ... --decoder-hosts ...`)",
-}
-
-
 def _router_text(deps: list[Deployment]) -> str:
-    """What routes each disaggregated workload: SGLang's router is generated (it discovers the workers); the
-    others take static worker lists, which the DisaggregatedSet's generated LeaderWorkerSet names (revision
-    hashes) and the role autoscalers defeat, so the runbook names what to run."""
+    """What routes each disaggregated workload: the router its engine documents, generated in
+    ``k8s/routers.yaml`` (:mod:`planner.export.routers`)."""
     pd = sorted({(d.workload, d.engine) for d in deps if d.role in ("prefill", "decode")})
     if not pd:
         return "no workload is disaggregated."
@@ -164,9 +155,18 @@ def _router_text(deps: list[Deployment]) -> str:
                          "--pd-disaggregation --service-discovery`): it finds the prefill and decode leaders by their "
                          f"labels, reads each prefill leader's bootstrap port from `{k8s.BOOTSTRAP_ANNOTATION}`, and "
                          "follows the autoscalers; its ServiceAccount and Role let it watch pods.")
+        elif engine == "vllm":
+            parts.append(f"`k8s/routers.yaml` runs {w}'s vLLM NIXL pairing proxy (vLLM's documented "
+                         "`toy_proxy_server.py`, fetched at the release's tag by an init container: the cluster needs "
+                         "egress to raw.githubusercontent.com, or mirror the file) over the prefill and decode pools' "
+                         "Services; each prefill pod gives the decode pod its own address "
+                         "(`VLLM_NIXL_SIDE_CHANNEL_HOST`, the pod IP), so the Services' balancing pairs correctly.")
+        elif engine == "trtllm":
+            parts.append(f"`k8s/routers.yaml` runs {w}'s `trtllm-serve disaggregated` with a `disagg_config.yaml` "
+                         "listing each prefill pool's Service under `context_servers.urls` and each decode pool's "
+                         "under `generation_servers.urls` (the Services balance over replicas and follow the "
+                         "autoscalers).")
         else:
-            parts.append(f"{w} ({engine}): not generated; run {ROUTER_DOC.get(engine, 'the engine router')} with "
-                         f"the label `planner.io/router={k8s.dns_name(w)}`, listing the leaders of "
-                         f"`kubectl get pods -l planner.io/workload={k8s.dns_name(w)},{k8s.LEADER_LABEL}=0` "
-                         "(re-list them when an autoscaler moves a role).")
+            parts.append(f"{w} ({engine}): no router template; run the engine's own router with the label "
+                         f"`planner.io/router={k8s.dns_name(w)}`.")
     return " ".join(parts)

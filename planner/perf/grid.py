@@ -84,6 +84,8 @@ def layout_tuples(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec | None 
         # parallelism the expert-parallel stage already spreads them, so stages are not combined with it.
         dps = (1, 2, 4, 8, 16, 32, 64) if attn_dp_ok and pp == 1 else (1,)
         for dp in dps:
+            if dp > 1 and tp > 1 and f is not None and not f.attention_dp_tensor_parallel:
+                continue
             stage = tp * dp
             if stage * pp > MAX_CHIPS_PER_REPLICA or stage > max(dom, 64):
                 continue

@@ -72,7 +72,7 @@ class Planned:
 
 def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
     """Content hash of everything a plan depends on: the scenario, the model and hardware entries
-    (datasheet, price and fitted efficiency) and the plan schema version."""
+    (datasheet, price and fitted efficiency), what each engine offers, and the plan schema version."""
     doc = {
         "schema": SCHEMA_VERSION,
         "scenario": rs.scenario.model_dump(mode="json"),
@@ -80,6 +80,9 @@ def input_hash(rs: ResolvedScenario, engine: str | None = None) -> str:
         "model": rs.model.model_dump(mode="json"),
         **({"models": [m.model_dump(mode="json") for m in rs.models]} if len(rs.models) > 1 else {}),
         "hardware": [h.model_dump(mode="json") for h in rs.hardware],
+        # what each engine offers decides the candidates (its release -- images, flags -- does not)
+        "engines": [e.model_dump(mode="json", exclude={"release", "source", "as_of", "notes", "metrics"})
+                    for e in rs.engines],
         "prices": rs.prices,
         "expert_load": None if rs.expert_load is None else hashlib.sha256(np.round(rs.expert_load, 12).tobytes()).hexdigest(),
         **({"fleet": rs.fleet.summary()} if rs.fleet is not None else {}),

@@ -1,9 +1,15 @@
 """Read an engine's command-line flags from its released wheel, without installing it (issue 44, item 1).
 
     python tests/data/engine_flags_from_wheel.py sglang==0.5.23 [--wheel PATH] [--out FILE] [--compare]
+    python tests/data/engine_flags_from_wheel.py vllm==0.33.0 --out catalogs/engines/releases/vllm-0.33.0.flags.json.gz
+    python tests/data/engine_flags_from_wheel.py trtllm@00209af1 --out catalogs/engines/releases/trtllm-00209af1.flags.json.gz
+
+vLLM's reader is ``vllm_flags.py`` (its parser is built from config dataclasses). TensorRT-LLM has no release wheel
+on PyPI (a stub pointing at NVIDIA's index): its table is converted from the carried reference, read from
+``serve.py`` at the commit given.
 
 Downloads the wheel with ``pip download NAME==VERSION --no-deps`` (or reads ``--wheel``) and parses its sources with
-``ast``; nothing is imported or run. Supported: SGLang >= 0.5.22, whose server flags are derived from annotated
+``ast``; nothing is imported or run. SGLang >= 0.5.22: its server flags are derived from annotated
 record fields (``sglang/srt/arg_groups/fields/*.py``: ``name: A[type, "help" | Arg(...)] = default``; the rules of
 ``arg_groups/arg_utils.add_cli_args_from_dataclass``: ``--`` + the field name with ``-`` for ``_`` unless
 ``Arg.cli_name``, plus ``Arg.aliases``; ``Arg.no_cli`` skipped; ``Literal`` gives the choices, ``bool`` a
@@ -156,6 +162,7 @@ def sglang_flags(wheel: Path) -> dict:
 
 
 def compare(new: dict, engine: str) -> list[str]:
+    """How ``new`` differs from the carried reference's table of ``engine``."""
     old = json.loads(gzip.decompress((HERE / "reference" / "engine-flags.json.gz").read_bytes()))[engine]["flags"]
     lines = [f"added: {len(set(new) - set(old))}; removed: {len(set(old) - set(new))}"]
     lines += [f"  removed {f}" for f in sorted(set(old) - set(new))]
@@ -167,29 +174,66 @@ def compare(new: dict, engine: str) -> list[str]:
     return lines
 
 
+def trtllm_from_reference(commit: str) -> dict:
+    """TensorRT-LLM's ``trtllm-serve`` flags as the project read them from its source (no release wheel of
+    TensorRT-LLM is on PyPI: its 10 KB sdist points at NVIDIA's own index), in the same shape."""
+    ref = json.loads(gzip.decompress((HERE / "reference" / "engine-flags.json.gz").read_bytes()))["trtllm"]
+    if not ref["source"]["commit"].startswith(commit):
+        raise SystemExit(f"trtllm@{commit}: the carried reference was read at {ref['source']['commit']}")
+    flags = {}
+    for name, e in ref["flags"].items():
+        if not name.startswith("--"):
+            continue
+        flags[name] = {"aliases": list(e.get("aliases") or []), "type": e.get("type", "str"),
+                       "choices": e.get("choices"), "takes_value": bool(e.get("takes_value", True)),
+                       "deprecated": bool(e.get("deprecated", False))}
+    return dict(sorted(flags.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("spec", help="NAME==VERSION (sglang only)")
+    ap.add_argument("spec", help="sglang==VERSION, vllm==VERSION, or trtllm@COMMIT (from the carried reference)")
     ap.add_argument("--wheel", type=Path)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="FILE.json or FILE.json.gz")
     ap.add_argument("--compare", action="store_true")
     a = ap.parse_args(argv)
+    if a.spec.startswith("trtllm@"):
+        commit = a.spec.partition("@")[2]
+        flags = trtllm_from_reference(commit)
+        doc = {"source": {"package": "tensorrt-llm", "version": f"source@{commit}",
+                          "read": "NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at that commit (click options), "
+                                  "as carried in reference/engine-flags.json.gz"},
+               "syntax": "click", "flag_count": len(flags), "flags": flags}
+        return _write(a, doc, "trtllm")
     name, _, version = a.spec.partition("==")
-    if name != "sglang" or not version:
-        print(f"{a.spec}: only sglang==VERSION is read so far", file=sys.stderr)
+    if name not in ("sglang", "vllm") or not version:
+        print(f"{a.spec}: give sglang==VERSION, vllm==VERSION or trtllm@COMMIT", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         wheel = a.wheel or download(a.spec, Path(tmp))
-        flags = sglang_flags(wheel)
+        if name == "sglang":
+            flags, read = sglang_flags(wheel), "ast over sglang/srt/arg_groups/fields/*.py and server_args.add_cli_args"
+        else:
+            sys.path.insert(0, str(HERE))
+            from vllm_flags import vllm_flags  # this folder's module
+
+            flags, read = vllm_flags(wheel), ("ast over vllm/engine/arg_utils.py (EngineArgs/AsyncEngineArgs.add_cli_args "
+                                              "with get_kwargs of the config dataclasses) and "
+                                              "vllm/entrypoints/common/cli_args.py (FrontendArgs, make_arg_parser)")
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    doc = {"source": {"package": name, "version": version, "wheel": wheel.name, "sha256": digest,
-                      "read": "ast over sglang/srt/arg_groups/fields/*.py and server_args.add_cli_args"},
-           "flag_count": len(flags), "flags": flags}
+    doc = {"source": {"package": name, "version": version, "wheel": wheel.name, "sha256": digest, "read": read},
+           "syntax": "argparse" + ("-underscores" if name == "vllm" else ""), "flag_count": len(flags), "flags": flags}
+    return _write(a, doc, name)
+
+
+def _write(a, doc: dict, name: str) -> int:
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     if a.out:
-        a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{name} {version}: {len(flags)} flags from {wheel.name}")
+        data = gzip.compress(text.encode(), mtime=0) if a.out.name.endswith(".gz") else text.encode()
+        a.out.write_bytes(data)
+    print(f"{name} {doc['source']['version']}: {doc['flag_count']} flags")
     if a.compare:
-        print("\n".join(compare(flags, name)))
+        print("\n".join(compare(doc["flags"], name)))
     return 0
 
 
