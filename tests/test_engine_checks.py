@@ -325,3 +325,52 @@ def _containers(o: dict) -> list[dict]:
                 walk(v)
     walk(o)
     return out
+
+
+@pytest.mark.parametrize("name", ["c0091", "c0435", "c0439", "c0448"])
+def test_export_campaign_sample(name):
+    """CI's sample of ``bench/export_campaign.py`` (the full run: 684 generated scenarios): TensorRT-LLM, SGLang
+    and vLLM disaggregated, SGLang on AMD; each is planned, exported and checked (flags and rules of the release,
+    bash syntax, every Kubernetes object against its schema, pairings, autoscaler targets) with no finding."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_campaign", ROOT / "bench" / "export_campaign.py")
+    camp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(camp)
+    sc = next(s for s in camp.scenarios(None) if s["name"] == name)
+    r = camp.one(sc)
+    assert r["planned"] and r["exported"], r
+    assert r["violations"] == [], r["violations"]
+
+
+def test_vllm_replica_over_hosts_starts_as_one_engine(catalog):
+    """A vLLM replica whose TP x PP spans two hosts: --nnodes, --node-rank, --master-addr, and the second host runs
+    headless (vLLM refuses a world larger than the node's GPUs without --nnodes); dropping them is caught."""
+    import subprocess
+
+    d = next(x for x in _deps(catalog, "llama-70b-day") if x.role == "aggregated")
+    d = dataclasses.replace(d, engine="vllm", tp=16, gpus=16, gpus_per_host=8, attn_dp=1, ep=1)
+    item = Launch(d, "vllm", launch.command(d, "vllm"))
+    assert item.args[item.args.index("--nnodes") + 1] == "2" and not _found(catalog, item)
+    assert "vllm.multi-node-needs-nnodes" in _found(catalog, item, argv=_drop(item.args, "--nnodes"))
+    text = launch.script(d, "vllm", item.args, notes=[])
+    assert '[ "$NODE_RANK" = "0" ] || WORKER_ARGS=(--headless)' in text and '"${WORKER_ARGS[@]}"' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_sglang_eagle_without_a_draft_needs_mtp_modules(catalog):
+    d = next(x for x in _deps(catalog, "deepseek-sglang-pd") if x.spec_tokens)
+    item = Launch(d, "sglang", launch.command(d, "sglang"))
+    assert d.mtp_layers > 0 and "sglang.spec-draft-is-the-model-mtp" not in _found(catalog, item)
+    assert "sglang.spec-draft-is-the-model-mtp" in _found(catalog, item, facts={"mtp_layers": 0})
+
+
+def test_vllm_eplb_platform_and_v2_runner(catalog):
+    item = next(i for i in _launches(catalog, "deepseek-chat"))
+    if "--enable-eplb" not in item.args:
+        item = Launch(item.deployment, "vllm", item.args + ["--enable-expert-parallel", "--enable-eplb"])
+    assert "vllm.eplb-platform" in _found(catalog, item, facts={"vendor": "google"})
+    dbo = Launch(item.deployment, "vllm", item.args + ["--enable-dbo", "--all2all-backend", "deepep_low_latency",
+                                                     "--pipeline-parallel-size", "2"])
+    assert "vllm.dbo-with-v2-model-runner" in _found(catalog, dbo, env={"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    assert "vllm.dbo-with-v2-model-runner" not in _found(catalog, dbo)

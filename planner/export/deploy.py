@@ -91,6 +91,8 @@ class Deployment:
     """Where the weights come from: ``native``, ``published`` (a pre-quantised checkpoint: the engine reads its
     quantisation from its config), ``on-load`` (the engine quantises the native checkpoint as it loads it) or
     ``given`` (``--checkpoint``)."""
+    mtp_layers: int = 0
+    """The checkpoint's multi-token-prediction layers (the draft of ``mtp`` speculative decoding)."""
     image: str | None = None
     """The container image of the plan's engine release for this pool's hardware (catalog ``release.images``)."""
     router_share: float = 1.0
@@ -237,7 +239,7 @@ def _one(plan: Plan, p: Pool, catalog: Catalog, model, moe, plan_dir: Path | Non
         lose_units=plan.resilience.lose_units if plan.resilience is not None else 0, router_share=p.router_share,
         native_context_tokens=model.context_extension.native_tokens if model.context_extension else None,
         rope_scaling=dict(model.context_extension.rope_scaling) if model.context_extension else None,
-        image=_image(catalog, p.engine, hw),
+        image=_image(catalog, p.engine, hw), mtp_layers=model.architecture.mtp_layers,
     )
 
 

@@ -141,6 +141,11 @@ def vllm(d: Deployment) -> list[str]:
         if d.multi_host:
             args += ["--data-parallel-size-local", str(d.dp_ranks_per_host), "--data-parallel-address", "${LEADER_ADDR}",
                      "--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", "${DP_START_RANK}"]
+    elif d.multi_host:
+        # one engine's TP x PP over hosts: multiprocessing across nodes (vLLM refuses a world larger than the node's
+        # GPUs without --nnodes); the hosts after the leader run headless workers
+        args += ["--nnodes", str(d.hosts), "--node-rank", "${NODE_RANK}", "--master-addr", "${LEADER_ADDR}",
+                 "--master-port", "29501", WORKER_ARGS]
     if d.ep > 1:
         args += ["--enable-expert-parallel"]
         if d.redundant_experts:
@@ -227,6 +232,7 @@ def facts(d: Deployment) -> dict:
         quant = _CHECKPOINT_QUANT.get((d.weights_dtype, d.vendor), "unknown")
     return {"vendor": d.vendor, "role": d.role, "gpus": d.gpus, "hosts": d.hosts, "tp": d.tp, "ep": d.ep, "pp": d.pp,
             "attn_dp": d.attn_dp, "max_position_embeddings": d.native_context_tokens, "checkpoint_quant": quant,
+            "gpus_per_host": d.gpus_per_host, "mtp_layers": d.mtp_layers,
             "bootstrap_port_annotation": SGLANG_BOOTSTRAP_PORT}
 
 
@@ -249,6 +255,9 @@ def command(d: Deployment, target: str, *, expert_location: str | None = None) -
     raise ValueError(target)
 
 
+WORKER_ARGS = "${WORKER_ARGS[@]}"
+"""Arguments only the hosts after the leader take (vLLM's ``--headless``): a bash array the script fills."""
+
 _LIVE = re.compile(r"^\$\{[A-Z_]+\}[A-Za-z0-9._/:-]*$")
 """The only words left to the shell to expand: ``${VAR}``, optionally followed by a plain path or port.
 Everything else is quoted by :func:`shlex.quote`."""
@@ -257,7 +266,7 @@ Everything else is quoted by :func:`shlex.quote`."""
 def _quote(arg: str) -> str:
     """One shell word: a live expansion of this module's own making in double quotes, anything else quoted
     by the standard library (no command substitution, no word splitting, whatever the value holds)."""
-    if _LIVE.match(arg):
+    if _LIVE.match(arg) or arg == WORKER_ARGS:
         return f'"{arg}"'
     return shlex.quote(arg)
 
@@ -281,6 +290,8 @@ def script(d: Deployment, target: str, args: list[str], *, notes: list[str]) -> 
     if d.multi_host:
         lines += ['NODE_RANK="${NODE_RANK:?set NODE_RANK (0 on the leader host)}"',
                   'LEADER_ADDR="${LEADER_ADDR:?set LEADER_ADDR to the leader host address}"']
+    if WORKER_ARGS in args:
+        lines += ['WORKER_ARGS=()', '[ "$NODE_RANK" = "0" ] || WORKER_ARGS=(--headless)  # the leader serves HTTP']
     if "${DP_START_RANK}" in args:
         # first data-parallel rank on this host: NODE_RANK x the ranks each host runs (an integer variable)
         lines += ['test -n "$NODE_RANK" -a -z "${NODE_RANK//[0-9]/}" || { echo "NODE_RANK must be a whole number" >&2; exit 1; }',

@@ -35,7 +35,9 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
           "- Install the LeaderWorkerSet and DisaggregatedSet controllers (kubernetes-sigs/lws) where a pool spans "
           "hosts or serves prefill/decode separately, the Prometheus operator for the alerts, and a metrics adapter "
           "that exposes each engine's running-requests gauge to the autoscaler (the HPA names it with `_` for `:`).",
-          "- Pin the engine images in `k8s/*.yaml` to the versions you validated (the defaults say `latest`).",
+          "- Engine images are pinned to the release each engine's catalog entry targets (`release.images`); every "
+          "launch command was checked against that release's flags and start-up rules "
+          "(`catalogs/engines/releases/`). Mirror the images to your registry before the bring-up.",
           "- Gated checkpoints (Llama): `kubectl create secret generic hf-token --from-literal=token=<HF token>`; pods "
           "read it as `HF_TOKEN` when present. Weights download to an `emptyDir` at `/model-cache` per pod: for "
           "restarts without a download, replace the `model-cache` volume with a ReadWriteMany claim holding them.",
