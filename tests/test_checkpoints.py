@@ -60,7 +60,8 @@ def test_on_load_fp8_names_the_quantisation(catalog):
     d = deployments(Plan.model_validate(doc), catalog)[0]
     assert d.weights_source == "on-load" and d.model_path == "mistralai/Mixtral-8x7B-v0.1"
     args = command(d, "vllm")
-    assert args[args.index("--quantization") + 1] == "fp8"
+    assert args[args.index("--quantization") + 1] == "fp8_per_tensor"  # vLLM 0.33: "fp8" is deprecated for online
+    assert command(d, "sglang")[command(d, "sglang").index("--quantization") + 1] == "fp8"
     assert p.id == d.pool
 
 

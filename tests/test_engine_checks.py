@@ -374,3 +374,17 @@ def test_vllm_eplb_platform_and_v2_runner(catalog):
                                                      "--pipeline-parallel-size", "2"])
     assert "vllm.dbo-with-v2-model-runner" in _found(catalog, dbo, env={"VLLM_USE_V2_MODEL_RUNNER": "1"})
     assert "vllm.dbo-with-v2-model-runner" not in _found(catalog, dbo)
+
+
+def test_sglang_router_flags_are_sglang_routers(catalog):
+    """The PD router's command line against sglang-router 0.3.2's own flags: the annotation it reads bootstrap
+    ports from is fixed (``router_args.py``), so the old ``--bootstrap-port-annotation`` flag would not start."""
+    from planner.export.routers import pd_router
+    from planner.export.verify import router_findings
+
+    deps = _deps(catalog, "deepseek-sglang-pd")
+    objs = pd_router("chat", deps, "p", "ns")
+    assert objs and router_findings(objs, "sglang", catalog, "chat") == []
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    dep["spec"]["template"]["spec"]["containers"][0]["args"] += ["--bootstrap-port-annotation", "sglang.ai/bootstrap-port"]
+    assert [v.rule for v in router_findings(objs, "sglang", catalog, "chat")] == ["flags.unknown"]

@@ -64,8 +64,12 @@ def test_wheel_carries_the_catalog(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     for sub in ("hardware", "models", "engines", "scenarios"):
         src = sorted(p.name for p in (ROOT / "catalogs" / sub).glob("*.yaml"))
-        got = sorted(Path(n).name for n in names if n.startswith(f"planner/_catalogs/{sub}/"))
+        got = sorted(Path(n).name for n in names if n.startswith(f"planner/_catalogs/{sub}/") and n.count("/") == 3)
         assert src and got == src, sub
+    # the engine releases' flag tables and start-up rules the export checks against
+    releases = sorted(p.name for p in (ROOT / "catalogs" / "engines" / "releases").iterdir())
+    got = sorted(Path(n).name for n in names if n.startswith("planner/_catalogs/engines/releases/"))
+    assert releases and got == releases
     assert installed["wheel"].name.startswith("llm_serving_planner-")
 
 

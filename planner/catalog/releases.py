@@ -97,9 +97,13 @@ def release_of(engine: EngineSpec):
     return engine.release
 
 
-def flag_table(catalog: Catalog, engine: EngineSpec) -> FlagTable:
+def flag_table(catalog: Catalog, engine: EngineSpec, *, router: bool = False) -> FlagTable | None:
+    """The release's flag table (``router``: its PD router's, None where the catalog names none)."""
     rel = release_of(engine)
-    return _flag_table(str(_find(catalog, engine, rel.flags)), engine.id, rel.version)
+    name = rel.router_flags if router else rel.flags
+    if name is None:
+        return None
+    return _flag_table(str(_find(catalog, engine, name)), engine.id + ("-router" if router else ""), rel.version)
 
 
 @lru_cache(maxsize=16)

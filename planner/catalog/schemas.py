@@ -386,6 +386,9 @@ class EngineRelease(Strict):
     id's entry wins over its vendor's."""
     flags: str = Field(pattern=r"^[A-Za-z0-9._-]+\.json\.gz$")
     """File in ``engines/releases/`` with the release's flags (``tests/data/engine_flags_from_wheel.py``)."""
+    router_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+\.json\.gz$")
+    """The flags of the PD router the export runs for this engine, where it is a package of its own with a
+    readable flag table (SGLang's ``sglang-router``)."""
     source: str = Field(min_length=3)
     as_of: AsOf
 

@@ -19,7 +19,7 @@ from planner.export.deploy import Deployment, deployments
 from planner.export.files import inside, staged
 from planner.export.routers import pd_router
 from planner.export.runbook import runbook
-from planner.export.verify import Launch, refuse, verify
+from planner.export.verify import Launch, refuse, router_findings, verify
 from planner.results import Plan
 
 TARGETS = ("sglang", "vllm", "trtllm", "k8s")
@@ -234,8 +234,11 @@ def _k8s(plan: Plan, deps: list[Deployment], catalog: Catalog, maps: dict, plan_
         ds = [d for d in runnable if d.workload == w]
         serving += k8s.workload_objects(ds, target_of, plan_name, namespace,
                                         {d.pool for d in ds if d.name in scaled})
-        routers += pd_router(w, ds, plan_name, namespace,
-                             {e.id: e.release.version for e in catalog.engines.values() if e.release})
+        objs = pd_router(w, ds, plan_name, namespace,
+                         {e.id: e.release.version for e in catalog.engines.values() if e.release})
+        if objs:
+            refuse(router_findings(objs, next(d.engine for d in ds if d.role == "prefill"), catalog, w))
+        routers += objs
     # Services and routes cover every pool, those without a launch template too (run by hand with the pool's
     # labels, they get the traffic the plan gives them; the route never shifts it onto the others)
     every = sorted({d.workload for d in deps})

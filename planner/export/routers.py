@@ -2,7 +2,9 @@
 then to a decode worker that pulls the prompt's KV from it.
 
 - **SGLang**: ``sglang_router.launch_router --pd-disaggregation`` with service discovery (it finds the prefill and
-  decode leaders by label, reads each prefill leader's bootstrap port from a pod annotation, follows autoscalers).
+  decode leaders by label, reads each prefill leader's bootstrap port from the pod annotation
+  ``sglang.ai/bootstrap-port``, fixed in sglang-router 0.3.2's ``router_args.py``: no flag sets it; follows
+  autoscalers).
 - **vLLM**: the NixlConnector pairing proxy of vLLM's documentation (``toy_proxy_server.py --prefiller-hosts ...
   --decoder-hosts ...``, fetched at the release's tag), pointed at each pool's Service; the prefill pod that takes
   a request hands its own address (``VLLM_NIXL_SIDE_CHANNEL_HOST``, the pod IP) to the decode pod in the
@@ -136,7 +138,6 @@ def sglang_router(workload: str, pd: list[Deployment], plan_name: str, namespace
     args = ["--pd-disaggregation", "--service-discovery",
             "--prefill-selector", *selector("prefill"), "--decode-selector", *selector("decode"),
             "--service-discovery-namespace", namespace, "--service-discovery-port", str(PORT),
-            "--bootstrap-port-annotation", k8s.BOOTSTRAP_ANNOTATION,
             "--prefill-policy", "cache_aware", "--decode-policy", "power_of_two",
             "--host", "0.0.0.0", "--port", str(PORT),
             "--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]

@@ -68,6 +68,21 @@ def verify(items: list[Launch], catalog: Catalog) -> list[Violation]:
     return out
 
 
+def router_findings(objs: list[dict], engine: str, catalog: Catalog, workload: str) -> list[Violation]:
+    """A generated PD router's command line against its package's flag table (where the catalog has one)."""
+    table = flag_table(catalog, catalog.get_engine(engine), router=True)
+    out: list[Violation] = []
+    if table is None:
+        return out
+    for o in objs:
+        if o.get("kind") != "Deployment":
+            continue
+        for c in o["spec"]["template"]["spec"]["containers"]:
+            cmd = Command(pool=f"{workload} router", engine=f"{engine}-router", argv=list(c.get("args", [])))
+            out += parse(cmd, table)
+    return out
+
+
 def refuse(violations: list[Violation]) -> None:
     """One line for the first finding (and how many more): the export writes nothing."""
     if violations:

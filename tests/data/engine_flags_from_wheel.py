@@ -3,6 +3,7 @@
     python tests/data/engine_flags_from_wheel.py sglang==0.5.23 [--wheel PATH] [--out FILE] [--compare]
     python tests/data/engine_flags_from_wheel.py vllm==0.33.0 --out catalogs/engines/releases/vllm-0.33.0.flags.json.gz
     python tests/data/engine_flags_from_wheel.py trtllm@00209af1 --out catalogs/engines/releases/trtllm-00209af1.flags.json.gz
+    python tests/data/engine_flags_from_wheel.py sglang-router==0.3.2 --out catalogs/engines/releases/sglang-router-0.3.2.flags.json.gz
 
 vLLM's reader is ``vllm_flags.py`` (its parser is built from config dataclasses). TensorRT-LLM has no release wheel
 on PyPI (a stub pointing at NVIDIA's index): its table is converted from the carried reference, read from
@@ -144,9 +145,12 @@ def manual_flags(src: str, consts: dict) -> dict[str, dict]:
         action = _kw(node, "action")
         act = ast.unparse(action).strip("'\"") if action is not None else None
         choices = _value(_kw(node, "choices"), consts)
+        nargs = _value(_kw(node, "nargs"), consts)
         out[names[0]] = {"aliases": names[1:], "type": ast.unparse(_kw(node, "type")) if _kw(node, "type") else "str",
                          "default": None, "choices": choices if isinstance(choices, list) else None,
                          "takes_value": act not in STORE_TRUE_ACTIONS, "deprecated": bool(act and "Deprecated" in act)}
+        if nargs is not None:
+            out[names[0]]["nargs"] = nargs
     return out
 
 
@@ -174,6 +178,13 @@ def compare(new: dict, engine: str) -> list[str]:
     return lines
 
 
+def router_flags(wheel: Path) -> dict:
+    """``sglang-router``'s flags (``sglang_router/router_args.py``: ``add_argument(f"--{prefix}name", ...)`` with the
+    prefix empty, as ``launch_router`` registers them)."""
+    src = zipfile.ZipFile(wheel).read("sglang_router/router_args.py").decode().replace('f"--{prefix}', '"--')
+    return dict(sorted(manual_flags(src, _constants(ast.parse(src))).items()))
+
+
 def trtllm_from_reference(commit: str) -> dict:
     """TensorRT-LLM's ``trtllm-serve`` flags as the project read them from its source (no release wheel of
     TensorRT-LLM is on PyPI: its 10 KB sdist points at NVIDIA's own index), in the same shape."""
@@ -192,7 +203,8 @@ def trtllm_from_reference(commit: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("spec", help="sglang==VERSION, vllm==VERSION, or trtllm@COMMIT (from the carried reference)")
+    ap.add_argument("spec", help="sglang==VERSION, vllm==VERSION, sglang-router==VERSION, or trtllm@COMMIT (from the "
+                                "carried reference)")
     ap.add_argument("--wheel", type=Path)
     ap.add_argument("--out", type=Path, help="FILE.json or FILE.json.gz")
     ap.add_argument("--compare", action="store_true")
@@ -206,13 +218,15 @@ def main(argv: list[str] | None = None) -> int:
                "syntax": "click", "flag_count": len(flags), "flags": flags}
         return _write(a, doc, "trtllm")
     name, _, version = a.spec.partition("==")
-    if name not in ("sglang", "vllm") or not version:
-        print(f"{a.spec}: give sglang==VERSION, vllm==VERSION or trtllm@COMMIT", file=sys.stderr)
+    if name not in ("sglang", "vllm", "sglang-router") or not version:
+        print(f"{a.spec}: give sglang==VERSION, vllm==VERSION, sglang-router==VERSION or trtllm@COMMIT", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         wheel = a.wheel or download(a.spec, Path(tmp))
         if name == "sglang":
             flags, read = sglang_flags(wheel), "ast over sglang/srt/arg_groups/fields/*.py and server_args.add_cli_args"
+        elif name == "sglang-router":
+            flags, read = router_flags(wheel), "ast over sglang_router/router_args.py (RouterArgs.add_cli_args, no prefix)"
         else:
             sys.path.insert(0, str(HERE))
             from vllm_flags import vllm_flags  # this folder's module
