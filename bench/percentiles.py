@@ -3,8 +3,9 @@
 1. InferenceX runs (closed-loop benchmark, p99 recorded beside the median): p99 TTFT, p99 TPOT and median/p99 ITL
    predicted by the catalog's factors (in sample) and with each hardware left out of the fit (``--loho``: the
    factors refitted without that hardware's rows, as ``planner calibrate report --folds hardware`` does).
-2. Every bundled plan simulated with 100,000 requests (fixed seed): per pool, predicted / simulated p90 and p99
-   TTFT where the pool runs at utilisation <= 0.9, and each workload's simulated attainment against its quantile.
+2. Every bundled plan simulated with 100,000 requests per seed, five fixed seeds: per pool, predicted / simulated
+   p90 and p99 TTFT (pooled over the seeds, with the seeds' range) where the pool runs at utilisation <= 0.9, and
+   each workload's simulated attainment against its quantile (worst seed).
 
     python bench/percentiles.py [--loho] [--jobs 2] [--plans-only | --runs-only]
 """
@@ -57,51 +58,104 @@ def runs(loho: bool, jobs: int) -> None:
     print(f"\nmedians beside them (LOHO): TPOT {100 * s['tpot_median_ape']:.1f}%, TTFT {100 * s['ttft_median_ape']:.1f}%")
 
 
+SEEDS = (0, 1, 2, 3, 4)
+
+
 def plans() -> None:
+    """Each bundled plan simulated once per seed of :data:`SEEDS` (100,000 requests each). A pool's simulated p90 and
+    p99 TTFT are the quantiles of its requests pooled over the seeds, shown with their range across seeds: a pool
+    with ~1% of a plan's traffic gets ~1,000 requests per run, and the p99 of a queue whose slots are held for
+    seconds moves by tens of percent from seed to seed, so a formula is called off only where it is more than 15%
+    from the pooled value *and* outside the range the seeds span."""
     from planner.analysis.simulate import simulate, summary
     from planner.export.bundle import read_plan
 
-    print("\n## Bundled plans, 100,000 simulated requests each (seed 0)\n")
-    print("| plan | pool | queue utilisation | p90 TTFT pred / sim | p99 TTFT pred / sim | workload | within TTFT (q) "
-          "| within TPOT (q) | goodput | wall s |")
-    print("|---|---|---:|---:|---:|---|---|---|---|---:|")
-    ratios = []
+    print(f"\n## Bundled plans, 100,000 simulated requests per seed, seeds {SEEDS}\n")
+    print("| plan | pool | queue utilisation | requests per seed | p90 TTFT pred / sim (seed range) | "
+          "p99 TTFT pred / sim (seed range) | verdict |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    verdicts, strict, attain = [], [], []
     for folder in sorted((ROOT / "plans").iterdir()):
         if not (folder / "plan.json").exists():
             continue
         plan = read_plan(folder)
-        t0 = time.perf_counter()
-        rows = summary(plan, simulate(plan, requests=100_000, seed=0))
-        wall = time.perf_counter() - t0
+        runs = [simulate(plan, requests=100_000, seed=s) for s in SEEDS]
+        per_seed = [{(r["workload"], r["pool"]): r for r in summary(plan, res)} for res in runs]
+        pooled = _pooled(runs)
         pools = {p.id: p for p in plan.pools}
-        for r in rows:
+        for key, r in per_seed[0].items():
             if r["pool"] == "(all)":
-                q_t, q_p = r["slo_ttft_quantile"], r["slo_tpot_quantile"]
-                print(f"| {folder.name} | (all) | | | | {r['workload']} | {r['ttft_within']:.2%} ({q_t}) | "
-                      f"{r['tpot_within']:.2%} ({q_p}) | {r['goodput']:.2%} | {wall:.1f} |")
+                for rs in per_seed:
+                    a = rs[key]
+                    attain.append((folder.name, a["workload"], min(a["ttft_within"] - a["slo_ttft_quantile"],
+                                                                    a["tpot_within"] - a["slo_tpot_quantile"])))
                 continue
             p = pools[r["pool"]]
             if r.get("ttft_p90_ms") is None or p.role == "decode":
                 continue
-            # the queues' utilisation: the prefill ranks', and (aggregated) the batch slots'
-            lt, pr = p.predicted.latency, p.predicted
-            lam = pr.requests_per_s_per_replica * pr.utilisation
-            u = lam * lt.prefill_work_s / max(lt.prefill_servers, 1.0)
-            if p.role == "aggregated":
-                hold = lt.ttft_base_s + next(w.output_tokens for w in plan.workloads if w.name == p.workload) * pr.tpot_s
-                u = max(u, lam * hold / max(p.batch, 1))
-            a90 = r["pred_ttft_p90_ms"] / r["ttft_p90_ms"]
-            a99 = r["pred_ttft_p99_ms"] / r["ttft_p99_ms"]
-            if u <= 0.9 and r["requests"] >= 2000:
-                ratios += [a90, a99]
-            print(f"| {folder.name} | {r['pool']} | {u:.2f} | {r['pred_ttft_p90_ms']:,.0f} / {r['ttft_p90_ms']:,.0f} "
-                  f"| {r['pred_ttft_p99_ms']:,.0f} / {r['ttft_p99_ms']:,.0f} | | | | | |")
-    ratios = np.asarray(ratios)
-    if ratios.size:
-        err = np.abs(ratios - 1.0)
-        print(f"\npools at utilisation <= 0.9 with >= 2,000 simulated requests: {ratios.size // 2}; predicted / "
-              f"simulated p90 and p99 TTFT within 15% in {np.mean(err <= 0.15):.0%} (median |error| "
-              f"{100 * np.median(err):.1f}%, worst {100 * err.max():.1f}%)")
+            u = _queue_utilisation(plan, p)
+            sim = pooled[r["pool"]]
+            cells, ok, close = [], True, True
+            for q, pred in ((90, r["pred_ttft_p90_ms"]), (99, r["pred_ttft_p99_ms"])):
+                seeds = [rs[key][f"ttft_p{q}_ms"] for rs in per_seed]
+                lo, hi = min(seeds), max(seeds)
+                close &= abs(pred / sim[q] - 1.0) <= 0.15
+                ok &= abs(pred / sim[q] - 1.0) <= 0.15 or lo <= pred <= hi
+                cells.append(f"{pred:,.0f} / {sim[q]:,.0f} ({lo:,.0f}-{hi:,.0f})")
+            if u <= 0.9:
+                verdicts.append(ok)
+                strict.append(close)
+            if not close:
+                long90, long99 = _one_replica(plan, p, 300_000)
+                print(f"| {folder.name} | {r['pool']}, one replica alone, 300,000 requests | | | "
+                      f"{r['pred_ttft_p90_ms']:,.0f} / {long90:,.0f} | {r['pred_ttft_p99_ms']:,.0f} / {long99:,.0f} | "
+                      f"{'agrees' if max(abs(r['pred_ttft_p90_ms'] / long90 - 1), abs(r['pred_ttft_p99_ms'] / long99 - 1)) <= 0.15 else 'OFF'} |")
+            print(f"| {folder.name} | {r['pool']} | {u:.2f} | {r['requests']:,} | {cells[0]} | {cells[1]} | "
+                  f"{'agrees' if ok else 'OFF'} |")
+    print(f"\npools at queue utilisation <= 0.9: {len(verdicts)}; predicted p90 and p99 TTFT within 15% of the pooled "
+          f"simulation or inside its seed range: {sum(verdicts)} of {len(verdicts)} (within 15% of the pooled value "
+          f"alone: {sum(strict)})")
+    worst = min(attain, key=lambda t: t[2])
+    print(f"simulated attainment minus the SLO quantile, worst over workloads and seeds: {worst[2]:+.4f} "
+          f"({worst[0]} {worst[1]})")
+
+
+def _one_replica(plan, p, n: int, seed: int = 0) -> tuple[float, float]:
+    """p90 and p99 TTFT (ms) of one replica of pool ``p`` simulated alone for ``n`` requests at its planned rate
+    (the simulator's replica model; the first tenth dropped as warm-up)."""
+    from planner.analysis.simulate import _lengths, _replica
+
+    w = next(x for x in plan.workloads if x.name == p.workload)
+    rng = np.random.default_rng(seed)
+    rate = p.predicted.requests_per_s_per_replica * p.predicted.utilisation
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    x = _lengths(rng, w.input_spread, n)
+    out = np.maximum(np.round(_lengths(rng, w.output_spread, n) * w.output_tokens), 1.0)
+    first, _, _ = _replica(rng, p, arrivals, x, out, float(w.output_tokens))
+    t = (first - arrivals)[n // 10:]
+    return 1e3 * float(np.quantile(t, 0.9)), 1e3 * float(np.quantile(t, 0.99))
+
+
+def _pooled(runs) -> dict:
+    """Pool -> {90: p90 ms, 99: p99 ms} of the TTFT of its requests over every run."""
+    out = {}
+    pools = np.concatenate([r.pool for r in runs]).astype(str)
+    ttft = np.concatenate([r.ttft for r in runs])
+    for pool in np.unique(pools):
+        t = ttft[pools == pool]
+        out[pool] = {90: 1e3 * float(np.quantile(t, 0.9)), 99: 1e3 * float(np.quantile(t, 0.99))}
+    return out
+
+
+def _queue_utilisation(plan, p) -> float:
+    """The pool's queues' utilisation: its prefill ranks', and (aggregated) its batch slots'."""
+    lt, pr = p.predicted.latency, p.predicted
+    lam = pr.requests_per_s_per_replica * pr.utilisation
+    u = lam * lt.prefill_work_s / max(lt.prefill_servers, 1.0)
+    if p.role == "aggregated":
+        hold = lt.ttft_base_s + next(w.output_tokens for w in plan.workloads if w.name == p.workload) * pr.tpot_s
+        u = max(u, lam * hold / max(p.batch, 1))
+    return u
 
 
 def main() -> None:
