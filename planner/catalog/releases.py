@@ -63,6 +63,8 @@ class FlagTable:
     names: dict[str, str]
     """Every spelling (flag, alias, ``--no-`` form) -> the flag's entry key."""
     source: dict
+    config_fields: dict[str, list[str]] | None = None
+    """Fields of the engine's ``--config`` YAML per dotted section ("": top level), where the table has them."""
 
     def canonical(self, option: str) -> str | None:
         if option in self.names:
@@ -118,7 +120,7 @@ def _flag_table(path: str, engine: str, version: str) -> FlagTable:
         for spelling in [key, *(entry.get("aliases") or [])]:
             names[spelling] = key
     return FlagTable(engine=engine, version=version, syntax=doc.get("syntax", "argparse"), flags=flags, names=names,
-                     source=doc.get("source", {}))
+                     source=doc.get("source", {}), config_fields=doc.get("config_fields"))
 
 
 def rules_for(catalog: Catalog, engine: EngineSpec) -> list[Rule]:

@@ -111,7 +111,20 @@ def parse(cmd: Command, table: FlagTable) -> list[Violation]:
                 bad("flags.choice", f"'{a} {v}' is not among the {what}: {', '.join(map(str, allowed))[:200]}")
         cmd.values[key] = ([_number(v) for v in vals] if many else _number(vals[0])) if vals else True
         i = j
+    if table.config_fields is not None:
+        _config_keys(cmd.config, "", table.config_fields, bad)
     return out
+
+
+def _config_keys(doc: dict, section: str, fields: dict[str, list[str]], bad) -> None:
+    """Every key of a ``--config`` YAML is a field read for its section (sections without a list are not checked)."""
+    known = fields.get(section)
+    for k, v in doc.items():
+        name = f"{section}.{k}" if section else k
+        if known is not None and k not in known:
+            bad("flags.config-key", f"'{name}' is not a field of the --config YAML (extra fields are refused)")
+        if isinstance(v, dict) and name in fields:
+            _config_keys(v, name, fields, bad)
 
 
 # ---------------------------------------------------------------------------------------------------------------

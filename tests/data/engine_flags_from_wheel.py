@@ -201,6 +201,23 @@ def trtllm_from_reference(commit: str) -> dict:
     return dict(sorted(flags.items()))
 
 
+def trtllm_config_fields() -> dict[str, list[str]]:
+    """The ``--config`` YAML fields read from ``llm_args.py`` (carried reference), per dotted section ("" for the top
+    level). The reference says its TorchLlmArgs list is partial: a key missing here may still be valid, but every
+    key the export writes must be one that was read. ``cache_transceiver_config``'s keys are engine-rules 3.2's."""
+    spec = json.loads(gzip.decompress((HERE / "reference" / "engine-flags.json.gz").read_bytes()))["trtllm"][
+        "extra_llm_api_options_yaml"]
+    spec_keys = [k.split(" ")[0] for k in spec["speculative_config"]["common_keys"] + spec["speculative_config"]["MTP_keys"]]
+    return {"": sorted(set(spec["BaseLlmArgs"]) | set(spec["TorchLlmArgs"])),
+            "kv_cache_config": sorted(spec["KvCacheConfig"]), "moe_config": sorted(spec["MoeConfig"]),
+            "moe_config.load_balancer": sorted(spec["MoeLoadBalancerConfig"]),
+            "attention_dp_config": sorted(spec["AttentionDpConfig"]), "cuda_graph_config": sorted(spec["CudaGraphConfig"]),
+            "scheduler_config": sorted(spec["SchedulerConfig"]),
+            "speculative_config": sorted({"decoding_type", *spec_keys}),
+            "cache_transceiver_config": ["backend", "kv_transfer_sender_future_timeout_ms", "kv_transfer_timeout_ms",
+                                         "max_tokens_in_buffer", "transceiver_runtime"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("spec", help="sglang==VERSION, vllm==VERSION, sglang-router==VERSION, or trtllm@COMMIT (from the "
@@ -215,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"source": {"package": "tensorrt-llm", "version": f"source@{commit}",
                           "read": "NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at that commit (click options), "
                                   "as carried in reference/engine-flags.json.gz"},
-               "syntax": "click", "flag_count": len(flags), "flags": flags}
+               "syntax": "click", "flag_count": len(flags), "flags": flags, "config_fields": trtllm_config_fields()}
         return _write(a, doc, "trtllm")
     name, _, version = a.spec.partition("==")
     if name not in ("sglang", "vllm", "sglang-router") or not version:
