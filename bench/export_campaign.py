@@ -165,7 +165,7 @@ def _exercised(deps, catalog) -> tuple[list[str], list[str]]:
     the flags those launches emit (engine|flag)."""
     from planner.catalog.releases import flag_table, rules_for
     from planner.export import launch
-    from planner.export.checks import evaluate, functions, parse
+    from planner.export.checks import applies, functions, parse
     from planner.export.verify import Launch, command_of
 
     fired, flags = set(), set()
@@ -178,14 +178,7 @@ def _exercised(deps, catalog) -> tuple[list[str], list[str]]:
         parse(cmd, flag_table(catalog, eng))
         flags |= {f"{d.engine}|{f}" for f in cmd.values}
         names = functions(cmd)
-        for r in rules_for(catalog, eng):
-            if r.scope == "pair":
-                continue
-            scope = dict(names)
-            for k, expr in r.vars.items():
-                scope[k] = evaluate(expr, scope)
-            if evaluate(r.when, scope):
-                fired.add(r.id)
+        fired |= {r.id for r in rules_for(catalog, eng) if r.scope != "pair" and applies(r, names)[0]}
     return sorted(fired), sorted(flags)
 
 

@@ -391,3 +391,37 @@ def test_sglang_router_flags_are_sglang_routers(catalog):
     dep = next(o for o in objs if o["kind"] == "Deployment")
     dep["spec"]["template"]["spec"]["containers"][0]["args"] += ["--bootstrap-port-annotation", "sglang.ai/bootstrap-port"]
     assert [v.rule for v in router_findings(objs, "sglang", catalog, "chat")] == ["flags.unknown"]
+
+
+def test_a_broken_rules_file_is_one_line_naming_the_rule(catalog, tmp_path, capsys):
+    """A rule whose expression does not parse, or names a function the language lacks: exit 1 naming the file and
+    the rule, not a traceback."""
+    import shutil
+
+    from planner.catalog.loader import clear_cache, load_catalog
+    from planner.cli import main as cli
+
+    (tmp_path / "engines" / "releases").mkdir(parents=True)
+    shutil.copy(ROOT / "catalogs" / "engines" / "sglang.yaml", tmp_path / "engines" / "sglang.yaml")
+    for f in (ROOT / "catalogs" / "engines" / "releases").iterdir():
+        shutil.copy(f, tmp_path / "engines" / "releases" / f.name)
+    rules = tmp_path / "engines" / "releases" / RULES_FILE
+    text = rules.read_text()
+    try:
+        rules.write_text(text.replace('require: "flag(\'--attn-dp-size\') >= 1"', 'require: "flag(\'--attn-dp-size\') >="'))
+        clear_cache()
+        with pytest.raises(InputError, match=r"rules\.yaml.*sglang\.attn-dp-positive"):
+            export_plan(ROOT / "plans" / "deepseek-sglang-pd", ["sglang"], tmp_path / "out", load_catalog(tmp_path))
+        rules.write_text(text.replace('require: "flag(\'--attn-dp-size\') >= 1"', 'require: "nope(1)"'))
+        clear_cache()
+        from planner.catalog import releases
+
+        releases._rules_file.cache_clear()
+        with pytest.raises(SystemExit) as exit_:
+            cli(["--catalog", str(tmp_path), "export", str(ROOT / "plans" / "deepseek-sglang-pd"), "--target",
+                 "sglang", "--out", str(tmp_path / "out2")])
+        assert exit_.value.code == 1 and not (tmp_path / "out2").exists()
+        err = capsys.readouterr().err
+        assert "rules.yaml" in err and "sglang.attn-dp-positive" in err and "Traceback" not in err
+    finally:
+        clear_cache()

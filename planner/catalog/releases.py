@@ -8,6 +8,7 @@ whose rules were read. :mod:`planner.export.checks` evaluates both against every
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from planner.catalog.fields import Strict
 from planner.catalog.loader import Catalog, bundled_catalog_dir, format_validation_error, read_yaml
@@ -43,6 +44,15 @@ class Rule(Strict):
     """What the engine says or does when ``require`` fails (quoted where the source has a message)."""
     source: str = Field(min_length=5)
     """File (and line) of the engine release the condition was read from."""
+
+    @model_validator(mode="after")
+    def _expressions(self) -> Rule:
+        for where, expr in [("when", self.when), ("require", self.require), *self.vars.items()]:
+            try:
+                ast.parse(expr, mode="eval")
+            except SyntaxError as e:
+                raise ValueError(f"rule {self.id}: '{where}' is not an expression ({e.msg})") from None
+        return self
 
 
 class RulesFile(Strict):
@@ -121,6 +131,10 @@ def _flag_table(path: str, engine: str, version: str) -> FlagTable:
             names[spelling] = key
     return FlagTable(engine=engine, version=version, syntax=doc.get("syntax", "argparse"), flags=flags, names=names,
                      source=doc.get("source", {}), config_fields=doc.get("config_fields"))
+
+
+def rules_path(catalog: Catalog, engine: EngineSpec) -> Path:
+    return _find(catalog, engine, RULES_FILE)
 
 
 def rules_for(catalog: Catalog, engine: EngineSpec) -> list[Rule]:

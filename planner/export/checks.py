@@ -23,6 +23,7 @@ import operator
 from dataclasses import dataclass, field
 
 from planner.catalog.releases import FlagTable, Rule
+from planner.errors import InputError
 
 _MISSING = object()
 
@@ -141,8 +142,8 @@ _BUILTINS = {"len": len, "min": min, "max": max, "str": str, "int": int, "abs": 
              "all_in": lambda xs, allowed: all(x in allowed for x in xs)}
 
 
-class RuleError(ValueError):
-    pass
+class RuleError(InputError):
+    """A rule outside the language (a catalog error: exit 1 naming the rule)."""
 
 
 def _dig(value, path: str, default):
@@ -257,13 +258,24 @@ def _eval(node, names):  # noqa: C901  (one case per node type of the language)
     raise RuleError(f"unsupported expression {ast.unparse(node)!r}")
 
 
-def _holds(rule: Rule, names: dict) -> bool:
+def applies(rule: Rule, names: dict) -> tuple[bool, dict]:
+    """Whether ``rule``'s ``when`` holds, and the names its ``require`` sees (``vars`` evaluated in order)."""
     scope = dict(names)
     try:
         for k, expr in rule.vars.items():
             scope[k] = evaluate(expr, scope)
-        if not evaluate(rule.when, scope):
-            return True
+        return bool(evaluate(rule.when, scope)), scope
+    except RuleError as e:
+        raise RuleError(f"rule {rule.id}: {e}") from None
+    except (TypeError, AttributeError, ZeroDivisionError) as e:
+        raise RuleError(f"rule {rule.id}: {type(e).__name__}: {e}") from None
+
+
+def _holds(rule: Rule, names: dict) -> bool:
+    when, scope = applies(rule, names)
+    if not when:
+        return True
+    try:
         return bool(evaluate(rule.require, scope))
     except RuleError as e:
         raise RuleError(f"rule {rule.id}: {e}") from None

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.catalog.loader import Catalog
-from planner.catalog.releases import flag_table, rules_for
+from planner.catalog.releases import flag_table, rules_for, rules_path
 from planner.errors import InputError
 from planner.export import launch
-from planner.export.checks import Command, Violation, check_command, check_pair, parse
+from planner.export.checks import Command, RuleError, Violation, check_command, check_pair, parse
 from planner.export.deploy import Deployment
 
 
@@ -44,7 +44,16 @@ def command_of(item: Launch, catalog: Catalog) -> Command:
 
 
 def verify(items: list[Launch], catalog: Catalog) -> list[Violation]:
-    """Findings over every launch and every prefill/decode pairing of the plan's own engines."""
+    """Findings over every launch and every prefill/decode pairing of the plan's own engines; a rule outside the
+    language is an :class:`InputError` naming the rules file and the rule."""
+    try:
+        return _verify(items, catalog)
+    except RuleError as e:
+        path = rules_path(catalog, catalog.get_engine(items[0].target)) if items else "rules.yaml"
+        raise InputError(f"{path}: {e}") from None
+
+
+def _verify(items: list[Launch], catalog: Catalog) -> list[Violation]:
     out: list[Violation] = []
     rules: dict[str, list] = {}
     own: dict[str, Command] = {}
