@@ -23,6 +23,7 @@ with the factors fitted on the other engines' rows: each hardware's default bloc
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -68,8 +69,14 @@ def sibling(catalog: Catalog, hid: str, measured) -> str | None:
 
 
 def _fold(args):
-    norm, catalog, hw = args
-    res = F.fit_norm(norm[norm["n_hw"] != hw], catalog)
+    norm, catalog, hw, cache = args
+    path = cache / f"{hw}.pkl" if cache else None
+    if path is not None and path.exists():
+        res = pickle.loads(path.read_bytes())
+    else:
+        res = F.fit_norm(norm[norm["n_hw"] != hw], catalog)
+        if path is not None:
+            path.write_bytes(pickle.dumps(res))
     test = norm[norm["n_hw"] == hw]
     blocks = F.efficiency_blocks(res, catalog, "loho")
     allhw = _predict_with(blocks, catalog, test)
@@ -84,6 +91,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--systems", default=None, help="held-out hardware ids, comma-separated (default: every one)")
     ap.add_argument("--engines", action="store_true", help="leave one engine out instead of one hardware")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="folder keeping each fold's fit (pickled; reused when present, so transfer rules are compared "
+                         "without refitting)")
     a = ap.parse_args()
     cat = load_catalog()
     sets = [load_measured(p, cat, measured=True) for p in (a.data or DATA)]
@@ -100,7 +110,9 @@ def main() -> None:
     norm, _ = F.prepare(sets, cat)
     systems = a.systems.split(",") if a.systems else sorted(norm["n_hw"].unique())
     t0 = time.perf_counter()
-    args = [(norm, cat, h) for h in systems]
+    if a.cache:
+        a.cache.mkdir(parents=True, exist_ok=True)
+    args = [(norm, cat, h, a.cache) for h in systems]
     if a.jobs > 1:
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
             results = list(ex.map(_fold, args))

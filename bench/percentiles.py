@@ -8,6 +8,7 @@
    each workload's simulated attainment against its quantile (worst seed).
 
     python bench/percentiles.py [--loho] [--jobs 2] [--plans-only | --runs-only]
+    python bench/percentiles.py --spread   # the acceptance spread across requests against the speculative runs
 """
 
 from __future__ import annotations
@@ -28,6 +29,28 @@ from planner.calib.predict import notes, predict_normalised  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
 
 RUNS = ROOT.parent / "shared" / "calibration" / "inferencex" / "dsr1_runs.json"
+
+
+def spread_scan() -> None:
+    """The spread of acceptance across requests (``SPEC_REQUEST_SPREAD``) against the measured p99 / median TPOT of the
+    speculative runs: per draft count, the median of predicted / measured ratio (the medians' own error cancels)."""
+    import planner.perf.latency as lat
+
+    cat = load_catalog()
+    meas = load_measured(RUNS, cat, measured=True)
+    norm = meas.norm
+    spec = norm["n_spec"].fillna(0.0).to_numpy(float)
+    mr = (norm["m_tpot_p99"] / norm["m_tpot"]).to_numpy(float)
+    print("| spread | " + " | ".join(f"{k:.0f} drafts: pred/meas p99/median" for k in (1, 2, 3)) + " | all |")
+    print("|---|---|---|---|---|")
+    for sd in (0.0, 0.03, 0.06, 0.08, 0.09, 0.10, 0.12, 0.15):
+        lat.SPEC_REQUEST_SPREAD = sd
+        p = predict_normalised(norm, cat)
+        pr = (p["predicted_tpot_p99_ms"] / p["predicted_tpot_ms"]).to_numpy(float)
+        x = np.log(pr / mr)
+        cells = [np.nanmedian(np.exp(x[spec == k])) for k in (1, 2, 3)]
+        allk = np.nanmedian(np.abs(x[spec > 0]))
+        print(f"| {sd:.2f} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | median |log| {allk:.3f} |")
 
 
 def runs(loho: bool, jobs: int) -> None:
@@ -164,7 +187,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--plans-only", action="store_true")
     ap.add_argument("--runs-only", action="store_true")
+    ap.add_argument("--spread", action="store_true",
+                    help="Scan the spread of draft acceptance across requests against the speculative runs, then stop.")
     a = ap.parse_args()
+    if a.spread:
+        spread_scan()
+        return
     if not a.plans_only:
         if not RUNS.exists():
             sys.exit(f"{RUNS}: not found (the measured runs live in ../shared)")

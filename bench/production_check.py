@@ -10,7 +10,9 @@ Sources (``../shared/reference/hardware-models.md`` section 8 names them): DS6 (
 overview), LMSYS-EP (SGLang, 96 H100, 2025-05-05), LMSYS-GB1 / LMSYS-GB2 (SGLang on GB200 NVL72, 2025-06-16 and
 2025-09-25), TRTLLM-DSR1 (TensorRT-LLM's DeepSeek-R1 best-practice blog and its B200 min-latency tech blog),
 POPE (Pope et al. 2022, "Efficiently Scaling Transformer Inference", PaLM 540B on TPU v4; values through the
-secondary transcription the reference names).
+secondary transcription the reference names), TRTLLM-BP (NVIDIA/TensorRT-LLM
+``docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md`` @01c4ece9) and TRTLLM-PERF
+(``docs/source/developer-guide/perf-overview.md`` @03e27c7d).
 
 Cases:
 
@@ -30,12 +32,24 @@ Cases:
   output tokens/s per GPU) and with FP8 KV and NVFP4 experts (13,386). Guessed as above.
 - ``gb200-prefill-p2-fp8`` / ``-nvfp4``: LMSYS-GB2 prefill of 2,000-token prompts: 18,471 and 26,156 input tokens/s
   per GPU. Guessed: attention-DP8 EP8 with overlap, 16,384 tokens per GPU and pass.
-- ``trtllm-b200-maxtput``: TensorRT-LLM, DeepSeek-R1 FP4 (NVFP4 experts, FP8 dense) on 8 B200, attention-DP8 EP8,
-  1K/2K: over 30,000 output tokens/s per node (TRTLLM-DSR1, GTC 2025). Guessed: FP8 KV, 384 sequences per GPU, no
-  MTP.
-- ``trtllm-b200-minlat``: the same model on 8 B200 at one request, TP8 with experts TP4 x EP2, three MTP drafts,
-  1K/2K: 253 tokens/s per user before relaxed acceptance (TRTLLM-DSR1 tech blog 1). The catalog's published draft
-  acceptance is used.
+- ``trtllm-b200-maxtput-bf16kv`` / ``-fp8kv``, ``trtllm-h200-maxtput``, ``trtllm-b200-minlat``, ``trtllm-h200-minlat``:
+  TensorRT-LLM's DeepSeek-R1 best-practice runs (TRTLLM-BP), each with its published trtllm-bench command: R1-FP4
+  (FP8 dense, NVFP4 experts) on 8 B200 at attention-DP8 EP8, 3,072 requests in flight (384 a rank), BF16 KV, 1K/2K:
+  4,548 output tokens/s per GPU; R1-0528-FP4 with FP8 KV, 7,168 in flight (896 a rank): 5,393; R1 FP8 on 8 H200 at
+  attention-DP8 EP8, 1,024 in flight: 1,436; batch 1 with three MTP drafts at TP8 EP2 (B200) / TP8 EP4 (H200): 274.7
+  / 158.1 tokens/s per user (output over the request's latency, prefill included). These are aggregated closed loops
+  (each request's 1K prefill runs in the same engine), predicted as ``planner validate`` predicts a measured run
+  (:func:`benchmark_run`). Guessed: the KV format where the command leaves the checkpoint's default, and the lengths of
+  the FP8-KV run (the blog's 1K/2K). Their commands leave attention-DP balancing off (the engine's default), so these
+  runs are predicted without it. The GTC claim of "over 30,000 tokens/s per node" that this file used before, with
+  a guessed batch, is replaced by these.
+- ``trt-<model>-<gpu>-<layout>-<isl><osl>``: TensorRT-LLM's perf overview (TRTLLM-PERF): maximum-throughput
+  trtllm-bench runs of DeepSeek-R1-0528, gpt-oss-120b, Llama 3.3 70B (evaluated as Llama 3.1 70B, the same
+  architecture) and Qwen3-235B-A22B on B200, GB200, H200 and H100 at the published layout and precision, every request
+  of the dataset queued at once. Guessed: the batch, which trtllm-bench sizes to what the KV cache holds
+  (``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting``), so the case admits requests as the KV cache
+  holds them; the DeepSeek runs balance prompts over attention-DP ranks (``attention_dp_config.enable_balance``, as
+  published).
 - ``palm-tpu-v4-decode``: PaLM 540B, int8 weights, 64 TPU v4 chips, batch 64, 2,048-token context: 1.82 s for 64
   generated tokens, 35.2 tokens/s per user (POPE Table 2, low-latency). Our layout: TP64 is not a divisor of 48
   heads (the paper pads them to 64) and the paper's 2D weight-stationary layout is not one of ours: the case
@@ -54,10 +68,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.calib.predict import predict_normalised  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.perf.layout import Layout, expert_copies  # noqa: E402
 from planner.perf.report import prefill_roofline, roofline  # noqa: E402
@@ -114,6 +130,28 @@ def prefill(setup: Setup, layout: Layout, prompt: float, cached_share: float = 0
             "mfu": r.model_flops_utilisation}
 
 
+def benchmark_run(cat, model: str, hw: str, engine: str, *, dense: str, expert: str, kv: str, isl: float, osl: float,
+                  conc: float, tp: int, ep: int, dp: int, spec: float = 0.0, per_user: bool = False,
+                  balance: bool | None = None) -> dict:
+    """A closed-loop aggregated benchmark (``trtllm-bench throughput``: ``conc`` requests in flight, each a prefill of
+    ``isl`` tokens and ``osl`` decode steps on the same engine, admitted as the KV cache allows) predicted as
+    ``planner validate`` predicts a measured run: output tokens/s per GPU, or per user (``per_user``: ``osl`` over the
+    request's latency, its prefill included, as trtllm-bench reports it). ``balance``: whether the run's attention-DP ranks
+    take their prompts in the same steps (``attention_dp_config.enable_balance``; None: the engine's catalog default)."""
+    gpus = float(tp * dp)
+    row = dict(n_model=model, n_hw=hw, n_engine=engine, n_mode="agg", n_dense=dense, n_expert=expert, n_kv=kv,
+               n_isl=float(isl), n_osl=float(osl), n_conc=float(conc), n_spec=float(spec), a_tp=float(tp), a_pp=1.0,
+               a_dp=float(dp), a_ep=float(ep), a_batch=float(conc), a_red=0.0, n_workers_assumed=False,
+               n_gpus_out=gpus, n_staggered=False, reason="", d_batch=np.nan, d_workers=np.nan,
+               n_adp_balance=balance)
+    p = predict_normalised(pd.DataFrame([row]), cat).iloc[0]
+    ttft_s, tpot_s = p["predicted_ttft_ms"] / 1e3, p["predicted_tpot_ms"] / 1e3
+    out = {"ttft_s": ttft_s, "tpot_ms": tpot_s * 1e3}
+    if per_user:
+        return {"predicted": osl / (ttft_s + (osl - 1.0) * tpot_s), **out}
+    return {"predicted": float(p["predicted_output_tput_per_gpu"]), **out}
+
+
 def cases(cat) -> list[dict]:
     ds = "deepseek-v3"
     ep144, ep32, ep72 = Layout(1, 144, 1, 144, 32), Layout(1, 32, 1, 32, 0), Layout(1, 72, 1, 72, 32)
@@ -147,13 +185,7 @@ def cases(cat) -> list[dict]:
                     guessed=guess_pf, **prefill(_setup(cat, ds, gb, "sglang", kv="bf16"), ep8, 2000.0, per=1)))
     out.append(dict(case="gb200-prefill-p2-nvfp4", published=26_156.0, unit="input tok/s/GPU", source="LMSYS-GB2",
                     guessed=guess_pf, **prefill(_setup(cat, ds, gb, "sglang", expert="fp4"), ep8, 2000.0, per=1)))
-    out.append(dict(case="trtllm-b200-maxtput", published=30_000.0, unit="output tok/s/node", source="TRTLLM-DSR1",
-                    guessed="FP8 KV; 384 sequences per GPU; no MTP",
-                    **decode_at_batch(_setup(cat, ds, "b200-sxm", "trtllm", expert="fp4", tbo=0.0), ep8,
-                                      1024.0 + 1024.0, 384.0)))
-    out.append(dict(case="trtllm-b200-minlat", published=253.0, unit="output tok/s/user", source="TRTLLM-DSR1",
-                    **user_speed(_setup(cat, ds, "b200-sxm", "trtllm", expert="fp4", kv="fp8", spec=3, tbo=0.0),
-                                 Layout(8, 2, 1, 1, 0), 1024.0 + 1024.0, 1.0)))
+    out += trtllm_cases(cat)
     palm = _setup(cat, "palm-540b", "tpu-v4", "jetstream" if "jetstream" in cat.engines else "vllm",
                   dense="int8", kv="bf16", tbo=0.0)
     out.append(dict(case="palm-tpu-v4-decode", published=64 / 1.82, unit="output tok/s/user", source="POPE",
@@ -161,6 +193,67 @@ def cases(cat) -> list[dict]:
                     **user_speed(palm, Layout(64, 1, 1, 1, 0), 2048.0 + 32.0, 64.0)))
     for c in out:
         c["ratio"] = c["predicted"] / c["published"]
+    return out
+
+
+TRT_BP = ("TRTLLM-BP: NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md "
+          "@01c4ece9 (trtllm-bench; B200 max-throughput reproduced at TensorRT-LLM b6261862)")
+TRT_PERF = ("TRTLLM-PERF: NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d (trtllm-bench "
+            "throughput, all requests queued at once)")
+PERF_GUESS = ("requests in flight: the dataset's count (3,000 at 1K/1K, 1,500 at 8K/1K and 1K/8K), admitted as the KV "
+              "cache holds them (trtllm-bench's own batch heuristic is not published)")
+PERF_REQUESTS = {(1024, 1024): 3000.0, (8192, 1024): 1500.0, (1024, 8192): 1500.0}
+
+
+def trtllm_cases(cat) -> list[dict]:
+    """TensorRT-LLM's published DeepSeek-R1 runs (each with its whole configuration) and its perf overview's
+    maximum-throughput table for other models: closed-loop aggregated benchmarks, predicted with their prefills."""
+    ds = "deepseek-v3"
+    out = [
+        dict(case="trtllm-b200-maxtput-bf16kv", published=4_548.0, unit="output tok/s/GPU", source=TRT_BP,
+             **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="bf16", isl=1024, osl=2048,
+                             conc=3072, tp=1, ep=8, dp=8, balance=False)),
+        dict(case="trtllm-b200-maxtput-fp8kv", published=5_393.0, unit="output tok/s/GPU", source=TRT_BP,
+             guessed="1K/2K (the blog's benchmark lengths; this section does not restate them)",
+             **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="fp8", isl=1024, osl=2048,
+                             conc=7168, tp=1, ep=8, dp=8, balance=False)),
+        dict(case="trtllm-h200-maxtput", published=1_436.0, unit="output tok/s/GPU", source=TRT_BP,
+             guessed="BF16 KV (the FP8 checkpoint's default)",
+             **benchmark_run(cat, ds, "h200-sxm", "trtllm", dense="fp8", expert="fp8", kv="bf16", isl=1024, osl=2048,
+                             conc=1024, tp=1, ep=8, dp=8, balance=False)),
+        dict(case="trtllm-b200-minlat", published=274.7, unit="output tok/s/user", source=TRT_BP,
+             guessed="BF16 KV (the R1-FP4 checkpoint's default); the catalog's published MTP acceptance",
+             **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="bf16", isl=1024, osl=2048,
+                             conc=1, tp=8, ep=2, dp=1, spec=3, per_user=True)),
+        dict(case="trtllm-h200-minlat", published=158.1, unit="output tok/s/user", source=TRT_BP,
+             guessed="BF16 KV; the catalog's published MTP acceptance",
+             **benchmark_run(cat, ds, "h200-sxm", "trtllm", dense="fp8", expert="fp8", kv="bf16", isl=1024, osl=2048,
+                             conc=1, tp=8, ep=4, dp=1, spec=3, per_user=True)),
+    ]
+    # perf overview (model, hardware, dtypes (dense, expert, kv), layout (tp, ep, dp), {(isl, osl): published})
+    table = [
+        (ds, "b200-sxm", ("fp8", "fp4", "fp8"), (1, 4, 4), {(1024, 1024): 6_430.0, (8192, 1024): 1_168.0}),
+        (ds, "gb200-nvl72", ("fp8", "fp4", "fp8"), (1, 4, 4), {(1024, 1024): 6_924.0, (1024, 8192): 4_379.0}),
+        (ds, "h200-sxm", ("fp8", "fp8", "fp8"), (1, 8, 8), {(1024, 1024): 1_620.0, (1024, 8192): 1_218.0}),
+        ("gpt-oss-120b", "b200-sxm", ("bf16", "fp4", "fp8"), (1, 2, 2), {(1024, 1024): 25_870.0, (8192, 1024): 6_111.0}),
+        ("gpt-oss-120b", "h200-sxm", ("bf16", "fp4", "bf16"), (1, 1, 1), {(1024, 1024): 6_798.0, (8192, 1024): 1_828.0}),
+        ("gpt-oss-120b", "h100-sxm", ("bf16", "fp4", "bf16"), (1, 4, 4), {(1024, 1024): 4_715.0}),
+        ("llama-3.1-70b", "b200-sxm", ("fp4", "fp4", "fp8"), (1, 1, 1), {(1024, 1024): 6_842.0, (8192, 1024): 1_362.0}),
+        ("llama-3.1-70b", "h200-sxm", ("fp8", "fp8", "fp8"), (2, 1, 1), {(1024, 1024): 2_582.0, (8192, 1024): 537.0}),
+        ("qwen3-235b-a22b", "b200-sxm", ("fp4", "fp4", "fp8"), (1, 4, 4), {(1024, 1024): 5_756.0}),
+        ("qwen3-235b-a22b", "h200-sxm", ("fp8", "fp8", "fp8"), (1, 4, 4), {(1024, 1024): 3_268.0}),
+        ("qwen3-235b-a22b", "h100-sxm", ("fp8", "fp8", "fp8"), (1, 8, 8), {(1024, 1024): 1_935.0}),
+    ]
+    for model, hw, (dense, expert, kv), (tp, ep, dp), runs in table:
+        for (isl, osl), pub in runs.items():
+            lay = f"TP{tp}" if dp == 1 and ep == 1 else f"DEP{dp}" if tp == 1 else f"TP{tp} EP{ep}"
+            out.append(dict(case=f"trt-{model}-{hw.split('-')[0]}-{lay}-{isl // 1024}k{osl // 1024}k", published=pub,
+                            unit="output tok/s/GPU", source=TRT_PERF,
+                            guessed=PERF_GUESS + ("; Llama 3.3 70B as Llama 3.1 70B (same architecture)"
+                                                  if model.startswith("llama") else ""),
+                            **benchmark_run(cat, model, hw, "trtllm", dense=dense, expert=expert, kv=kv, isl=isl,
+                                            osl=osl, conc=PERF_REQUESTS[(isl, osl)], tp=tp, ep=ep, dp=dp,
+                                            balance=model == ds)))
     return out
 
 

@@ -218,6 +218,19 @@ def test_trtllm_rules(catalog):
     wide = next(i for i in items if i.config.get("enable_attention_dp"))
     assert "trtllm.attention-dp-width-is-tp" in _found(catalog, wide, facts={"attn_dp": 2})
     assert "trtllm.world-size" in _found(catalog, wide, facts={"gpus": wide.deployment.gpus * 2})
+    # an aggregated attention-DP pool balances its prompts over the ranks, as the plan priced it
+    # (features.attention_dp_prefill_balance); a disaggregated one has no prompts to balance
+    from dataclasses import replace
+
+    for i in items:
+        if i.config.get("enable_attention_dp"):
+            assert ("attention_dp_config" in i.config) == (i.deployment.role == "aggregated"), i.deployment.pool
+    assert "attention_dp_config" not in launch.trtllm_config(replace(wide.deployment, role="decode"))
+    agg = replace(wide.deployment, role="aggregated")
+    cfg = launch.trtllm_config(agg)
+    assert cfg["attention_dp_config"] == {"enable_balance": True}
+    assert catalog.get_engine("trtllm").features.attention_dp_prefill_balance
+    assert not _found(catalog, Launch(agg, "trtllm", launch.command(agg, "trtllm"), cfg))
 
 
 def test_an_engine_release_without_rules_is_refused(catalog, tmp_path):

@@ -206,6 +206,22 @@ def test_spec_step_spread_matches_enumeration():
     assert float(m) == pytest.approx(mean) and float(v) == pytest.approx(var)
 
 
+def test_a_requests_own_acceptance_spreads_its_tpot():
+    """One draft accepted at ``a``: ``m = 1 + a`` tokens a step, so a request whose acceptance sits ``s`` from the mean
+    has a mean ``s / (1 + a)`` off in log (central difference: exact for a line); more drafts are more sensitive; no
+    drafts, no spread. ``tpot_cv`` adds it in quadrature to the step-by-step spread, which averages over the steps."""
+    from planner.perf.latency import spec_request_cv, tpot_cv
+
+    assert float(spec_request_cv(1.0, 0.8, spread=0.08)) == pytest.approx(0.08 * (np.log(1.81) - np.log(1.79)) / 0.02)
+    assert float(spec_request_cv(1.0, 0.8, spread=0.08)) == pytest.approx(0.08 / 1.8, rel=1e-3)
+    cvs = [float(spec_request_cv(float(k), (0.875, 0.616), spread=0.08)) for k in (0, 1, 2, 3)]
+    assert cvs[0] == 0.0 and cvs[1] < cvs[2] < cvs[3]
+    base = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5))
+    both = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5, request_cv=0.1))
+    assert both == pytest.approx(np.hypot(base, 0.1))
+    assert base < 0.02  # within a request, 500 steps average the draws out
+
+
 def test_slo_quantiles_and_names():
     s = Slo(ttft_ms=1000, tpot_ms=50)
     assert (s.ttft_q, s.tpot_q) == (0.9, 0.9)

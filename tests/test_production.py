@@ -173,8 +173,9 @@ def test_published_production_deployments_are_predicted_within_a_band():
     assert 0.75 <= res["ds6-decode"] <= 1.5
     assert 0.7 <= res["ds6-prefill"] <= 1.5
     assert all(0.5 <= res[f"lmsys-prefill-{k}k"] <= 1.5 for k in (1, 2, 4))
-    # every published case (GB200 wide EP, TensorRT-LLM B200, PaLM on TPU v4) is predicted: a finite, positive ratio
-    assert len(res) >= 14 and all(np.isfinite(v) and v > 0 for v in res.values())
+    # every published case (GB200 wide EP, TensorRT-LLM's B200/H200 runs and perf overview, PaLM on TPU v4) is
+    # predicted: a finite, positive ratio
+    assert len(res) >= 35 and all(np.isfinite(v) and v > 0 for v in res.values())
 
 
 def test_first_token_waits_engine_iterations_in_both_serving_modes(catalog):
@@ -206,3 +207,22 @@ def test_first_token_waits_engine_iterations_in_both_serving_modes(catalog):
     rows = [evaluate_point(m, hw, Layout(8, 8, 1, 1), 1, w, "prefill", weights="fp8", kv="fp8", eff=e)
             for e in (s0.eff, s3.eff)]
     assert rows[1]["ttft_base_s"] - rows[0]["ttft_base_s"] == pytest.approx(3 * 0.040)
+
+
+def test_measured_runs_are_evaluated_with_their_attention_dp_balance(catalog):
+    """A measured run that records whether its attention-DP ranks balance their prompts (``n_adp_balance``) is
+    evaluated so; one that does not takes its engine's (TensorRT-LLM: balanced, as its export configures it). One
+    rank's prompt stalling the others makes the step slower than balanced ranks."""
+    import pandas as pd
+
+    from planner.calib.predict import predict_normalised
+
+    row = dict(n_model="deepseek-v3", n_hw="h200-sxm", n_engine="trtllm", n_mode="agg", n_dense="fp8", n_expert="fp8",
+               n_kv="fp8", n_isl=1024.0, n_osl=2048.0, n_conc=512.0, n_spec=0.0, a_tp=1.0, a_pp=1.0, a_dp=8.0,
+               a_ep=8.0, a_batch=512.0, a_red=0.0, n_workers_assumed=False, n_gpus_out=8.0, n_staggered=False,
+               reason="", d_batch=np.nan, d_workers=np.nan)
+    df = pd.DataFrame([{**row, "n_adp_balance": v} for v in (None, True, False)])
+    p = predict_normalised(df, catalog)["predicted_tpot_ms"].to_numpy()
+    assert p[0] == pytest.approx(p[1], rel=1e-12) and p[2] > p[1] * 1.01
+    plain = predict_normalised(pd.DataFrame([row]), catalog)["predicted_tpot_ms"].to_numpy()
+    assert plain[0] == pytest.approx(p[1], rel=1e-12)

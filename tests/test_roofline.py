@@ -381,3 +381,54 @@ def test_a_cached_prefix_shrinks_the_chunk_to_the_new_tokens(catalog):
     full = agg_decode(s, 8, 1, 1, 1, B, I, O)
     extra = float(full.step_s) - float(plain.step_s)
     assert float(half.step_s) - float(plain.step_s) == pytest.approx(extra / 2, rel=1e-9)
+
+
+def test_attention_dp_chunks_land_on_one_rank():
+    """``_chunk_steps`` worked numbers: without attention DP it is the replica's own chunking; at DP8 a rank takes a
+    chunk in ``p = X / (8 unit)`` of the steps and some rank does in ``1 - (1 - p)^8`` of them; balanced ranks take
+    theirs together. In every case the prompt tokens are conserved: share x chunk = X."""
+    from planner.perf.roofline import _chunk_steps
+
+    c, r, sh = _chunk_steps(512.0, 1024.0, 1.0)
+    assert (float(c), float(r), float(sh)) == pytest.approx((1024.0, 1024.0, 0.5))
+    c, r, sh = _chunk_steps(2048.0, 1024.0, 1.0)
+    assert (float(c), float(r), float(sh)) == pytest.approx((2048.0, 2048.0, 1.0))
+    c, r, sh = _chunk_steps(512.0, 1024.0, 8.0)
+    p = 512.0 / 8 / 1024.0
+    assert float(sh) == pytest.approx(1.0 - (1.0 - p) ** 8) and float(r) == 1024.0
+    assert float(c) == pytest.approx(8 * p * 1024.0 / (1.0 - (1.0 - p) ** 8))
+    c, r, sh = _chunk_steps(512.0, 1024.0, 8.0, balanced=True)
+    assert (float(c), float(r), float(sh)) == pytest.approx((8192.0, 1024.0, p))
+    import numpy as np
+
+    X = np.array([1.0, 64.0, 512.0, 4096.0, 20000.0])
+    for dp in (1.0, 4.0, 8.0, 48.0):
+        for bal in (False, True):
+            c, r, sh = _chunk_steps(X, 1024.0, dp, bal)
+            assert np.allclose(c * sh, X), (dp, bal)
+            assert np.all(r <= c + 1e-9) and np.all(r >= np.minimum(X, 1024.0) - 1e-9)
+
+
+def test_an_attention_dp_step_waits_for_the_rank_with_the_prompt(catalog):
+    """DeepSeek at attention-DP8 EP8, 64 sequences a rank and 512 prompt tokens a step: the rank that takes a 1,024-token
+    chunk runs its attention and dense GEMMs over 1,088 tokens while the others wait at the next expert exchange, so
+    the mean step is slower than with the chunks spread (balanced ranks) and slower than one replica's chunking
+    spread over the ranks; without attention DP the setting changes nothing."""
+    from dataclasses import replace
+
+    s = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"], weights="fp8",
+                   eff=catalog.hardware["h200-sxm"].efficiency.for_engine("trtllm"))
+    kw = dict(prefill_tokens_per_step=512.0, prefill_context=1024.0)
+    plain = decode_step(s, 1, 8, 1, 8, 512.0, 2048.0)
+    one = decode_step(s, 1, 8, 1, 8, 512.0, 2048.0, **kw)
+    bal = decode_step(replace(s, adp_prefill_balance=True), 1, 8, 1, 8, 512.0, 2048.0, **kw)
+    assert float(plain.step_s) < float(bal.step_s) < float(one.step_s)
+    # the busiest rank's chunk: its non-expert compute is that of 64 + 1,024 tokens, not 64 + 1,024 / 8
+    from planner.perf.roofline import _stage_time
+
+    on_one = _stage_time(s, 1.0, 8.0, 1.0, 8.0, 512.0, 2048.0, 1024.0, 1024.0, xr=1024.0)[0]
+    spread = _stage_time(s, 1.0, 8.0, 1.0, 8.0, 512.0, 2048.0, 1024.0, 1024.0)[0]
+    assert float(on_one.gemm_c) - float(plain.gemm_compute_s) > 4 * (float(spread.gemm_c) - float(plain.gemm_compute_s))
+    tp8 = decode_step(s, 8, 8, 1, 1, 512.0, 2048.0, **kw)
+    tp8b = decode_step(replace(s, adp_prefill_balance=True), 8, 8, 1, 1, 512.0, 2048.0, **kw)
+    assert float(tp8.step_s) == pytest.approx(float(tp8b.step_s), rel=1e-12)

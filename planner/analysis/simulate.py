@@ -98,16 +98,23 @@ def _accept_for(tokens_per_step: float, spec: int) -> float:
 
 def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int) -> np.ndarray:
     """Per request, its steps times the mean tokens per step over its tokens (1 without drafts): the factor its
-    TPOT differs from the mean by, from the drafts each step accepts."""
+    TPOT differs from the mean by, from its own acceptance (drawn around the mean with the spread across requests,
+    :data:`planner.perf.latency.SPEC_REQUEST_SPREAD`) and the drafts each of its steps accepts."""
     if spec <= 0 or tokens_per_step <= 1.0:
         return np.ones(len(out_tokens))
-    from planner.perf.latency import spec_step_spread
+    from planner.perf.latency import SPEC_REQUEST_SPREAD, spec_step_spread
 
-    mean, var = (float(v) for v in spec_step_spread(spec, _accept_for(tokens_per_step, spec)))
+    a = _accept_for(tokens_per_step, spec)
+    mean0 = float(spec_step_spread(spec, a)[0])
+    # each request's own acceptance, and the mean and variance of its tokens per step (on a grid: one evaluation)
+    own = np.clip(a + rng.normal(0.0, SPEC_REQUEST_SPREAD, size=len(out_tokens)), 0.0, 0.999)
+    grid = np.linspace(0.0, 0.999, 201)
+    gm, gv = (np.array(x, dtype=float) for x in zip(*(spec_step_spread(spec, g) for g in grid), strict=True))
+    mean, var = np.interp(own, grid, gm), np.interp(own, grid, gv)
     steps_mean = out_tokens / mean
     # steps to emit O tokens (renewal count): mean O / m, variance O var / m^3
     steps = np.maximum(rng.normal(steps_mean, np.sqrt(out_tokens * var / mean ** 3)), 1.0)
-    return steps * mean / out_tokens
+    return steps * mean0 / out_tokens
 
 
 def _lengths(rng, spread, n: int) -> np.ndarray:

@@ -76,13 +76,18 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     for col in ("n_spec", "a_red", "p_red", "d_red"):
         if col not in ok.columns:
             ok = ok.assign(**{col: np.nan if col == "n_spec" else 0.0})
-    keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode"]
+    # a run that records attention-DP prefill balancing (``n_adp_balance``: "on" / "off") is evaluated with it, others
+    # with their engine's (``attention_dp_prefill_balance``)
+    rec = ok["n_adp_balance"] if "n_adp_balance" in ok.columns else pd.Series(None, index=ok.index, dtype=object)
+    ok = ok.assign(n_adp_balance=rec.map({True: "on", False: "off"}).fillna("engine"))
+    keys = ["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv", "n_mode", "n_adp_balance"]
     for key, g in ok.groupby(keys, sort=False):
-        mid, hid, eng, dd, ed, kd, mode = key
+        mid, hid, eng, dd, ed, kd, mode, balance = key
         engine = catalog.engines.get(eng)
         make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
                        prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS,
-                       engine=eng)
+                       engine=eng, adp_prefill_balance=balance == "on" or balance == "engine" and engine is not None
+                       and engine.features.attention_dp_prefill_balance)
         tails: dict = {}
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng, tails)
@@ -138,8 +143,8 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> di
     from planner.perf.latency import itl_quantiles, lognormal_quantile, tpot_cv
     from planner.perf.variants import spec_spread
 
-    m, v = spec_spread(setup, np.broadcast_to(np.asarray(setup.spec_tokens, dtype=float), np.shape(st.step_s)), O)
-    cv = tpot_cv(input_share, batch, BENCH_LENGTH_CV2, O, m, v, closed=True)
+    m, v, r = spec_spread(setup, np.broadcast_to(np.asarray(setup.spec_tokens, dtype=float), np.shape(st.step_s)), O)
+    cv = tpot_cv(input_share, batch, BENCH_LENGTH_CV2, O, m, v, closed=True, request_cv=r)
     plain, chunk, share = st.itl_steps
     i50, i99 = itl_quantiles(plain, chunk, share, (0.5, 0.99))
     shape = np.shape(st.step_s)

@@ -349,6 +349,10 @@ class EngineFeatures(Strict):
     attention_dp_tensor_parallel: bool = True
     """Whether each attention-DP rank can itself be tensor parallel (SGLang, vLLM); TensorRT-LLM fixes the DP
     width at the TP size when attention DP is on (``dp_size = tp_size``: attention at TP 1)."""
+    attention_dp_prefill_balance: bool = False
+    """Aggregated attention-DP ranks take their prompts in the same steps (TensorRT-LLM's ``attention_dp_config.
+    enable_balance``, which the export sets): otherwise one rank's prompt chunk stalls every rank at the next expert
+    exchange (``planner.perf.roofline._chunk_steps``)."""
     expert_parallel: bool
     redundant_experts: bool
     """Redundant expert slots beyond the model's experts (SGLang ``--ep-num-redundant-experts``)."""

@@ -199,6 +199,9 @@ def trtllm_config(d: Deployment, assignments: dict[int, list[int]] | None = None
                             "enable_block_reuse": d.prefix_tier != "none"},
         "enable_chunked_prefill": d.role != "decode",
     }
+    if d.attn_dp > 1 and d.role not in ("prefill", "decode"):
+        # the ranks take their prompts in the same steps, as the plan priced them (attention_dp_prefill_balance)
+        cfg["attention_dp_config"] = {"enable_balance": True}
     if d.prefix_tier in ("host", "nvme"):
         cfg["kv_cache_config"]["host_cache_size"] = int(d.prefix_bytes_per_replica / d.gpus)
     if d.ep > 1 and (d.redundant_experts or assignments):

@@ -17,7 +17,8 @@ aggregated replica, the chunks of other prompts it carries; the prompts that arr
 Poisson (open arrivals; about ``B`` of them over its ``O`` steps, each of a random length), so the share of its
 TPOT spent on prompts has a coefficient of variation ``sqrt((1 + cv_in^2) / B)``. Speculative decoding adds the
 spread of accepted drafts per step, averaged over the request's steps. The request's TPOT is lognormal with
-that mean and spread.
+that mean and spread, and with speculative decoding a request's own acceptance differs from the mean
+(:data:`SPEC_REQUEST_SPREAD`).
 
 **ITL** (the gap between two streamed emissions) is a plain step or, for the share of steps that carry a
 prefill chunk, a chunk step; with speculative decoding one emission carries the step's accepted tokens.
@@ -486,11 +487,38 @@ def spec_step_spread(spec_tokens, accept) -> tuple[np.ndarray, np.ndarray]:
     return np.reshape(out_m, shape), np.reshape(out_v, shape)
 
 
-def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_var=0.0, closed: bool = False):
+SPEC_REQUEST_SPREAD = 0.08
+"""Standard deviation across requests of a request's draft acceptance (every draft position's acceptance shifted
+alike for the whole request: some texts are easier to draft than others). Drafts accepted step by step average out
+over a request's hundreds of steps; this does not, and it is what makes speculative runs' TPOT spread: the measured
+p99 / median TPOT of the InferenceX DeepSeek-R1 runs grows with the drafts (disaggregated: 1.027 without, 1.15 with
+one MTP draft, 1.34 / 1.33 with two / three). One spread reproduces all three: at 0.08 the predicted p99 / median is
+0.98, 0.94 and 0.98 of the measured for one, two and three drafts (``python bench/percentiles.py --spread`` scans it;
+0 gives 0.90, 0.80, 0.80). A single value for every engine, hardware and draft count: no group has its own."""
+
+
+def spec_request_cv(spec_tokens, accept, spread: float | None = None):
+    """Coefficient of variation across requests of the mean tokens a speculative step yields (:data:`SPEC_REQUEST_SPREAD`
+    of acceptance times ``d ln m / d a``, by central difference over each position's acceptance shifted alike); 0
+    without drafts."""
+    k = np.asarray(spec_tokens, dtype=float)
+    acc = np.atleast_1d(np.asarray(accept, dtype=float))
+    spread = SPEC_REQUEST_SPREAD if spread is None else spread
+    if spread <= 0 or not np.any(k > 0):
+        return np.zeros_like(k)
+    h = 0.01
+    up = spec_step_spread(k, np.clip(acc + h, 0.0, 1.0))[0]
+    dn = spec_step_spread(k, np.clip(acc - h, 0.0, 1.0))[0]
+    return np.where(k > 0, (np.log(up) - np.log(dn)) / (2.0 * h) * spread, 0.0)
+
+
+def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_var=0.0, closed: bool = False,
+            request_cv=0.0):
     """Coefficient of variation of one request's TPOT (see the module docstring): ``input_share`` of the mean
     TPOT is other prompts' chunks, about ``B`` of them arriving over the request's decode (Poisson, or exactly
     ``B - 1`` in a closed loop of ``B`` clients, where only their lengths vary), and speculative decoding
-    yields ``tokens_mean`` tokens a step with variance ``tokens_var``, averaged over ``O / tokens_mean`` steps."""
+    yields ``tokens_mean`` tokens a step with variance ``tokens_var``, averaged over ``O / tokens_mean`` steps, around
+    a request's own mean that varies across requests by ``request_cv`` (:func:`spec_request_cv`)."""
     B = np.maximum(np.asarray(batch, dtype=float), 1.0)
     share = np.clip(np.asarray(input_share, dtype=float), 0.0, 1.0)
     cv2_in = np.asarray(cv2_in, dtype=float)
@@ -499,7 +527,7 @@ def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_v
     cv2_int = share * share * count_var / prompts
     steps = np.maximum(np.asarray(output_tokens, dtype=float) / np.asarray(tokens_mean, dtype=float), 1.0)
     cv2_spec = np.asarray(tokens_var, dtype=float) / np.asarray(tokens_mean, dtype=float) ** 2 / steps
-    return np.sqrt(cv2_int + cv2_spec)
+    return np.sqrt(cv2_int + cv2_spec + np.asarray(request_cv, dtype=float) ** 2)
 
 
 def itl_quantiles(plain_s, chunk_s, chunk_share, qs=(0.5, 0.9, 0.99)) -> list[np.ndarray]:

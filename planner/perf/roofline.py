@@ -217,9 +217,10 @@ class _Parts:
     kv_bytes: np.ndarray
 
 
-def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
+def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     """Parts of one stage pass over ``mb`` sequences (each verifying ``spec_tokens`` drafts) at mean
-    context ``S`` plus ``xb`` interleaved prompt tokens of prompts of ``I`` tokens (weighted already)."""
+    context ``S`` plus ``xb`` interleaved prompt tokens of prompts of ``I`` tokens (weighted already), of which the
+    busiest attention-DP rank carries ``xr`` (default ``xb / dp``, spread evenly): the step waits for that rank."""
     m_ = setup.model
     s = setup.stats
     e = setup.eff
@@ -227,7 +228,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
     stage = tp * dp
     mq = mb * (1.0 + k)  # decode tokens (each sequence verifies its drafts too)
     tokens = mq + xb
-    tok_rank = tokens / dp  # tokens one attention-DP rank carries through a stage
+    xr = xb / dp if xr is None else xr
+    tok_rank = mq / dp + xr  # tokens the busiest attention-DP rank carries through a stage
 
     # GEMMs: efficiency follows the GEMM's rows (tokens per rank; tokens per expert for routed experts), the
     # interleaved prompt tokens riding the same GEMMs as the decode tokens (chunked prefill).
@@ -252,7 +254,7 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I) -> _Parts:
     att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
     if np.any(xb > 0):
         pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
-        att_flops = att_flops + pre_att * (xb / dp) / tp / pp
+        att_flops = att_flops + pre_att * xr / tp / pp
     kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
     attn_c = att_flops / (setup.f_attn * (e.attention_compute or e.compute))
     attn_m = kv_bytes / (setup.hbm_bw * e.memory)
@@ -333,19 +335,43 @@ def _part_arrays(f: _Parts) -> tuple:
     return (f.gemm_c, f.gemm_m, f.attn_c, f.attn_m, f.comm, f.layer_overhead, f.w_bytes, f.kv_bytes)
 
 
-def _stage_time(setup: Setup, tp, ep, pp, dp, mb, S, xb, I):
-    """(parts, time) of one stage pass over ``mb`` sequences and ``xb`` prompt tokens, with step and
-    per-sequence overheads; two micro-batch overlap where ``setup.tbo`` asks for it."""
+def _stage_time(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None):
+    """(parts, time) of one stage pass over ``mb`` sequences and ``xb`` prompt tokens (``xr`` of them on the busiest
+    attention-DP rank), with step and per-sequence overheads; two micro-batch overlap where ``setup.tbo`` asks for it."""
     e = setup.eff
-    f = _stage_parts(setup, tp, ep, pp, dp, mb, S, xb, I)
+    f = _stage_parts(setup, tp, ep, pp, dp, mb, S, xb, I, xr)
     hidden = e.comm_overlap * np.minimum(f.comm, f.gemm_c + f.attn_c)
     stage_t = np.maximum(f.gemm_c, f.gemm_m) + np.maximum(f.attn_c, f.attn_m) + f.comm - hidden + f.layer_overhead
     tbo = np.asarray(setup.tbo, dtype=float)
     if np.any(tbo > 0):
-        hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, np.asarray(xb, dtype=float) / 2.0, I)
+        half = None if xr is None else np.asarray(xr, dtype=float) / 2.0
+        hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, np.asarray(xb, dtype=float) / 2.0, I, half)
         work = np.maximum(hf.gemm_c, hf.gemm_m) + np.maximum(hf.attn_c, hf.attn_m) + hf.layer_overhead
         stage_t = np.where(tbo > 0, 2.0 * np.maximum(work, hf.comm), stage_t)
     return f, stage_t + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
+
+
+def _chunk_steps(X, unit, dp, balanced: bool = False):
+    """(prompt tokens of a step that carries prompt work, of them on the busiest attention-DP rank, share of steps
+    that carry any) when ``X`` prompt tokens a step are due on average, taken in chunks of ``unit`` (a prompt's
+    chunk: the engine's chunk size or the whole prompt).
+
+    Each attention-DP rank schedules its own requests, so a prompt's chunk runs on one rank while the others wait for
+    it at the next expert exchange (the step is the busiest rank's). A rank carries a chunk in a share
+    ``p = min(X / (dp unit), 1)`` of the steps, of ``max(X / dp, unit)`` tokens; some rank does in ``1 - (1 - p)^dp``
+    of them, with ``dp p`` chunks in flight over those steps. Without attention DP (``dp`` 1) this is the replica's
+    own chunking: ``X / unit`` of the steps carry ``max(X, unit)`` tokens. ``balanced``: the ranks take their chunks
+    in the same steps (``Setup.adp_prefill_balance``), a share ``p`` of the steps with a chunk on every rank."""
+    X = np.asarray(X, dtype=float)
+    d = np.maximum(np.asarray(dp, dtype=float), 1.0)
+    unit = np.asarray(unit, dtype=float)
+    per_rank = X / d
+    p = np.clip(per_rank / unit, 0.0, 1.0)
+    share = np.where(X > 0, p if balanced else 1.0 - np.power(1.0 - p, d), 0.0)
+    rank_chunk = np.maximum(per_rank, unit)
+    # all ranks' chunks of a chunk step: dp p chunks over the share of steps that carry any
+    chunk = np.where(share > 0, d * p * rank_chunk / np.maximum(share, 1e-12), rank_chunk)
+    return chunk, rank_chunk, share
 
 
 def decode_step(
@@ -389,13 +415,16 @@ def decode_step(
         # and the rest are plain decode steps. The mean step mixes the two; a chunk step streams the experts
         # its chunk touches once, where tokens averaged over every step would touch them in every step.
         P = I if prefill_prompt_tokens is None else np.asarray(prefill_prompt_tokens, dtype=float)
-        chunk = np.maximum(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(P, 1.0)))
-        share = np.where(X > 0, X / chunk, 0.0) * e.interference
+        chunk, rank_chunk, share = _chunk_steps(X, np.minimum(setup.prefill_chunk_tokens, np.maximum(P, 1.0)), dp,
+                                              setup.adp_prefill_balance)
+        share = share * e.interference
         # Both passes in one evaluation: the plain and the chunk step stacked on a leading axis.
         shape = np.broadcast(tp, ep, pp, dp, mb, S, chunk, I, *(np.asarray(v, dtype=float) for v in (
             setup.moe_imbalance, setup.expert_copies, setup.spec_tokens, setup.tbo))).shape
         c = np.broadcast_to(chunk / pp, shape)
-        both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([np.zeros(shape), c]), I)
+        zero = np.zeros(shape)
+        both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([zero, c]), I,
+                                   np.stack([zero, np.broadcast_to(rank_chunk / pp, shape)]))
         stage_t = stage2[0] + share * (stage2[1] - stage2[0])
         stages = (stage2[0], stage2[1], share)
         f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in _part_arrays(both))))

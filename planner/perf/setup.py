@@ -66,6 +66,10 @@ class Setup:
     budget per step); a longer prompt is taken in chunks of this many tokens."""
     engine: str | None = None
     """Serving engine whose kernel curves time the step (another engine's where it has none of a family)."""
+    adp_prefill_balance: bool = False
+    """Attention-DP ranks take their prompt chunks in the same steps (TensorRT-LLM's ``attention_dp_config.
+    enable_balance``, SGLang's ``--enable-prefill-delayer``; both off by default): a chunk step then carries a chunk
+    on every rank instead of one rank's chunk that the others wait for."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -94,12 +98,13 @@ class Setup:
         expert_copies: float = 1.0,
         prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
         engine: str | None = None,
+        adp_prefill_balance: bool = False,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
             model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
             spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo, prefill_chunk_tokens=prefill_chunk_tokens,
-            engine=engine,
+            engine=engine, adp_prefill_balance=adp_prefill_balance,
         )
 
     @property

@@ -17,7 +17,7 @@ from planner.catalog.schemas import (
     ModelSpec,
 )
 from planner.perf import params as P
-from planner.perf.latency import spec_step_spread, tpot_cv, workload_tail
+from planner.perf.latency import spec_request_cv, spec_step_spread, tpot_cv, workload_tail
 from planner.perf.layout import (
     draft_bytes_per_chip,
     expert_copies,
@@ -74,14 +74,16 @@ def _tails(setup: Setup, tpot, step, itl, cv) -> dict:
             "chunk_share": np.broadcast_to(itl[2], np.shape(tpot))}
 
 
-def spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, variance) of the tokens a step yields per sequence (1 and 0 without drafts)."""
+def spec_spread(setup: Setup, spec: np.ndarray, O: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, variance) of the tokens a step yields per sequence (1 and 0 without drafts), and their mean's
+    coefficient of variation across requests (:func:`planner.perf.latency.spec_request_cv`)."""
     if not np.any(spec > 0):
-        return np.ones_like(spec), np.zeros_like(spec)
-    m, v = {}, {}
+        return np.ones_like(spec), np.zeros_like(spec), np.zeros_like(spec)
+    m, v, r = {}, {}, {}
     for k in np.unique(spec):
         m[k], v[k] = spec_step_spread(k, setup.spec_accept)
-    return (np.vectorize(m.__getitem__, otypes=[float])(spec), np.vectorize(v.__getitem__, otypes=[float])(spec))
+        r[k] = spec_request_cv(k, setup.spec_accept)
+    return tuple(np.vectorize(d.__getitem__, otypes=[float])(spec) for d in (m, v, r))
 
 
 def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -212,7 +214,7 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 **base,
                 "host_kv_bytes_per_chip": spill,
                 "kv_bytes_per_chip": kv - spill,
-                **_tails(setup, tpot, step, itl, tpot_cv(share, B, cv2_in, O, *spread)),
+                **_tails(setup, tpot, step, itl, tpot_cv(share, B, cv2_in, O, *spread[:2], request_cv=spread[2])),
                 "ttft_base_s": tb,
                 "queue_work_s": work,
                 "queue_servers": servers,
@@ -241,6 +243,7 @@ def evaluate_point(
     moe_imbalance: float = 1.0,
     prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
     engine: str | None = None,
+    adp_prefill_balance: bool = False,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
@@ -253,7 +256,7 @@ def evaluate_point(
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens,
-                       engine=engine)
+                       engine=engine, adp_prefill_balance=adp_prefill_balance)
     for tags, var, _ in variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):
