@@ -7,13 +7,17 @@ Each fold refits the end-to-end factors without one hardware's rows (both files 
   (``planner.calib.fit.efficiency_blocks``; its ``FAMILY`` list names H800, B300, GB300 and MI325X only): the fit over
   every other hardware;
 - ``sibling``: the experiment, the fitted block of its nearest measured sibling (:func:`sibling`: the same
-  architecture, else the same vendor, nearest by HBM bandwidth, bf16 peak and scale-up domain in log ratio).
+  architecture, else the same vendor, nearest by HBM bandwidth, bf16 peak and scale-up domain in log ratio);
+- ``hybrid`` (:func:`hybrid`): the all-hardware block with the sibling's kernel and link factors (GEMM, attention,
+  memory, prefill compute and links, fitted over all the sibling's engines).
 
 Measured on 2026-11-26 (``bench/data/loho_sibling_vs_allhw.txt``, 35 min on 2 cores): the sibling is worse on the
 whole (InferenceX TPOT median 21.4% against 17.4%, silicon TTFT 71.1% against 31.5%), so the catalog keeps the
 all-hardware fit: one chip's ~25 fitted factors carry its own rows' idiosyncrasies, which the pooled fit averages out.
+The hybrid, measured on the catalog after the attention-DP chunk physics (``bench/data/loho_after_adp_chunks.txt``), is
+worse too: InferenceX TPOT median 19.2% against 17.3%, silicon 17.3% against 17.2%.
 
-    python bench/loho.py [--data FILE ...] [--jobs 2] [--systems b200-sxm,h100-sxm] [--engines]
+    python bench/loho.py [--data FILE ...] [--jobs 2] [--systems b200-sxm,h100-sxm] [--engines] [--cache DIR]
 
 Prints, per file, the TPOT / TTFT (and output tokens/s per GPU where recorded) median and p90 APE of both, overall
 and per held-out system, and the wall time. ``--engines``: leave one serving engine out instead (its rows predicted
@@ -82,7 +86,16 @@ def _fold(args):
     allhw = _predict_with(blocks, catalog, test)
     rel = sibling(catalog, hw, list(res.by_hw))
     sib = _predict_with({**blocks, hw: blocks[rel]}, catalog, test) if rel else allhw
-    return hw, test.index, sib, allhw, rel
+    hyb = _predict_with({**blocks, hw: hybrid(res, rel, blocks[hw])}, catalog, test) if rel else allhw
+    return hw, test.index, sib, allhw, rel, hyb
+
+
+def hybrid(res, rel: str, block):
+    """The all-hardware block with the kernel and link factors (``HARDWARE_FACTORS``) of the sibling's own fit over
+    all its engines: the chip family's silicon, the engines' software from every other chip (``group_prior``'s split)."""
+    return block.model_copy(update={
+        "default": F.group_prior(res.by_hw[rel], block.default),
+        "by_engine": {e: F.group_prior(res.by_hw[rel], eff) for e, eff in block.by_engine.items()}})
 
 
 def main() -> None:
@@ -119,9 +132,9 @@ def main() -> None:
     else:
         results = [_fold(x) for x in args]
     print(f"{len(systems)} folds in {time.perf_counter() - t0:.0f} s")
-    for hw, _, _, _, rel in results:
+    for hw, _, _, _, rel, _ in results:
         print(f"  {hw} held out: inherits from {rel or 'the all-hardware fit'}")
-    for rule, k in (("sibling", 2), ("all-hardware", 3)):
+    for rule, k in (("sibling", 2), ("all-hardware", 3), ("hybrid: sibling's silicon, all-hardware engines", 5)):
         frames = per_file_frames(sets, norm, pd.concat([r[k].set_axis(r[1]) for r in results]))
         for name, f in frames.items():
             print(f"\n## {name}, leave one hardware out, transfer: {rule}\n")
