@@ -21,7 +21,8 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
 
     over = sorted(d.pool for d in deps if crosses_nodes(d))
     rdma = ([f"- RDMA between nodes: {', '.join(over)} send expert or KV traffic across hosts over scale-out. "
-             + ("Their pods request one `" + deps[0].rdma_resource + "` each (`--rdma-resource`)."
+             + ("Their pods request one `" + next(d.rdma_resource for d in deps if d.rdma_resource)
+                + "` each (`--rdma-resource`)."
                 if any(d.rdma_resource for d in deps) else
                 "Re-export with `--rdma-resource <the RDMA device plugin's resource>` so their pods request a NIC; "
                 "without one the engines fall back to TCP, far below the bandwidth the plan assumed.")]
