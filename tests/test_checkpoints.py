@@ -106,12 +106,12 @@ def test_formats_without_a_checkpoint_are_not_planned_unless_self_quantised(tmp_
 
 
 def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog):
-    from planner.export.bundle import export_plan
-    from planner.export.deploy import crosses_nodes
-
     # long-context's Kimi-K2 vLLM pool on H200, its replicas spread over two 8-GPU nodes (TP8 PP2): the stages talk
     # over scale-out (the bundled plan keeps it in one node; re-planning decides that, not this test)
     import shutil
+
+    from planner.export.bundle import export_plan
+    from planner.export.deploy import crosses_nodes
 
     src = tmp_path / "plan"
     shutil.copytree(ROOT / "plans" / "long-context", src)
