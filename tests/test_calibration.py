@@ -30,7 +30,7 @@ def test_errors_do_not_regress(summary):
     o = summary["overall"]
     assert o["tpot_median_ape"] <= 0.19
     # 28.1% since the attention-DP chunk physics and its refit (27.8% before: the fit traded 0.3 points of TTFT for the
-    # attention-DP rows' TPOT, 10.5% -> 8.8% on InferenceX)
+    # attention-DP aggregated rows' TPOT, 10.2% -> 8.6% on InferenceX: `python bench/adp_rows.py`)
     assert o["ttft_median_ape"] <= 0.285
     assert o["tpot_p90_ape"] <= 0.78
     assert o["ttft_p90_ape"] <= 0.95
