@@ -43,14 +43,18 @@ def spread_scan() -> None:
     mr = (norm["m_tpot_p99"] / norm["m_tpot"]).to_numpy(float)
     print("| spread | " + " | ".join(f"{k:.0f} drafts: pred/meas p99/median" for k in (1, 2, 3)) + " | all |")
     print("|---|---|---|---|---|")
-    for sd in (0.0, 0.03, 0.06, 0.08, 0.09, 0.10, 0.12, 0.15):
-        lat.SPEC_REQUEST_SPREAD = sd
-        p = predict_normalised(norm, cat)
-        pr = (p["predicted_tpot_p99_ms"] / p["predicted_tpot_ms"]).to_numpy(float)
-        x = np.log(pr / mr)
-        cells = [np.nanmedian(np.exp(x[spec == k])) for k in (1, 2, 3)]
-        allk = np.nanmedian(np.abs(x[spec > 0]))
-        print(f"| {sd:.2f} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | median |log| {allk:.3f} |")
+    kept = lat.SPEC_REQUEST_SPREAD
+    try:
+        for sd in (0.0, 0.03, 0.06, 0.08, 0.09, 0.10, 0.12, 0.15):
+            lat.SPEC_REQUEST_SPREAD = sd
+            p = predict_normalised(norm, cat)
+            pr = (p["predicted_tpot_p99_ms"] / p["predicted_tpot_ms"]).to_numpy(float)
+            x = np.log(pr / mr)
+            cells = [np.nanmedian(np.exp(x[spec == k])) for k in (1, 2, 3)]
+            allk = np.nanmedian(np.abs(x[spec > 0]))
+            print(f"| {sd:.2f} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | median |log| {allk:.3f} |")
+    finally:
+        lat.SPEC_REQUEST_SPREAD = kept
 
 
 def runs(loho: bool, jobs: int) -> None:

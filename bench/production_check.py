@@ -130,6 +130,17 @@ def prefill(setup: Setup, layout: Layout, prompt: float, cached_share: float = 0
             "mfu": r.model_flops_utilisation}
 
 
+def benchmark_row(model: str, hw: str, engine: str, *, dense: str, expert: str, kv: str, isl: float, osl: float,
+                  conc: float, tp: int, ep: int, dp: int, spec: float = 0.0, balance: bool | None = None) -> dict:
+    """The normalised row (``planner.calib.data`` columns) of an aggregated closed-loop run of ``conc`` clients on one
+    replica of ``tp x dp`` GPUs (see :func:`benchmark_run`)."""
+    return dict(n_model=model, n_hw=hw, n_engine=engine, n_mode="agg", n_dense=dense, n_expert=expert, n_kv=kv,
+                n_isl=float(isl), n_osl=float(osl), n_conc=float(conc), n_spec=float(spec), a_tp=float(tp), a_pp=1.0,
+                a_dp=float(dp), a_ep=float(ep), a_batch=float(conc), a_red=0.0, n_workers_assumed=False,
+                n_gpus_out=float(tp * dp), n_staggered=False, reason="", d_batch=np.nan, d_workers=np.nan,
+                n_adp_balance=balance)
+
+
 def benchmark_run(cat, model: str, hw: str, engine: str, *, dense: str, expert: str, kv: str, isl: float, osl: float,
                   conc: float, tp: int, ep: int, dp: int, spec: float = 0.0, per_user: bool = False,
                   balance: bool | None = None) -> dict:
@@ -138,12 +149,8 @@ def benchmark_run(cat, model: str, hw: str, engine: str, *, dense: str, expert: 
     ``planner validate`` predicts a measured run: output tokens/s per GPU, or per user (``per_user``: ``osl`` over the
     request's latency, its prefill included, as trtllm-bench reports it). ``balance``: whether the run's attention-DP ranks
     take their prompts in the same steps (``attention_dp_config.enable_balance``; None: the engine's catalog default)."""
-    gpus = float(tp * dp)
-    row = dict(n_model=model, n_hw=hw, n_engine=engine, n_mode="agg", n_dense=dense, n_expert=expert, n_kv=kv,
-               n_isl=float(isl), n_osl=float(osl), n_conc=float(conc), n_spec=float(spec), a_tp=float(tp), a_pp=1.0,
-               a_dp=float(dp), a_ep=float(ep), a_batch=float(conc), a_red=0.0, n_workers_assumed=False,
-               n_gpus_out=gpus, n_staggered=False, reason="", d_batch=np.nan, d_workers=np.nan,
-               n_adp_balance=balance)
+    row = benchmark_row(model, hw, engine, dense=dense, expert=expert, kv=kv, isl=isl, osl=osl, conc=conc, tp=tp,
+                        ep=ep, dp=dp, spec=spec, balance=balance)
     p = predict_normalised(pd.DataFrame([row]), cat).iloc[0]
     ttft_s, tpot_s = p["predicted_ttft_ms"] / 1e3, p["predicted_tpot_ms"] / 1e3
     out = {"ttft_s": ttft_s, "tpot_ms": tpot_s * 1e3}

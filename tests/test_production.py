@@ -161,15 +161,10 @@ def test_published_production_deployments_are_predicted_within_a_band():
     decode at 20 tokens/s per user and its prefill, and LMSYS's H100 prefill, predicted from their published
     layouts. A refit that lets a factor wander where benchmark rows do not pin it (attention efficiency at
     5k-token contexts) would plan these fleets twice too large; that fails here."""
-    import importlib.util
-
     from planner.catalog import load_catalog
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "production_check.py"
-    spec = importlib.util.spec_from_file_location("production_check", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    res = {c["case"]: c["ratio"] for c in mod.cases(load_catalog(path.parents[1] / "catalogs"))}
+    mod = _production_check()
+    res = {c["case"]: c["ratio"] for c in mod.cases(load_catalog(Path(__file__).resolve().parents[1] / "catalogs"))}
     assert 0.75 <= res["ds6-decode"] <= 1.5
     assert 0.7 <= res["ds6-prefill"] <= 1.5
     assert all(0.5 <= res[f"lmsys-prefill-{k}k"] <= 1.5 for k in (1, 2, 4))
@@ -217,12 +212,22 @@ def test_measured_runs_are_evaluated_with_their_attention_dp_balance(catalog):
 
     from planner.calib.predict import predict_normalised
 
-    row = dict(n_model="deepseek-v3", n_hw="h200-sxm", n_engine="trtllm", n_mode="agg", n_dense="fp8", n_expert="fp8",
-               n_kv="fp8", n_isl=1024.0, n_osl=2048.0, n_conc=512.0, n_spec=0.0, a_tp=1.0, a_pp=1.0, a_dp=8.0,
-               a_ep=8.0, a_batch=512.0, a_red=0.0, n_workers_assumed=False, n_gpus_out=8.0, n_staggered=False,
-               reason="", d_batch=np.nan, d_workers=np.nan)
+    row = _production_check().benchmark_row("deepseek-v3", "h200-sxm", "trtllm", dense="fp8", expert="fp8", kv="fp8",
+                                            isl=1024, osl=2048, conc=512, tp=1, ep=8, dp=8)
     df = pd.DataFrame([{**row, "n_adp_balance": v} for v in (None, True, False)])
     p = predict_normalised(df, catalog)["predicted_tpot_ms"].to_numpy()
     assert p[0] == pytest.approx(p[1], rel=1e-12) and p[2] > p[1] * 1.01
+    row.pop("n_adp_balance")
     plain = predict_normalised(pd.DataFrame([row]), catalog)["predicted_tpot_ms"].to_numpy()
     assert plain[0] == pytest.approx(p[1], rel=1e-12)
+
+
+def _production_check():
+    """``bench/production_check.py`` as a module (its cases and its benchmark rows)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "production_check.py"
+    spec = importlib.util.spec_from_file_location("production_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
