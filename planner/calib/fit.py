@@ -28,9 +28,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from planner.calib import silicon as S
 from planner.calib.predict import predict_normalised
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
+from planner.perf.roofline import factor_dtype
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,9 @@ class FitResult:
     overall_kernels: EngineEfficiency | None = None
     """The fit over hardware with kernel curves (the prior, and the transfer, of such hardware)."""
     by_engine_kernels: dict[str, EngineEfficiency] | None = None
+    formats: dict[str, set[str]] | None = None
+    """Per hardware, the compute factors (``compute``, ``compute_fp8``, ``compute_fp4``) its fitted rows run: the
+    others are not set by its rows (:func:`efficiency_blocks` takes them from its kernels)."""
 
 
 def _lo_hi(names):
@@ -302,7 +307,17 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             k = has_kernels(catalog, hw)
             prior = group_prior(by_hw[hw], (by_engine_k if k else by_engine).get(eng, by_engine[eng]))
             by_group[(hw, eng)] = fit_group(g, catalog, prior, prior, k)
-    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k)
+    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
+                     row_formats(norm, catalog))
+
+
+def row_formats(norm: pd.DataFrame, catalog: Catalog) -> dict[str, set[str]]:
+    """Per hardware, the compute factors its rows' dense and expert maths formats use."""
+    out: dict[str, set[str]] = {}
+    for (hw, dense, expert), _ in norm.groupby(["n_hw", "n_dense", "n_expert"]):
+        h = catalog.hardware[hw]
+        out.setdefault(hw, set()).update(S.FACTOR_OF.get(factor_dtype(h, d), "compute") for d in (dense, expert))
+    return out
 
 
 def group_prior(hw: EngineEfficiency, engine: EngineEfficiency) -> EngineEfficiency:
@@ -367,4 +382,39 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 transferred_from="all-hardware",
             )
     # The kernel curves are fitted by `calibrate kernels` on other data: an end-to-end refit keeps them.
-    return {hid: eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}) for hid, eff in out.items()}
+    out = {hid: eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}) for hid, eff in out.items()}
+    return {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
+
+
+def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResult) -> Efficiency:
+    """``eff`` with the silicon factors its serving rows cannot set taken from ``hid``'s own kernel curves
+    (:mod:`planner.calib.silicon`): on measured hardware the compute factors of formats none of its rows runs
+    (absolute kernel fractions); on hardware transferred from a measured relative every silicon factor, scaled by
+    the two systems' kernel ratio; on hardware given the all-hardware fit, every silicon factor (absolute)."""
+    hw = catalog.hardware[hid]
+    if hw.efficiency.kernels is None:
+        return eff
+    rel = catalog.hardware.get(eff.transferred_from or "")
+    if eff.fitted_rows > 0:
+        ran = (result.formats or {}).get(hid, set(S.FORMAT_FACTORS))
+        facs = [f for f in S.FORMAT_FACTORS if f not in ran]
+
+        def move(block, engine):
+            return S.absolute(block, hw, engine, facs)
+    elif rel is not None and rel.efficiency.kernels is not None:
+        def move(block, engine):
+            return S.relative(block, hw, rel, engine)
+    else:
+        def move(block, engine):
+            return S.absolute(block, hw, engine, S.SILICON_FACTORS)
+    default, names = move(eff.default, None)
+    engines = {}
+    for e, b in eff.by_engine.items():
+        engines[e], more = move(b, e)
+        names = sorted(set(names) | set(more))
+    if not names:
+        return eff
+    how = (f"scaled from {rel.id} by the ratio of the two systems' kernel curves" if eff.fitted_rows == 0 and rel
+           is not None and rel.efficiency.kernels is not None else "from its own kernel curves")
+    return eff.model_copy(update={"default": default, "by_engine": engines, "kernel_factors": names,
+                                  "source": f"{eff.source}; {', '.join(names)} {how} (planner.calib.silicon)"})

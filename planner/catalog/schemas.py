@@ -186,6 +186,10 @@ class Efficiency(Strict):
     """Quantiles of measured / predicted TPOT on the measured rows, per ``ENGINE/MODE`` class (``sglang/agg``,
     ``trtllm/disagg``; classes of at least 30 rows) and ``all`` (every row of this hardware; for hardware
     without rows, its relative's, else the widest hardware's). A scenario's ``margin.quantile`` derates capacity by it (written by ``calibrate fit``)."""
+    kernel_factors: list[str] = Field(default_factory=list)
+    """Silicon factors (``compute``, ``compute_fp8``, ``compute_fp4``, ``memory``) set from this system's own kernel
+    curves instead of its serving rows (``planner.calib.silicon``): a format none of its rows runs, or, on hardware
+    transferred from a relative, the relative's factor scaled by the two systems' kernel ratio."""
     kernels: KernelFits | None = None
     """Kernel curves fitted on this system's measured kernels (None: no kernel rows; the step then uses the
     datasheet with the fitted factors above, or the kernel priors where another system's kernels transfer)."""

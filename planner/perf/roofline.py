@@ -72,6 +72,14 @@ def expert_load_imbalance(setup: Setup, ep, tokens):
     return np.asarray(setup.moe_imbalance, dtype=float) + np.where(g > 1, excess, 0.0)
 
 
+def factor_dtype(hw, weight_dtype: str) -> str:
+    """The format whose compute factor times a GEMM on ``weight_dtype`` weights: the maths format, except that FP4
+    weights keep ``compute_fp4`` on chips without FP4 maths (H100/H200 dequantise MXFP4 experts in the kernel, a
+    w4a16 kernel of its own efficiency, ~0.4 of bf16 peak in TensorRT-LLM's measured fused MoE against ~0.75 for
+    bf16 GEMMs)."""
+    return "fp4" if weight_dtype == "fp4" else hw.compute_dtype(weight_dtype)
+
+
 def gemm_efficiency(eff: EngineEfficiency, compute_dtype: str, tokens, *, prefill: bool = False):
     """Achieved fraction of peak FLOP/s of a GEMM over ``tokens`` rows in ``compute_dtype`` maths:
     ``peak * M / (M + gemm_half_tokens)`` with the format's large-shape fraction as ``peak`` (the prefill
@@ -237,11 +245,11 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     imb = expert_load_imbalance(setup, ep, tokens) if s.experts else 1.0
     ex_flops = 2.0 * setup.expert_active_params * tokens / stage / pp * imb
     hw = setup.hw
-    eff_ne = gemm_efficiency(e, hw.compute_dtype(setup.dense_dtype), tok_rank)
+    eff_ne = gemm_efficiency(e, factor_dtype(hw, setup.dense_dtype), tok_rank)
     gemm_c = ne_flops / (setup.f_dense * eff_ne)
     if s.experts:
         per_expert = tokens * s.top_k / s.experts
-        eff_ex = gemm_efficiency(e, hw.compute_dtype(setup.expert_dtype), per_expert)
+        eff_ex = gemm_efficiency(e, factor_dtype(hw, setup.expert_dtype), per_expert)
         gemm_c = gemm_c + ex_flops / (setup.f_expert * eff_ex)
         # The busiest rank streams the experts its tokens touch, at most all it holds.
         touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
@@ -529,9 +537,9 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     ex_flops = 2.0 * setup.expert_active_params * tokens / stage * imb
     att_flops = P.prefill_attention_flops(m_, n, prefix) * (r / dp_used) / tp
     hw = setup.hw
-    eff_ne = gemm_efficiency(e, hw.compute_dtype(setup.dense_dtype), tok_rank, prefill=True)
+    eff_ne = gemm_efficiency(e, factor_dtype(hw, setup.dense_dtype), tok_rank, prefill=True)
     per_expert = tokens * s.top_k / s.experts if s.experts else tokens
-    eff_ex = gemm_efficiency(e, hw.compute_dtype(setup.expert_dtype), per_expert, prefill=True)
+    eff_ex = gemm_efficiency(e, factor_dtype(hw, setup.expert_dtype), per_expert, prefill=True)
     comp = (
         ne_flops / (setup.f_dense * eff_ne)
         + ex_flops / (setup.f_expert * eff_ex)

@@ -211,7 +211,9 @@ def physics_path(hw) -> str:
     """Which physics prices a pool on ``hw`` (see :attr:`Pool.physics`)."""
     kf = hw.efficiency.kernels
     if kf is None or not kf.compose:
-        return "datasheet roofline with fitted factors"
+        own = hw.efficiency.kernel_factors
+        return "datasheet roofline with fitted factors" + (
+            f" ({', '.join(own)} from {kf.system}'s own kernel curves)" if own and kf is not None else "")
     return f"kernel curves ({kf.system}'s own kernels)"
 
 

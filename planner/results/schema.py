@@ -177,7 +177,8 @@ class Pool(_M):
     physics: str = "datasheet roofline with fitted factors"
     """Where the pool's step times come from: ``kernel curves (SYSTEM's own kernels)``, the terms of the step
     fitted on that system's measured kernels with the end-to-end factors above (hardware whose kernel block says
-    ``compose``); or ``datasheet roofline with fitted factors``."""
+    ``compose``); or ``datasheet roofline with fitted factors``, naming the silicon factors taken from the system's
+    own kernel curves where its serving rows cannot set them (``planner.calib.silicon``)."""
     replicas: int
     chips_per_replica: int
     slots_per_replica: float
