@@ -17,7 +17,13 @@ all-hardware fit: one chip's ~25 fitted factors carry its own rows' idiosyncrasi
 The hybrid, measured on the catalog after the attention-DP chunk physics (``bench/data/loho_after_adp_chunks.txt``), is
 worse too: InferenceX TPOT median 19.2% against 17.3%, silicon 17.3% against 17.2%.
 
+Since the silicon factors from kernels (``planner.calib.silicon``), the all-hardware rule gives a held-out chip with
+kernel curves its own kernels' ``compute``, ``compute_fp8``, ``compute_fp4`` and ``memory``
+(``bench/data/loho_kernel_silicon.txt``); ``--without-kernel-silicon`` turns that off, so the two are compared on the
+same cached fold fits (InferenceX TPOT 16.7% with it, 17.1% without; silicon 17.4% and 17.5%).
+
     python bench/loho.py [--data FILE ...] [--jobs 2] [--systems b200-sxm,h100-sxm] [--engines] [--cache DIR]
+                         [--without-kernel-silicon]
 
 Prints, per file, the TPOT / TTFT (and output tokens/s per GPU where recorded) median and p90 APE of both, overall
 and per held-out system, and the wall time. ``--engines``: leave one serving engine out instead (its rows predicted
@@ -107,7 +113,11 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None,
                     help="folder keeping each fold's fit (pickled; reused when present, so transfer rules are compared "
                          "without refitting)")
+    ap.add_argument("--without-kernel-silicon", action="store_true",
+                    help="held-out chips keep the all-hardware silicon factors instead of their own kernels'")
     a = ap.parse_args()
+    if a.without_kernel_silicon:
+        F.kernel_silicon = lambda eff, *_: eff
     cat = load_catalog()
     sets = [load_measured(p, cat, measured=True) for p in (a.data or DATA)]
     if a.engines:

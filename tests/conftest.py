@@ -86,3 +86,19 @@ def patch_pipeline(monkeypatch, name: str, value) -> None:
             monkeypatch.setattr(m, name, value)
             found = True
     assert found, f"no pipeline module has {name}"
+
+
+def two_node_plan(dest: Path, plan: str = "long-context") -> Path:
+    """A copy of bundled ``plan`` in ``dest`` whose first vLLM pool on 8-GPU nodes spans two of them (TP8 PP2,
+    16 GPUs a replica, stages over scale-out): the multi-host shape a re-plan may or may not choose, for tests of
+    what the export does with it."""
+    import json
+    import shutil
+
+    shutil.copytree(ROOT / "plans" / plan, dest)
+    doc = json.loads((dest / "plan.json").read_text())
+    pool = next(p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] in ("h200-sxm", "b200-sxm"))
+    pool["layout"].update(tp=8, pp=2, notation="TP8 PP2")
+    pool.update(chips_per_replica=16, scale_out=True)
+    (dest / "plan.json").write_text(json.dumps(doc))
+    return dest

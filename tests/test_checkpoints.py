@@ -106,20 +106,13 @@ def test_formats_without_a_checkpoint_are_not_planned_unless_self_quantised(tmp_
 
 
 def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog):
-    # long-context's Kimi-K2 vLLM pool on H200, its replicas spread over two 8-GPU nodes (TP8 PP2): the stages talk
-    # over scale-out (the bundled plan keeps it in one node; re-planning decides that, not this test)
-    import shutil
-
+    # long-context's vLLM pool, its replicas spread over two 8-GPU nodes (TP8 PP2): the stages talk over scale-out
+    # (the bundled plan keeps it in one node; re-planning decides that, not this test)
     from planner.export.bundle import export_plan
     from planner.export.deploy import crosses_nodes
+    from tests.conftest import two_node_plan
 
-    src = tmp_path / "plan"
-    shutil.copytree(ROOT / "plans" / "long-context", src)
-    doc = json.loads((src / "plan.json").read_text())
-    pool = next(p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] == "h200-sxm")
-    pool["layout"].update(pp=2, notation="TP8 PP2")
-    pool.update(chips_per_replica=16, scale_out=True)
-    (src / "plan.json").write_text(json.dumps(doc))
+    src = two_node_plan(tmp_path / "plan")
     export_plan(src, ["vllm", "k8s"], tmp_path / "out", catalog, rdma_resource="rdma/ib")
     docs = [d for d in yaml.safe_load_all((tmp_path / "out" / "k8s" / "serving.yaml").read_text()) if d]
     lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]

@@ -18,7 +18,7 @@ from planner.export import launch
 from planner.export.bundle import export_plan, read_plan
 from planner.export.deploy import deployments
 from planner.results.schema import SCHEMA_VERSION
-from tests.conftest import ROOT, crd_schema, engine_flags
+from tests.conftest import ROOT, crd_schema, engine_flags, two_node_plan
 
 PLANS = ["deepseek-skewed", "llama-70b-chat", "multi-workload", "deepseek-chat", "long-context"]
 
@@ -143,7 +143,7 @@ def test_scripts_are_valid_bash(exported):
         assert s.stat().st_mode & 0o100
 
 
-def test_kubernetes_objects_validate(exported):
+def test_kubernetes_objects_validate(exported, tmp_path, catalog):
     import jsonschema
     import kubernetes_validate as kv
 
@@ -151,7 +151,10 @@ def test_kubernetes_objects_validate(exported):
                "PrometheusRule": crd_schema("prometheusrule"), "PodMonitor": crd_schema("podmonitor"),
                "HTTPRoute": crd_schema("httproute")}
     kinds = set()
-    for dest in exported.values():
+    # with a replica over two hosts (a LeaderWorkerSet), whether or not a bundled plan has one today
+    two = tmp_path / "two-node"
+    export_plan(two_node_plan(tmp_path / "two-node-src"), ["vllm", "k8s"], two, catalog)
+    for dest in [*exported.values(), two]:
         for f in sorted((dest / "k8s").glob("*.yaml")):
             for obj in yaml.safe_load_all(f.read_text()):
                 if obj is None:
