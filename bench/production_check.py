@@ -9,7 +9,9 @@ Parameters a source does not publish are guessed and the case says so (``guessed
 Sources (``../shared/reference/hardware-models.md`` section 8 names them): DS6 (DeepSeek's inference-system
 overview), LMSYS-EP (SGLang, 96 H100, 2025-05-05), LMSYS-GB1 / LMSYS-GB2 (SGLang on GB200 NVL72, 2025-06-16 and
 2025-09-25), TRTLLM-DSR1 (TensorRT-LLM's DeepSeek-R1 best-practice blog and its B200 min-latency tech blog),
-POPE (Pope et al. 2022, "Efficiently Scaling Transformer Inference", PaLM 540B on TPU v4; values through the
+TRTLLM-GPTOSS (NVIDIA/TensorRT-LLM ``docs/source/blogs/tech_blog/blog9_Deploying_GPT_OSS_on_TRTLLM.md`` @fbbc05dd),
+TRN2-NXDI (aws-neuron/aws-neuron-sdk ``libraries/nxd-inference/tutorials/trn2-llama3.3-70b-tutorial.rst`` and
+``llama70b_perf_comparison.csv`` @06f33784), POPE (Pope et al. 2022, "Efficiently Scaling Transformer Inference", PaLM 540B on TPU v4; values through the
 secondary transcription the reference names), TRTLLM-BP (NVIDIA/TensorRT-LLM
 ``docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md`` @01c4ece9) and TRTLLM-PERF
 (``docs/source/developer-guide/perf-overview.md`` @03e27c7d).
@@ -50,6 +52,16 @@ Cases:
   (``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting``), so the case admits requests as the KV cache
   holds them; the DeepSeek runs balance prompts over attention-DP ranks (``attention_dp_config.enable_balance``, as
   published).
+- ``trtllm-gptoss-b200-bs1`` / ``trtllm-gptoss-b200-dep4-maxtput``: TensorRT-LLM's gpt-oss-120b deployment blog
+  (TRTLLM-GPTOSS), trtllm-bench on 1K/2K requests: one request at a time on 8 B200 at TP8 EP1 (its low-latency
+  command): 420 tokens/s per user; 2,560 in flight (640 a rank) on 4 B200 at attention-DP4 EP4: 19.5k output tokens/s
+  per GPU. MXFP4 experts, bf16 dense layers. Guessed: BF16 KV (the commands leave the checkpoint's default), per-user
+  speed as output over the request's latency (prefill included), as for the DeepSeek batch-1 runs.
+- ``trn2-llama70b-bs1-tpot`` / ``-ttft``: AWS Neuron's Llama-3.3-70B tutorial on one trn2.48xlarge (TRN2-NXDI:
+  16 Trainium2 chips, BF16, TP64 over the 64 logical cores, NxD Inference under vLLM), LLMPerf at one request at a
+  time, 10,000 input and 1,500 output tokens: p50 TPOT 19.8 ms and p50 TTFT 575.6 ms, given as 1 / TPOT (tokens/s per
+  user) and 1 / TTFT (prefills/s) so that above 1 is too fast as everywhere here. Our layout: TP16 over the 16 chips
+  (the chip is the planner's unit), evaluated as Llama 3.1 70B (the same architecture).
 - ``palm-tpu-v4-decode``: PaLM 540B, int8 weights, 64 TPU v4 chips, batch 64, 2,048-token context: 1.82 s for 64
   generated tokens, 35.2 tokens/s per user (POPE Table 2, low-latency). Our layout: TP64 is not a divisor of 48
   heads (the paper pads them to 64) and the paper's 2D weight-stationary layout is not one of ours: the case
@@ -193,6 +205,7 @@ def cases(cat) -> list[dict]:
     out.append(dict(case="gb200-prefill-p2-nvfp4", published=26_156.0, unit="input tok/s/GPU", source="LMSYS-GB2",
                     guessed=guess_pf, **prefill(_setup(cat, ds, gb, "sglang", expert="fp4"), ep8, 2000.0, per=1)))
     out += trtllm_cases(cat)
+    out += small_moe_and_trainium_cases(cat)
     palm = _setup(cat, "palm-540b", "tpu-v4", "jetstream" if "jetstream" in cat.engines else "vllm",
                   dense="int8", kv="bf16", tbo=0.0)
     out.append(dict(case="palm-tpu-v4-decode", published=64 / 1.82, unit="output tok/s/user", source="POPE",
@@ -261,6 +274,33 @@ def trtllm_cases(cat) -> list[dict]:
                             **benchmark_run(cat, model, hw, "trtllm", dense=dense, expert=expert, kv=kv, isl=isl,
                                             osl=osl, conc=PERF_REQUESTS[(isl, osl)], tp=tp, ep=ep, dp=dp,
                                             balance=model == ds)))
+    return out
+
+
+GPTOSS = "TRTLLM-GPTOSS: NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/blog9_Deploying_GPT_OSS_on_TRTLLM.md @fbbc05dd"
+TRN2 = ("TRN2-NXDI: aws-neuron/aws-neuron-sdk libraries/nxd-inference/tutorials/trn2-llama3.3-70b-tutorial.rst and "
+        "llama70b_perf_comparison.csv @06f33784 (LLMPerf, one request at a time)")
+
+
+def small_moe_and_trainium_cases(cat) -> list[dict]:
+    """Single-stream and maximum-throughput gpt-oss-120b on B200 (TensorRT-LLM's deployment blog) and a dense model on
+    Trainium2 at batch 1 (AWS Neuron's Llama-3.3-70B tutorial)."""
+    oss = dict(dense="bf16", expert="fp4", kv="bf16", isl=1024, osl=2048)
+    guess = "BF16 KV (the commands leave the checkpoint's default)"
+    out = [dict(case="trtllm-gptoss-b200-bs1", published=420.0, unit="output tok/s/user", source=GPTOSS,
+                guessed=guess + "; tokens/s per user as output over the request's latency (prefill included)",
+                **benchmark_run(cat, "gpt-oss-120b", "b200-sxm", "trtllm", **oss, conc=1, tp=8, ep=1, dp=1,
+                                per_user=True)),
+           dict(case="trtllm-gptoss-b200-dep4-maxtput", published=19_500.0, unit="output tok/s/GPU", source=GPTOSS,
+                guessed=guess, **benchmark_run(cat, "gpt-oss-120b", "b200-sxm", "trtllm", **oss, conc=2560, tp=1,
+                                               ep=4, dp=4, balance=False))]
+    r = benchmark_run(cat, "llama-3.1-70b", "trn2", "vllm", dense="bf16", expert="bf16", kv="bf16", isl=10_000.0,
+                      osl=1_500.0, conc=1, tp=16, ep=1, dp=1)
+    guess = "TP16 over the 16 chips for the tutorial's TP64 over 64 logical cores; Llama 3.3 70B as Llama 3.1 70B"
+    out.append(dict(case="trn2-llama70b-bs1-tpot", published=1e3 / 19.8, unit="1 / TPOT p50 (tok/s/user)", source=TRN2,
+                    guessed=guess, **{**r, "predicted": 1e3 / r["tpot_ms"]}))
+    out.append(dict(case="trn2-llama70b-bs1-ttft", published=1.0 / 0.5756, unit="1 / TTFT p50 (prefills/s)",
+                    source=TRN2, guessed=guess, **{**r, "predicted": 1.0 / r["ttft_s"]}))
     return out
 
 
