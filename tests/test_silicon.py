@@ -109,3 +109,22 @@ def test_catalog_blocks_take_unrun_formats_and_transfers_from_kernels(catalog):
     assert "scaled from b200-sxm" in b300.source
     # hardware without kernel curves is left as the fit gave it
     assert blocks["mi300x"].kernel_factors == []
+
+
+def test_plans_name_the_factors_taken_from_kernels(catalog):
+    """The committed catalog: B300 and GB300 carry their own kernels' silicon (scaled from B200 / GB200), and a pool
+    on them says so; B200's factors are all fitted on its rows."""
+    from planner.results import physics_path
+
+    b300 = catalog.hardware["b300-sxm"]
+    assert set(b300.efficiency.kernel_factors) == set(S.SILICON_FACTORS)
+    assert "scaled from b200-sxm" in b300.efficiency.source
+    text = physics_path(b300)
+    assert text.startswith("datasheet roofline with fitted factors") and "b300_sxm's own kernel curves" in text
+    assert "compute_fp4" in text
+    assert physics_path(catalog.hardware["b200-sxm"]) == "datasheet roofline with fitted factors"
+    # B300's FP4 GEMMs and fused MoE measure ~1.1x B200's, not the datasheet's 1.56x: its effective FP4 rate follows
+    b200 = catalog.hardware["b200-sxm"]
+    eff_b300 = b300.efficiency.default.compute_fp4 * b300.flops("fp4")
+    eff_b200 = b200.efficiency.default.compute_fp4 * b200.flops("fp4")
+    assert 1.0 < eff_b300 / eff_b200 < 1.3
