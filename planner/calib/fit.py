@@ -32,7 +32,7 @@ from planner.calib import silicon as S
 from planner.calib.predict import predict_normalised
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
-from planner.perf.roofline import factor_dtype
+from planner.perf.roofline import FORMAT_FACTOR, factor_dtype
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ def row_formats(norm: pd.DataFrame, catalog: Catalog) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for (hw, dense, expert), _ in norm.groupby(["n_hw", "n_dense", "n_expert"]):
         h = catalog.hardware[hw]
-        out.setdefault(hw, set()).update(S.FACTOR_OF.get(factor_dtype(h, d), "compute") for d in (dense, expert))
+        out.setdefault(hw, set()).update(FORMAT_FACTOR.get(factor_dtype(h, d), "compute") for d in (dense, expert))
     return out
 
 
@@ -395,18 +395,16 @@ def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResul
     if hw.efficiency.kernels is None:
         return eff
     rel = catalog.hardware.get(eff.transferred_from or "")
+    scaled = eff.fitted_rows == 0 and rel is not None and rel.efficiency.kernels is not None
     if eff.fitted_rows > 0:
         ran = (result.formats or {}).get(hid, set(S.FORMAT_FACTORS))
         facs = [f for f in S.FORMAT_FACTORS if f not in ran]
-
-        def move(block, engine):
-            return S.absolute(block, hw, engine, facs)
-    elif rel is not None and rel.efficiency.kernels is not None:
-        def move(block, engine):
-            return S.relative(block, hw, rel, engine)
     else:
-        def move(block, engine):
-            return S.absolute(block, hw, engine, S.SILICON_FACTORS)
+        facs = list(S.SILICON_FACTORS)
+
+    def move(block, engine):
+        return S.relative(block, hw, rel, engine, facs) if scaled else S.absolute(block, hw, engine, facs)
+
     default, names = move(eff.default, None)
     engines = {}
     for e, b in eff.by_engine.items():
@@ -414,7 +412,6 @@ def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResul
         names = sorted(set(names) | set(more))
     if not names:
         return eff
-    how = (f"scaled from {rel.id} by the ratio of the two systems' kernel curves" if eff.fitted_rows == 0 and rel
-           is not None and rel.efficiency.kernels is not None else "from its own kernel curves")
+    how = f"scaled from {rel.id} by the ratio of the two systems' kernel curves" if scaled else "from its own kernel curves"
     return eff.model_copy(update={"default": default, "by_engine": engines, "kernel_factors": names,
                                   "source": f"{eff.source}; {', '.join(names)} {how} (planner.calib.silicon)"})

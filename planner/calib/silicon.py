@@ -31,8 +31,6 @@ from planner.units import dtype_bytes
 
 FORMAT_FACTORS = {"compute": "bf16", "compute_fp8": "fp8", "compute_fp4": "fp4"}
 """Compute factors of the efficiency block and the weight format each one times."""
-FACTOR_OF = {"bf16": "compute", "fp16": "compute", "fp8": "compute_fp8", "int8": "compute_fp8", "fp4": "compute_fp4"}
-"""The compute factor of each maths format (``planner.perf.roofline.gemm_efficiency``)."""
 SILICON_FACTORS = (*FORMAT_FACTORS, "memory")
 GEMM_REF = (4096.0, 8192.0, 8192.0)
 """(m, n, k) of the reference dense GEMM: large enough that tiles fill the machine."""

@@ -72,6 +72,10 @@ def expert_load_imbalance(setup: Setup, ep, tokens):
     return np.asarray(setup.moe_imbalance, dtype=float) + np.where(g > 1, excess, 0.0)
 
 
+FORMAT_FACTOR = {"fp8": "compute_fp8", "int8": "compute_fp8", "fp4": "compute_fp4"}
+"""The efficiency factor of each maths format with a factor of its own (every other format: ``compute``)."""
+
+
 def factor_dtype(hw, weight_dtype: str) -> str:
     """The format whose compute factor times a GEMM on ``weight_dtype`` weights: the maths format, except that FP4
     weights keep ``compute_fp4`` on chips without FP4 maths (H100/H200 dequantise MXFP4 experts in the kernel, a
@@ -87,7 +91,7 @@ def gemm_efficiency(eff: EngineEfficiency, compute_dtype: str, tokens, *, prefil
     if prefill:
         peak = eff.prefill_compute
     else:
-        peak = {"fp8": eff.compute_fp8, "int8": eff.compute_fp8, "fp4": eff.compute_fp4}.get(compute_dtype, 0.0) or eff.compute
+        peak = getattr(eff, FORMAT_FACTOR.get(compute_dtype, "compute")) or eff.compute
     t = np.maximum(np.asarray(tokens, dtype=float), 1e-9)
     h = eff.gemm_half_tokens
     if h <= 0:
