@@ -128,3 +128,18 @@ def test_plans_name_the_factors_taken_from_kernels(catalog):
     eff_b300 = b300.efficiency.default.compute_fp4 * b300.flops("fp4")
     eff_b200 = b200.efficiency.default.compute_fp4 * b200.flops("fp4")
     assert 1.0 < eff_b300 / eff_b200 < 1.3
+
+
+def test_a_misspelt_kernel_factor_is_a_catalog_error(tmp_path):
+    """``kernel_factors`` names efficiency factors: a typo is refused with the file and field, not carried silently."""
+    import shutil
+
+    from planner.catalog.loader import load_catalog
+    from planner.errors import InputError
+    from tests.conftest import ROOT
+
+    shutil.copytree(ROOT / "catalogs", tmp_path / "catalogs")
+    f = tmp_path / "catalogs" / "hardware" / "b300-sxm.yaml"
+    f.write_text(f.read_text().replace("  - compute_fp4\n", "  - compute_fp5\n", 1))
+    with pytest.raises(InputError, match=r"b300-sxm.yaml.*kernel_factors"):
+        load_catalog(tmp_path / "catalogs")

@@ -165,6 +165,8 @@ class EngineEfficiency(Strict):
 
 
 QuantileKey = Literal["q50", "q75", "q90", "q95", "q99"]
+SiliconFactor = Literal["compute", "compute_fp8", "compute_fp4", "memory"]
+"""The efficiency factors a system's kernel curves can set (``planner.calib.silicon``)."""
 
 
 class Efficiency(Strict):
@@ -186,7 +188,7 @@ class Efficiency(Strict):
     """Quantiles of measured / predicted TPOT on the measured rows, per ``ENGINE/MODE`` class (``sglang/agg``,
     ``trtllm/disagg``; classes of at least 30 rows) and ``all`` (every row of this hardware; for hardware
     without rows, its relative's, else the widest hardware's). A scenario's ``margin.quantile`` derates capacity by it (written by ``calibrate fit``)."""
-    kernel_factors: list[str] = Field(default_factory=list)
+    kernel_factors: list[SiliconFactor] = Field(default_factory=list)
     """Silicon factors (``compute``, ``compute_fp8``, ``compute_fp4``, ``memory``) set from this system's own kernel
     curves instead of its serving rows (``planner.calib.silicon``): a format none of its rows runs, or, on hardware
     transferred from a relative, the relative's factor scaled by the two systems' kernel ratio."""
