@@ -48,10 +48,13 @@ Cases:
 - ``trt-<model>-<gpu>-<layout>-<isl><osl>``: TensorRT-LLM's perf overview (TRTLLM-PERF): maximum-throughput
   trtllm-bench runs of DeepSeek-R1-0528, gpt-oss-120b, Llama 3.3 70B (evaluated as Llama 3.1 70B, the same
   architecture) and Qwen3-235B-A22B on B200, GB200, H200 and H100 at the published layout and precision, every request
-  of the dataset queued at once. Guessed: the batch, which trtllm-bench sizes to what the KV cache holds
-  (``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting``), so the case admits requests as the KV cache
-  holds them; the DeepSeek runs balance prompts over attention-DP ranks (``attention_dp_config.enable_balance``, as
-  published).
+  of the dataset queued at once. The commands give no batch, so each rank admits at most what trtllm-bench's own
+  heuristic picks (:func:`trtllm_bench_settings`, ``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting``),
+  and no more than the KV cache holds. That heuristic charges DeepSeek's MLA cache as 128 heads of 56 elements, ~25x
+  what the latent cache keeps, so DeepSeek runs at 64-384 sequences a rank, not the ~1,000 the cache would hold; gpt-oss's
+  MXFP4 checkpoint has no heuristic and gets the default 2,048. Guessed: ``--kv_cache_free_gpu_mem_fraction 0.95`` (the
+  overview's "in many cases") and the checkpoint's element count from the catalog's parameters. The DeepSeek runs
+  balance prompts over attention-DP ranks (``attention_dp_config.enable_balance``, as published).
 - ``trtllm-gptoss-b200-bs1`` / ``trtllm-gptoss-b200-dep4-maxtput``: TensorRT-LLM's gpt-oss-120b deployment blog
   (TRTLLM-GPTOSS), trtllm-bench on 1K/2K requests: one request at a time on 8 B200 at TP8 EP1 (its low-latency
   command): 420 tokens/s per user; 2,560 in flight (640 a rank) on 4 B200 at attention-DP4 EP4: 19.5k output tokens/s
@@ -75,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -88,9 +92,11 @@ sys.path.insert(0, str(ROOT))
 from planner.calib.predict import predict_normalised  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.perf.layout import Layout, expert_copies  # noqa: E402
+from planner.perf.params import weight_bytes  # noqa: E402
 from planner.perf.report import prefill_roofline, roofline  # noqa: E402
 from planner.perf.roofline import Setup  # noqa: E402
 from planner.perf.serving import kv_capacity_sequences  # noqa: E402
+from planner.units import dtype_bytes  # noqa: E402
 
 GPUS_PER_NODE = 8
 TOKENS_PER_GPU_PASS = 16384
@@ -220,9 +226,52 @@ TRT_BP = ("TRTLLM-BP: NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_o
           "@01c4ece9 (trtllm-bench; B200 max-throughput reproduced at TensorRT-LLM b6261862)")
 TRT_PERF = ("TRTLLM-PERF: NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d (trtllm-bench "
             "throughput, all requests queued at once)")
-PERF_GUESS = ("requests in flight: the dataset's count (3,000 at 1K/1K, 1,500 at 8K/1K and 1K/8K), admitted as the KV "
-              "cache holds them (trtllm-bench's own batch heuristic is not published)")
+PERF_GUESS = ("requests in flight: the dataset's count (3,000 at 1K/1K, 1,500 at 8K/1K and 1K/8K), at most trtllm-bench's "
+              "heuristic max_batch_size a rank and what the KV cache holds; KV memory fraction 0.95")
 PERF_REQUESTS = {(1024, 1024): 3000.0, (8192, 1024): 1500.0, (1024, 8192): 1500.0}
+BENCH_QUANT_BYTES = {"nvfp4": 0.5, "fp8": 1.0, "bf16": 2.0}
+"""Bytes per stored element trtllm-bench's heuristic charges a checkpoint of each quantisation (``BYTES_PER_ELEM`` of
+``tensorrt_llm/bench/build/tuning.py``); a quantisation it has no entry for (MXFP4: gpt-oss) gets no heuristic."""
+BENCH_DEFAULT = (2048, 8192)
+"""(max_batch_size, max_num_tokens) of ``BuildConfig``: what trtllm-bench uses for a quantisation without a heuristic."""
+BENCH_MEM_FRACTION = 0.95
+"""``--kv_cache_free_gpu_mem_fraction`` of the perf overview's runs ("in many cases ... 0.95"; guessed for each)."""
+
+
+def _round_up(x: float, step: int) -> int:
+    return int(step * math.ceil(x / step))
+
+
+def trtllm_bench_settings(cat, model: str, hw: str, *, quant: str, dense: str, expert: str, kv: str, tp: int, pp: int,
+                          isl: float, osl: float) -> tuple[int, int]:
+    """(max_batch_size per rank, max_num_tokens) that ``trtllm-bench throughput`` picks when the command gives neither
+    (``get_benchmark_engine_settings`` -> ``calc_engine_setting`` and ``finetune_setting``, read at NVIDIA/TensorRT-LLM
+    @04cba882), from the quantities it reads: the checkpoint's stored element count (safetensors: packed FP4 counts
+    one element a byte, so an NVFP4 checkpoint counts about half its parameters) times the quantisation's bytes, the
+    GPUs' memory (NVML, GiB) times ``tp x pp``, and a KV cost per token of ``2 x layers x max(tp, kv_heads) x
+    head_size`` elements, with the Hugging Face config's heads: an MLA model lists 128 KV heads of ``hidden / heads``
+    = 56 (no ``head_dim``), so the heuristic charges DeepSeek about 25x the latent cache it really keeps, and caps its
+    batch far below what the cache holds. With attention data parallelism each rank schedules up to the result."""
+    if quant not in BENCH_QUANT_BYTES:
+        return BENCH_DEFAULT
+    m, h = cat.models[model], cat.hardware[hw]
+    w = weight_bytes(m, dense, expert)
+    half = ("bf16", "fp16")
+    elements = (w.nonexpert / (2.0 if dense in half else 1.0) + (w.embed + w.lm_head) / 2.0
+                + w.expert / (2.0 if expert in half else 1.0))
+    gib = 1024.0 ** 3
+    att = m.architecture.attention
+    head = m.architecture.hidden_size / att.heads if att.type == "mla" else att.head_dim
+    per_token = 2.0 * m.architecture.layers * max(tp, att.kv_heads) * head * dtype_bytes(kv) / gib
+    available = h.hbm_bytes / gib * tp * pp - elements * BENCH_QUANT_BYTES[quant] / gib
+    requests = available * BENCH_MEM_FRACTION / (per_token * (isl + osl))
+    raw_bs = min(requests, 4096) / pp
+    raw_tok = min(raw_bs * (1 + isl / osl), 32768)
+    bs = (max(64, _round_up(raw_bs, 32)) if raw_bs < 256 else _round_up(raw_bs, 128) if raw_bs < 1024
+          else _round_up(raw_bs, 256))
+    tok = (max(2048, _round_up(raw_tok, 256)) if raw_tok < 4096 else _round_up(raw_tok, 512) if raw_tok < 8192
+           else _round_up(raw_tok, 1024))
+    return bs, tok
 
 
 def trtllm_cases(cat) -> list[dict]:
@@ -265,15 +314,19 @@ def trtllm_cases(cat) -> list[dict]:
         ("qwen3-235b-a22b", "h100-sxm", ("fp8", "fp8", "fp8"), (1, 8, 8), {(1024, 1024): 1_935.0}),
     ]
     for model, hw, (dense, expert, kv), (tp, ep, dp), runs in table:
+        quant = "mxfp4" if model.startswith("gpt-oss") else "nvfp4" if expert == "fp4" else "fp8"
         for (isl, osl), pub in runs.items():
+            bs, _ = trtllm_bench_settings(cat, model, hw, quant=quant, dense=dense, expert=expert, kv=kv,
+                                          tp=tp * dp, pp=1, isl=isl, osl=osl)
+            conc = min(PERF_REQUESTS[(isl, osl)], float(bs * dp))
             lay = f"TP{tp}" if dp == 1 and ep == 1 else f"DEP{dp}" if tp == 1 else f"TP{tp} EP{ep}"
             out.append(dict(case=f"trt-{model}-{hw.split('-')[0]}-{lay}-{isl // 1024}k{osl // 1024}k", published=pub,
                             unit="output tok/s/GPU", source=TRT_PERF,
                             guessed=PERF_GUESS + ("; Llama 3.3 70B as Llama 3.1 70B (same architecture)"
                                                   if model.startswith("llama") else ""),
                             **benchmark_run(cat, model, hw, "trtllm", dense=dense, expert=expert, kv=kv, isl=isl,
-                                            osl=osl, conc=PERF_REQUESTS[(isl, osl)], tp=tp, ep=ep, dp=dp,
-                                            balance=model == ds)))
+                                            osl=osl, conc=conc, tp=tp, ep=ep, dp=dp, balance=model == ds),
+                            batch_limit=bs))
     return out
 
 

@@ -222,6 +222,31 @@ def test_measured_runs_are_evaluated_with_their_attention_dp_balance(catalog):
     assert plain[0] == pytest.approx(p[1], rel=1e-12)
 
 
+def test_trtllm_bench_batch_heuristic_worked_numbers(catalog):
+    """The batch limit trtllm-bench picks when a command gives none (bench/production_check.py mirrors
+    ``calc_engine_setting``): Llama 3.x 70B FP8 on two H200 at 1K/1K: KV 2 x 80 layers x max(2, 8) heads x 128 x 1 byte
+    = 163,840 B a token, 0.3125 GiB a 2,048-token request; (2 x 141 GiB - 70.6e9 elements x 1 B) x 0.95 = 205.4 GiB
+    -> 657 requests -> rounded up to 128s: 768, and 1,314 tokens a step -> the floor of 2,048. DeepSeek's MLA is
+    charged as 128 heads of 7168 / 128 = 56 elements, so 8 B200 at 1K/8K get 64-96 a rank; an MXFP4 checkpoint has no
+    heuristic (2,048 and 8,192)."""
+    mod = _production_check()
+    gib = 1024.0**3
+    w = mod.weight_bytes(catalog.models["llama-3.1-70b"], "fp8", "fp8")
+    stored = w.nonexpert + (w.embed + w.lm_head) / 2.0 + w.expert
+    per_request = 2 * 80 * 8 * 128 * 1.0 * 2048 / gib
+    requests = (2 * 141.0 - stored / gib) * 0.95 / per_request
+    assert 640 < requests < 680
+    args = dict(dense="fp8", expert="fp8", kv="fp8", pp=1)
+    assert mod.trtllm_bench_settings(catalog, "llama-3.1-70b", "h200-sxm", quant="fp8", tp=2, isl=1024, osl=1024,
+                                     **args) == (768, 2048)
+    assert mod.trtllm_bench_settings(catalog, "deepseek-v3", "h200-sxm", quant="fp8", tp=8, isl=1024, osl=8192,
+                                     **args) == (64, 2048)
+    assert mod.trtllm_bench_settings(catalog, "deepseek-v3", "b200-sxm", quant="nvfp4", tp=4, isl=1024, osl=1024,
+                                     **{**args, "expert": "fp4"}) == (384, 2048)
+    assert mod.trtllm_bench_settings(catalog, "gpt-oss-120b", "h200-sxm", quant="mxfp4", tp=1, isl=1024, osl=1024,
+                                     **{**args, "dense": "bf16", "expert": "fp4"}) == (2048, 8192)
+
+
 def _production_check():
     """``bench/production_check.py`` as a module (its cases and its benchmark rows)."""
     import importlib.util
