@@ -275,3 +275,23 @@ def test_decode_pools_keep_the_handover_wait_within_its_share():
             "queue_servers": np.ones(4)}
     lam, _ = planned_load(rows, 1.0, 0.8, handover=(b, t.handover_miss))
     assert lam == pytest.approx(rho * 10.0)
+
+
+@pytest.mark.parametrize("slots,decode_s,rate", [(8, 31.4, 0.158), (8, 31.4, 0.19), (8, 31.4, 0.12), (4, 10.0, 0.2)])
+def test_slot_and_prefill_waits_overlap_as_the_simulator_runs_them(slots, decode_s, rate):
+    """An aggregated replica: one prefill server (4 s a 128k-token prompt), ``slots`` batch slots held through the
+    prefill and ``decode_s`` of decode. The simulator (first come, first served, admitted only with a free slot) and
+    the formula (the larger of the slot wait and the prefill queue's) agree on p90 and p99 TTFT within 8% (within 4%
+    at these seeds; summing the two waits is 13-18% high on three of the four). The first case is the long-context
+    plan's long-docs pool."""
+    from planner.analysis.simulate import fcfs
+
+    work, base = 3.976, 4.125
+    rng = np.random.default_rng(1)
+    n = 200_000
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    hold = np.full(n, decode_s + base - work)
+    start, _ = fcfs(arrivals, np.full(n, work), 1, slots=slots, hold=hold)
+    sim = np.percentile(start + base - arrivals, [90, 99])
+    f = [float(ttft_quantile(q, base, work, rate * work, 1.0, slots=(slots, base + decode_s, 0.0))[0]) for q in (0.9, 0.99)]
+    assert np.allclose(f, sim, rtol=0.08)

@@ -33,10 +33,11 @@ from statistics import NormalDist
 import numpy as np
 
 from planner.perf.waits import (  # noqa: F401  (re-exported: the queue's waits are part of the latency model)
-    _sum_tail,
+    _max_tail,
     decay_rate,
     decode_slot_rho,
     erlang_c,
+    max_mean,
     mean_wait_factor,
     slot_tail,
     wait_tail,
@@ -173,7 +174,7 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
     """P(TTFT > ``limit``) of requests at a pool whose mean-length prompt has TTFT ``base`` without waiting and
     prefill ``work``, at utilisation ``rho`` (elementwise over rows; ``x``, ``p`` the length nodes, one set for
     all rows or one row each). ``slot``: (probability, mean) of the wait for a batch slot (:func:`slot_tail`),
-    added to the prefill queue's wait."""
+    overlapping the prefill queue's wait (the larger of the two, :func:`planner.perf.waits._max_tail`)."""
     base = np.atleast_1d(np.asarray(base, dtype=float))
     n = base.shape[0]
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
@@ -187,7 +188,7 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
             tail = np.where(th[:, None] > 0, pw[:, None] * np.exp(-sp / th[:, None]), 0.0)
     else:
         p2, t2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in slot)
-        tail = _sum_tail(sp, pw[:, None], th[:, None], p2, t2)
+        tail = _max_tail(sp, pw[:, None], th[:, None], p2, t2)
     tail = np.where(s < 0, 1.0, tail)
     return np.sum(Pr * tail, axis=1)
 
@@ -215,7 +216,7 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
     pw, th = wait_tail(rho, np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
     X, Pr = _nodes(x, p, n)
     slot = _slot_at(rho, servers, work, slots)
-    mean = base + pw * th + (0.0 if slot is None else slot[0] * slot[1])
+    mean = base + (pw * th if slot is None else max_mean(pw, th, slot[0], slot[1]))
     if X.shape[1] == 1 and slot is None:
         with np.errstate(divide="ignore", invalid="ignore"):
             extra = np.where((pw > 0) & (th > 0), th * np.log(np.maximum(pw / np.maximum(1.0 - q, 1e-300), 1.0)), 0.0)
