@@ -251,7 +251,9 @@ def trtllm_bench_settings(cat, model: str, hw: str, *, quant: str, dense: str, e
     GPUs' memory (NVML, GiB) times ``tp x pp``, and a KV cost per token of ``2 x layers x max(tp, kv_heads) x
     head_size`` elements, with the Hugging Face config's heads: an MLA model lists 128 KV heads of ``hidden / heads``
     = 56 (no ``head_dim``), so the heuristic charges DeepSeek about 25x the latent cache it really keeps, and caps its
-    batch far below what the cache holds. With attention data parallelism each rank schedules up to the result."""
+    batch far below what the cache holds. With attention data parallelism each rank schedules up to the result.
+    ``max_num_tokens`` is returned for the record (the tests pin it): the closed-loop prediction has no per-step
+    token cap to apply it to."""
     if quant not in BENCH_QUANT_BYTES:
         return BENCH_DEFAULT
     m, h = cat.models[model], cat.hardware[hw]
