@@ -33,11 +33,11 @@ from statistics import NormalDist
 import numpy as np
 
 from planner.perf.waits import (  # noqa: F401  (re-exported: the queue's waits are part of the latency model)
-    _max_tail,
     decay_rate,
     decode_slot_rho,
     erlang_c,
     max_mean,
+    max_wait_tail,
     mean_wait_factor,
     slot_tail,
     wait_tail,
@@ -174,7 +174,7 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
     """P(TTFT > ``limit``) of requests at a pool whose mean-length prompt has TTFT ``base`` without waiting and
     prefill ``work``, at utilisation ``rho`` (elementwise over rows; ``x``, ``p`` the length nodes, one set for
     all rows or one row each). ``slot``: (probability, mean) of the wait for a batch slot (:func:`slot_tail`),
-    overlapping the prefill queue's wait (the larger of the two, :func:`planner.perf.waits._max_tail`)."""
+    overlapping the prefill queue's wait (the larger of the two, :func:`planner.perf.waits.max_wait_tail`)."""
     base = np.atleast_1d(np.asarray(base, dtype=float))
     n = base.shape[0]
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
@@ -188,7 +188,7 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
             tail = np.where(th[:, None] > 0, pw[:, None] * np.exp(-sp / th[:, None]), 0.0)
     else:
         p2, t2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in slot)
-        tail = _max_tail(sp, pw[:, None], th[:, None], p2, t2)
+        tail = max_wait_tail(sp, pw[:, None], th[:, None], p2, t2)
     tail = np.where(s < 0, 1.0, tail)
     return np.sum(Pr * tail, axis=1)
 

@@ -173,7 +173,7 @@ def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     return np.where(rho > 0, pw, 0.0), th
 
 
-def _max_tail(s, p1, t1, p2, t2):
+def max_wait_tail(s, p1, t1, p2, t2):
     """P(max(W1, W2) > s), ``s >= 0``, of independent waits that are 0 or, with probability ``p``, exponential of mean
     ``t``: ``1 - (1 - P1(s)) (1 - P2(s))``. The wait for a batch slot and the prefill queue's overlap rather than add:
     first come, first served, a request starts its prefill at the later of its admission (a slot freed) and the
@@ -189,7 +189,7 @@ def _max_tail(s, p1, t1, p2, t2):
 
 
 def max_mean(p1, t1, p2, t2):
-    """E[max(W1, W2)] of the waits of :func:`_max_tail`: ``E W1 + E W2 - E min(W1, W2)``, the minimum exponential of
+    """E[max(W1, W2)] of the waits of :func:`max_wait_tail`: ``E W1 + E W2 - E min(W1, W2)``, the minimum exponential of
     rate ``1/t1 + 1/t2`` where both wait."""
     with np.errstate(divide="ignore", invalid="ignore"):
         both = np.where((t1 > 0) & (t2 > 0), t1 * t2 / np.where((t1 > 0) & (t2 > 0), t1 + t2, 1.0), 0.0)
