@@ -149,6 +149,49 @@ def test_bad_kernel_files_are_notes_not_crashes(tmp_path, catalog):
     assert set(rep.curves) == {"collective/nccl/all_reduce"}
 
 
+def _moe_table(shapes, hbm_bw, speed):
+    """A synthetic ``moe_perf`` table: balanced single-rank rows of each (hidden, columns, experts, top-k) shape at
+    1 to 64 tokens, each timed at ``speed[shape]`` times the stream of the experts its routing touches at ``hbm_bw``
+    (FP8: one byte an element), plus a fixed 20 us."""
+    rows = []
+    for (h, inter, e, k) in shapes:
+        for t in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048):
+            stream = min(t * k, e) * 3 * h * inter / hbm_bw
+            rows.append(dict(framework="x", version="0", device="x", op_name="moe", kernel_source="triton",
+                             moe_dtype="fp8", num_tokens=t, hidden_size=h, inter_size=inter, topk=k, num_experts=e,
+                             moe_tp_size=1, moe_ep_size=1, distribution="balanced",
+                             latency=(stream / speed[(h, inter, e, k)] + 20e-6) * 1e3))
+    return pd.DataFrame(rows)
+
+
+def test_moe_rows_faster_than_hbm_are_left_out_on_every_system(tmp_path, catalog):
+    """A fused-MoE shape whose balanced rows stream their experts faster than 1.1x the datasheet HBM bandwidth
+    (DeepSeek's grouped top-k confining the collector's routing to half the experts) is flagged on the system where
+    it shows and left out of that engine's fit on every system, with a note; a shape at 85% of peak is kept."""
+    from planner.calib.kernels import fit_kernels, implausible_moe_shapes
+
+    good, bad = (4096, 1536, 128, 8), (7168, 2048, 256, 8)
+    others = [(2048, 768, 128, 8), (6144, 2560, 160, 8)]
+    speeds = {good: 0.85, bad: 1.7, others[0]: 0.8, others[1]: 0.9}
+    b200, h200 = catalog.hardware["b200-sxm"], catalog.hardware["h200-sxm"]
+    t = _moe_table([good, bad], b200.hbm_bw, speeds)
+    assert implausible_moe_shapes(t, b200.hbm_bw) == {bad}
+    assert implausible_moe_shapes(t, b200.hbm_bw * 2.0) == set()  # at twice the bandwidth both are plausible
+    root = tmp_path / "k"
+    for system, hw, speed in (("b200_sxm", b200, 1.7), ("h200_sxm", h200, 0.85)):
+        d = root / system / "moe" / "sglang"
+        d.mkdir(parents=True)
+        _moe_table([good, bad, *others], hw.hbm_bw, {**speeds, bad: speed}).to_parquet(d / "moe_perf.parquet")
+    reps = {r.system: r for r in fit_kernels(root, catalog, families={"moe"}, jobs=1)}
+    for system in ("b200_sxm", "h200_sxm"):
+        c = reps[system].curves["moe/sglang/fp8"]
+        assert c.rows == 54  # the three plausible shapes' rows only
+        assert c.holdout == "DeepSeek-V3's and Qwen3-235B's experts" and c.holdout_rows == 18  # Qwen3's, scored
+        note = "\n".join(reps[system].notes)
+        assert "18 rows of 1 fused-MoE shapes (hidden x columns x experts x top-k: 7168x2048x256x8) left out" in note
+    assert "/h200_sxm/" in "\n".join(reps["h200_sxm"].notes)  # flagged on B200, dropped on H200 too
+
+
 def test_schema_refuses_unknown_families_and_unphysical_parameters():
     from pydantic import ValidationError
 

@@ -10,7 +10,8 @@ on every row (the parameters written to the catalog). Predictions only ever come
 Held-out shapes per family (chosen to be the shapes of a real model the curve must extend to):
 
 - GEMM: ``n`` or ``k`` equal to 7,168 (DeepSeek-V3/R1's hidden size: every projection of that model);
-- fused MoE: DeepSeek's expert shape (hidden 7,168, 256 experts, top-8);
+- fused MoE: DeepSeek-V3's and Qwen3-235B's expert shapes (hidden 7,168 with 256 experts, hidden 4,096 with 128
+  experts and 1,536 columns; top-8), where the engine's rows of them measure what their columns say (below);
 - decode attention: every configuration with 8 query heads per GPU (Llama-3.1-70B at TP8, Qwen3 at TP8...);
 - MLA decode: 16 heads per GPU (DeepSeek at TP8);
 - collectives: 8 GPUs (fitted on 2 and 4: the extension in group size); GB200/GB300 rows stop at 4, so there
@@ -19,6 +20,15 @@ Held-out shapes per family (chosen to be the shapes of a real model the curve mu
 
 Bad input (a missing column, an unknown format) is a note in the report and the family is skipped for that
 system; a family with fewer than :data:`MIN_ROWS` rows is reported, not fitted.
+
+Fused-MoE rows that cannot be what their columns say are dropped, with a note: a shape (hidden, expert columns,
+experts, top-k) of which some single-rank, balanced row runs faster than streaming the weights of the experts its
+routing touches at :data:`FLOOR_SLACK` times the datasheet HBM bandwidth (:func:`implausible_moe_shapes`). The
+collectors route by the model's own top-k: DeepSeek-V3's grouped top-k (4 of 8 expert groups) turns their balanced
+logits into half the experts and a few hot ones (SGLang's and vLLM's rows of that shape stream "all" experts at
+1.7x HBM peak on every system; TensorRT-LLM's, at 0.9x), and Nemotron-3's experts are two matrices with ReLU²
+(1.2-1.5x). The routing is the collector's, not the GPU's, so a shape flagged on any system is dropped from that
+engine's files on every system.
 """
 
 from __future__ import annotations
@@ -42,6 +52,10 @@ log = logging.getLogger(__name__)
 
 MIN_ROWS = 30
 """Fewest distinct shapes a curve is fitted on."""
+FLOOR_SLACK = 1.1
+"""How far above the datasheet HBM bandwidth a fused-MoE row may seem to stream its experts before its shape is
+judged not to measure its columns (the datasheet figures are rounded; a real kernel never beats them by 10%)."""
+MOE_SHAPE = ("hidden_size", "inter_size", "num_experts", "topk")
 SYSTEM_GPUS_PER_NODE = {"gb200": 4, "gb300": 4}
 """GPUs of one node tray in the kernel data (DeepEP's ``node_num``); 8 elsewhere."""
 
@@ -134,14 +148,55 @@ MOE_COLS = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num
             "distribution", "latency")
 
 
-def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool) -> dict[str, Rows]:
+def implausible_moe_shapes(df: pd.DataFrame, hbm_bw: float) -> set[tuple[int, ...]]:
+    """Shapes (:data:`MOE_SHAPE`) of a ``moe_perf`` table of which some balanced row on one rank (EP1) runs faster
+    than streaming the three matrices of the experts its routing touches (``min(tokens x top-k, experts)``: the
+    collectors' balanced logits give each token ``top-k`` experts a stride apart) at :data:`FLOOR_SLACK` times
+    ``hbm_bw``."""
+    if any(c not in df.columns for c in MOE_COLS):
+        return set()
+    d = df[(df["distribution"] == "balanced") & (df["moe_ep_size"] == 1) & df["moe_dtype"].isin(list(MOE_FORMATS))]
+    lat = d["latency"].to_numpy(float) * 1e-3
+    wb = d["moe_dtype"].astype(str).map(lambda f: MOE_FORMATS[f][1]).to_numpy(float)
+    tokens, h, inter, e, k, tp = (d[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size",
+                                                                  "num_experts", "topk", "moe_tp_size"))
+    floor = np.minimum(tokens * k, e) * 3.0 * h * inter / tp * wb / hbm_bw
+    bad = np.isfinite(lat) & (lat > 0) & (floor > FLOOR_SLACK * lat)
+    return {tuple(int(v) for v in r) for r in d.loc[bad, list(MOE_SHAPE)].to_numpy()}
+
+
+def implausible_moe_by_engine(root: Path, systems: list[tuple[str, HardwareSpec]]) -> dict[str, set[tuple[int, ...]]]:
+    """Per engine folder, the shapes :func:`implausible_moe_shapes` flags in any system's ``moe_perf`` file."""
+    out: dict[str, set[tuple[int, ...]]] = {}
+    for system, hw in systems:
+        for path in sorted((root / system / "moe").glob("*/moe_perf.parquet")):
+            try:
+                flagged = implausible_moe_shapes(pd.read_parquet(path), hw.hbm_bw)
+            except (OSError, ValueError):
+                continue  # fit_system reports an unreadable file
+            out.setdefault(path.parent.name, set()).update(flagged)
+    return out
+
+
+def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool,
+              drop: set[tuple[int, ...]] | None = None, notes: list[str] | None = None) -> dict[str, Rows]:
     """Balanced (uniformly routed) fused-MoE rows per format. ``wide``: DeepEP's MoE, whose ``num_tokens`` are the
     EP group's tokens, each rank routing its share (held out: EP32); else every rank routes every token (held out:
-    DeepSeek's expert shape)."""
+    DeepSeek-V3's and Qwen3-235B's expert shapes). ``drop``: shapes (:data:`MOE_SHAPE`) left out, each named in
+    ``notes``."""
     _need(df, path, MOE_COLS)
     df = df[df["distribution"].isin(["uniform", "balanced"])]
     if "kernel_source" in df.columns:
         df = df[~df["kernel_source"].astype(str).str.contains("nongated")]
+    if drop:
+        key = pd.Series(list(map(tuple, df[list(MOE_SHAPE)].astype(int).to_numpy())), index=df.index)
+        hit = key.isin(drop)
+        if hit.any() and notes is not None:
+            shapes = ", ".join("x".join(map(str, s)) for s in sorted(set(key[hit])))
+            notes.append(f"{path}: {int(hit.sum())} rows of {len(set(key[hit]))} fused-MoE shapes (hidden x columns x "
+                         f"experts x top-k: {shapes}) left out: on some system they stream their experts faster than "
+                         f"{FLOOR_SLACK:g}x HBM peak (the collector's routing or gating is not what the columns say)")
+        df = df[~hit]
     out = {}
     for dt_, g in df.groupby("moe_dtype"):
         if dt_ not in MOE_FORMATS:
@@ -161,15 +216,17 @@ def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool) -> dic
             x["routed"] = t / ep
             hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
         else:
-            hold = (h == 7168) & (e == 256) & (x["top_k"] == 8)
-            label = "DeepSeek's experts (hidden 7168, 256 experts, top-8)"
+            cols = g["inter_size"].to_numpy(float)
+            hold = (x["top_k"] == 8) & (((h == 7168) & (e == 256)) | ((h == 4096) & (e == 128) & (cols == 1536)))
+            label = "DeepSeek-V3's and Qwen3-235B's experts"
         out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, _version(df))
     return out
 
 
-def read_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+def read_moe(path: Path, hw: HardwareSpec, drop: set[tuple[int, ...]] | None = None,
+             notes: list[str] | None = None) -> dict[str, Rows]:
     """Fused MoE layers (``moe_perf``): every rank routes every token, computes its local experts."""
-    return _moe_rows(pd.read_parquet(path), path, hw, wide=False)
+    return _moe_rows(pd.read_parquet(path), path, hw, wide=False, drop=drop, notes=notes)
 
 
 def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
@@ -301,7 +358,7 @@ def _predict_deepep(p, x):
 # (family, sub-folder, file stem, reader, predictor-for-format)
 SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
-    ("moe", "moe", "moe_perf", lambda p, hw, s: read_moe(p, hw), lambda f: _predict_moe),
+    ("moe", "moe", "moe_perf", lambda p, hw, s, **kw: read_moe(p, hw, **kw), lambda f: _predict_moe),
     ("moe", "moe", "wideep_generation_moe_perf", lambda p, hw, s: read_wideep_moe(p, hw), lambda f: _predict_moe),
     ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw), lambda f: _predict_attn),
     ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),
@@ -374,16 +431,19 @@ def system_hardware(catalog: Catalog, system: str) -> HardwareSpec | None:
     return None
 
 
-def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | None = None) -> SystemReport:
-    """Every curve of one system's folder."""
+def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | None = None,
+               moe_drop: dict[str, set[tuple[int, ...]]] | None = None) -> SystemReport:
+    """Every curve of one system's folder. ``moe_drop``: per engine folder, the fused-MoE shapes left out
+    (:func:`implausible_moe_by_engine`)."""
     rep = SystemReport(system, hw.id)
     for family, sub, stem, reader, predictor in SOURCES:
         if families and family not in families:
             continue
         for path in sorted((root / system / sub).glob(f"*/{stem}.parquet")):
             engine = path.parent.name + ("-deepep" if family == "moe" and stem.startswith("wideep_") else "")
+            kw = {"drop": (moe_drop or {}).get(engine), "notes": rep.notes} if stem == "moe_perf" else {}
             try:
-                sets = reader(path, hw, system)
+                sets = reader(path, hw, system, **kw)
             except InputError as exc:
                 rep.notes.append(str(exc))
                 continue
@@ -409,6 +469,7 @@ def fit_kernels(root: Path, catalog: Catalog, systems: list[str] | None = None, 
     if not root.is_dir():
         raise InputError(f"--data {root}: not a folder (expected SYSTEM/FAMILY/ENGINE/FILE.parquet)")
     names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    known = [(s, hw) for s in names if (hw := system_hardware(catalog, s)) is not None]
     if systems:
         unknown = [s for s in systems if s not in names]
         if unknown:
@@ -422,14 +483,15 @@ def fit_kernels(root: Path, catalog: Catalog, systems: list[str] | None = None, 
             reports.append(SystemReport(s, "", notes=[f"{s}: no catalog hardware has this id or alias; skipped"]))
             continue
         todo.append((s, hw))
+    drop = implausible_moe_by_engine(root, known) if not families or "moe" in families else {}
     if jobs > 1 and len(todo) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=jobs) as ex:
-            futs = [ex.submit(fit_system, root, s, hw, families) for s, hw in todo]
+            futs = [ex.submit(fit_system, root, s, hw, families, drop) for s, hw in todo]
             reports += [f.result() for f in futs]
     else:
-        reports += [fit_system(root, s, hw, families) for s, hw in todo]
+        reports += [fit_system(root, s, hw, families, drop) for s, hw in todo]
     if not any(r.curves for r in reports):
         raise InputError(f"--data {root}: no kernel curve could be fitted (no SYSTEM/FAMILY/ENGINE/*.parquet files of a known system)")
     return reports
@@ -483,8 +545,9 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
         f"Generated by `{command}`. Each curve (`planner/perf/kernels.py`) has at most six parameters (fractions of the "
         "datasheet and fixed latencies) per system, engine and format, fitted by robust least squares on "
         "log(predicted / measured) over the fastest kernel per shape. *Held out*: a second fit without a model's shapes "
-        "(GEMMs with n or k = 7,168; DeepSeek's expert shape; 8 query heads per GPU; MLA at 16 heads per GPU; "
-        "collectives on the largest GPU count, fitted on fewer; DeepEP at hidden 7,168), scored on them. The catalog "
+        "(GEMMs with n or k = 7,168; DeepSeek-V3's and Qwen3-235B's expert shapes; 8 query heads per GPU; MLA at 16 "
+        "heads per GPU; collectives on the largest GPU count, fitted on fewer; DeepEP at hidden 7,168), scored on them. "
+        "The catalog "
         "holds the all-row fit. APE = |predicted / measured - 1|, pooled over the engines and formats of a family.", "",
         "| system | family | rows | median APE | p90 APE | held-out rows | held-out median | held-out p90 |",
         "|---|---|---|---|---|---|---|---|",
