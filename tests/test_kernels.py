@@ -97,6 +97,22 @@ def test_smooth_max_table_matches_the_exact_formula():
         assert np.max(np.abs(K._smax(a, b, p) / exact - 1.0)) < 1e-6
 
 
+def test_deepep_with_few_experts_is_bound_by_the_busiest_expert_not_the_link():
+    """DeepEP low latency gives each expert slot its own warp groups: 1,024 tokens a GPU over 4 GPUs, top-2 of 8
+    experts, hidden 4,096, sends 1,024 copies of 4,096 x (1 x 1.03125 + 2) = 12,416 bytes to each expert, 12.7 MB
+    at 30 GB/s = 424 us, where the link (900 GB/s, 3/4 of 2,048 copies remote) needs 21 us; with 256 experts the
+    link binds. The slot cost is per local expert: 64 slots a GPU at 100 ns = 6.4 us."""
+    p = _p("deepep", t0_us=0.0, copy_ns=0.0, bus_eff=1.0, slot_ns=0.0, expert_gbps=30.0)
+    per_copy = 4096 * (1.0 * (1.0 + 4.0 / 128.0) + 2.0)
+    t = K.deepep_time(p, 1024, 4096, 2, 4, 900e9, experts=8)
+    assert t == pytest.approx(1024 * 4 * 2 / 8 * per_copy / 30e9, rel=1e-9)
+    wide = K.deepep_time(p, 1024, 4096, 2, 4, 900e9, experts=256)
+    assert wide == pytest.approx(2048 * 0.75 * per_copy / 900e9, rel=1e-9)
+    slots = K.deepep_time(_p("deepep", t0_us=0.0, copy_ns=0.0, bus_eff=1.0, slot_ns=100.0, expert_gbps=1e4),
+                          1, 4096, 2, 4, 900e9, experts=256)
+    assert slots == pytest.approx(64 * 100e-9 + 2 * 0.75 * per_copy / 900e9, rel=1e-9)
+
+
 # --- the fit -------------------------------------------------------------------------------------------
 
 

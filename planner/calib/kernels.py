@@ -314,7 +314,7 @@ def read_custom_allreduce(path: Path, hw: HardwareSpec, system: str) -> dict[str
 
 def read_deepep(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
     df = pd.read_parquet(path)
-    cols = ("node_num", "num_token", "hidden_size", "num_topk", "dispatch_avg_t_us", "combine_avg_t_us")
+    cols = ("node_num", "num_token", "hidden_size", "num_topk", "num_experts", "dispatch_avg_t_us", "combine_avg_t_us")
     _need(df, path, cols)
     per_node = SYSTEM_GPUS_PER_NODE.get(system, 8)
     y = (df["dispatch_avg_t_us"].to_numpy(float) + df["combine_avg_t_us"].to_numpy(float)) * 1e-6
@@ -322,7 +322,8 @@ def read_deepep(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
     df, y = df[ok], y[ok]
     h = df["hidden_size"].to_numpy(float)
     x = {"tokens": df["num_token"].to_numpy(float), "hidden": h, "top_k": df["num_topk"].to_numpy(float),
-         "gpus": df["node_num"].to_numpy(float) * per_node, "U": np.full(len(df), hw.scale_up_bw)}
+         "gpus": df["node_num"].to_numpy(float) * per_node, "U": np.full(len(df), hw.scale_up_bw),
+         "experts": df["num_experts"].to_numpy(float)}
     return {"fp8": Rows(x, y, h == 7168, "hidden 7168", _version(df))}
 
 
@@ -352,7 +353,7 @@ def _collective(op: str):
 
 
 def _predict_deepep(p, x):
-    return K.deepep_time(p, x["tokens"], x["hidden"], x["top_k"], x["gpus"], x["U"])
+    return K.deepep_time(p, x["tokens"], x["hidden"], x["top_k"], x["gpus"], x["U"], experts=x["experts"])
 
 
 # (family, sub-folder, file stem, reader, predictor-for-format)

@@ -15,7 +15,7 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "attn_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
     "mla_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
     "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "sharpness"),
-    "deepep": ("t0_us", "copy_ns", "bus_eff"),
+    "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
 
@@ -30,7 +30,8 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
                    "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
     "collective": {"alpha_us": (0.0, 500.0), "alpha_gpu_us": (0.0, 100.0), "bus_eff": (0.02, 1.5),
                    "sharpness": (1.0, 30.0)},
-    "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5)},
+    "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5), "slot_ns": (0.0, 5000.0),
+               "expert_gbps": (1.0, 10000.0)},
 }
 """Physical ranges of each parameter (the fit's bounds; a catalog value outside is refused)."""
 

@@ -42,8 +42,11 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
 ``deepep``
     DeepEP low-latency dispatch plus combine of one MoE layer inside one node: each token's ``top_k``
     copies leave for their experts' GPUs (dispatch in FP8 with scales, combine in bf16) at ``bus_eff`` of
-    the scale-up bandwidth, plus a fixed latency per call and a cost per token copy (the kernels' packing).
-    Parameters: ``t0_us, copy_ns, bus_eff``.
+    the scale-up bandwidth, plus a fixed latency per call, a cost per token copy (the kernels' packing) and
+    one per local expert slot (``slot_ns``: each slot's receive buffer is polled and its count exchanged).
+    The kernels give each expert slot its own warp groups, so an expert's copies also move at no more
+    than ``expert_gbps`` (GB/s): with few experts (Mixtral's 8 over 4 GPUs) the busiest expert's traffic,
+    not the link, sets the time. Parameters: ``t0_us, copy_ns, bus_eff, slot_ns, expert_gbps``.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "attn_decode": {"t0_us": 8.0, "seq_us": 0.1, "compute": 0.3, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
     "mla_decode": {"t0_us": 12.0, "seq_us": 0.1, "compute": 0.4, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "sharpness": 2.0},
-    "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3},
+    "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3, "slot_ns": 100.0, "expert_gbps": 30.0},
 }
 """Parameters of hardware without kernel rows (and the fit's start): vendor-library expectations (large GEMMs
 at ~70% of tensor peak, HBM streamed at ~80%, NCCL at ~75% of the link's bus bandwidth), refined by the fit on
@@ -181,13 +184,19 @@ def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw, fixed=1.0):
     return np.where(g > 1, t, 0.0)
 
 
-def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0):
+def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0,
+                experts=256.0):
     """Seconds of one DeepEP low-latency dispatch plus combine inside one scale-up domain of ``gpus`` GPUs:
-    ``tokens_per_rank`` tokens per GPU, each sent to ``top_k`` experts (dispatch at ``dispatch_bytes`` per
-    element plus one scale per 128, combine in bf16), the copies to other GPUs over the link."""
+    ``tokens_per_rank`` tokens per GPU, each sent to ``top_k`` of ``experts`` expert slots (dispatch at
+    ``dispatch_bytes`` per element plus one scale per 128, combine in bf16), the copies to other GPUs over the
+    link, each slot's copies at most ``expert_gbps`` (see module docstring)."""
     g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+    e = np.maximum(np.asarray(experts, dtype=float), 1.0)
     copies = np.asarray(tokens_per_rank, dtype=float) * top_k
     per_copy = np.asarray(hidden, dtype=float) * (dispatch_bytes * (1.0 + 4.0 / 128.0) + ACT_DTYPE_BYTES)
     remote = (g - 1.0) / g
-    t = 2.0 * fixed * p["t0_us"] * US + copies * p["copy_ns"] * 1e-9 + copies * remote * per_copy / (link_bw * p["bus_eff"])
+    link = copies * remote * per_copy / (link_bw * p["bus_eff"])
+    slot = copies * g / e * per_copy / (p["expert_gbps"] * 1e9)
+    fixed_t = 2.0 * fixed * p["t0_us"] * US + e / g * p["slot_ns"] * 1e-9
+    t = fixed_t + copies * p["copy_ns"] * 1e-9 + np.maximum(link, slot)
     return np.where(g > 1, t, 0.0)
