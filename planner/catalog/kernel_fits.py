@@ -14,7 +14,7 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "moe": ("t0_us", "compute", "tile_half", "memory", "sharpness", "copy_ns"),
     "attn_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
     "mla_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
-    "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "sharpness"),
+    "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "switch_kb", "slow_eff"),
     "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
@@ -29,7 +29,7 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
     "mla_decode": {"t0_us": (0.0, 200.0), "seq_us": (0.0, 20.0), "compute": (0.02, 1.0), "memory": (0.05, 1.0),
                    "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
     "collective": {"alpha_us": (0.0, 500.0), "alpha_gpu_us": (0.0, 100.0), "bus_eff": (0.02, 1.5),
-                   "sharpness": (1.0, 30.0)},
+                   "switch_kb": (0.0, 1e6), "slow_eff": (0.02, 1.5)},
     "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5), "slot_ns": (0.0, 5000.0),
                "expert_gbps": (1.0, 10000.0)},
 }

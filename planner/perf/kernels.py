@@ -37,8 +37,12 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
 ``collective``
     One collective of ``bytes`` over ``g`` GPUs of one scale-up domain: ``alpha + alpha_gpu (g - 2)`` plus the
     bus bytes (ring all-reduce ``2 (g-1)/g``, all-gather, reduce-scatter and all-to-all ``(g-1)/g`` of the
-    message) over ``bus_eff`` of the scale-up bandwidth. Parameters: ``alpha_us, alpha_gpu_us, bus_eff,
-    sharpness``.
+    message) over ``bus_eff`` of the scale-up bandwidth, plus the first ``switch_kb`` of them again over
+    ``slow_eff`` of it: below a switch size the libraries run their low-latency protocols (NCCL's LL and LL128,
+    whose flags halve or trim the payload of each line; the engines' one-shot all-reduce, where every GPU reads
+    every peer's whole buffer), which pay little latency but move bytes slowly, and a large message pays that
+    ramp once before the bandwidth protocol takes over. Parameters: ``alpha_us, alpha_gpu_us, bus_eff,
+    switch_kb, slow_eff``.
 ``deepep``
     DeepEP low-latency dispatch plus combine of one MoE layer inside one node: each token's ``top_k``
     copies leave for their experts' GPUs (dispatch in FP8 with scales, combine in bf16) at ``bus_eff`` of
@@ -68,7 +72,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "moe": {"t0_us": 30.0, "compute": 0.5, "tile_half": 200.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
     "attn_decode": {"t0_us": 8.0, "seq_us": 0.1, "compute": 0.3, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
     "mla_decode": {"t0_us": 12.0, "seq_us": 0.1, "compute": 0.4, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
-    "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "sharpness": 2.0},
+    "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
     "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3, "slot_ns": 100.0, "expert_gbps": 30.0},
 }
 """Parameters of hardware without kernel rows (and the fit's start): vendor-library expectations (large GEMMs
@@ -178,10 +182,10 @@ def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw, fixed=1.0):
     domain with ``link_bw`` bytes/s per GPU and direction; 0 for one GPU."""
     g = np.asarray(gpus, dtype=float)
     gs = np.maximum(g, 2.0)
-    bus = BUS_FACTOR[op] * (gs - 1.0) / gs * np.asarray(msg_bytes, dtype=float) / (link_bw * p["bus_eff"])
+    traffic = BUS_FACTOR[op] * (gs - 1.0) / gs * np.asarray(msg_bytes, dtype=float)
+    bus = traffic / (link_bw * p["bus_eff"]) + np.minimum(traffic, p["switch_kb"] * 1e3) / (link_bw * p["slow_eff"])
     alpha = fixed * (p["alpha_us"] + p["alpha_gpu_us"] * (gs - 2.0)) * US
-    t = _smax(alpha, bus, p["sharpness"])
-    return np.where(g > 1, t, 0.0)
+    return np.where(g > 1, alpha + bus, 0.0)
 
 
 def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0,
