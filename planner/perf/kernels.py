@@ -188,8 +188,8 @@ def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw, fixed=1.0):
     return np.where(g > 1, alpha + bus, 0.0)
 
 
-def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0,
-                experts=256.0):
+def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0, *,
+                experts):
     """Seconds of one DeepEP low-latency dispatch plus combine inside one scale-up domain of ``gpus`` GPUs:
     ``tokens_per_rank`` tokens per GPU, each sent to ``top_k`` of ``experts`` expert slots (dispatch at
     ``dispatch_bytes`` per element plus one scale per 128, combine in bf16), the copies to other GPUs over the

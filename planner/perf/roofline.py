@@ -337,7 +337,7 @@ def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
     g = np.maximum(np.asarray(stage, dtype=float), 1.0)
     fit = C.deepep(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k), g, layers,
                    dispatch_bytes(setup), setup.eff.kernel_fixed_share,
-                   float(setup.stats.experts) * setup.expert_copies)
+                   experts=float(setup.stats.experts) * setup.expert_copies)
     if fit is None:
         return phys
     return np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
