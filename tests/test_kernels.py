@@ -92,10 +92,82 @@ def test_moe_one_token_reads_only_the_experts_it_touches():
 
 
 def test_attention_decode_streams_the_cache():
-    p = _p("attn_decode", t0_us=0.0, seq_us=0.0, compute=1.0, memory=0.8, sharpness=30.0, fill_half=0.0)
+    p = _p("attn_decode", t0_us=0.0, unit_us=0.0, compute=1.0, memory=0.8, red_us=0.0, fill_half=0.0)
     kv = 64 * 4096 * 2 * 8 * 128 * 2.0  # batch 64, 4k context, 8 KV heads of 128, bf16
     t = K.attn_decode_time(p, 64, kv, 1.0, 1e15, 4.8e12)
     assert t == pytest.approx(kv / (4.8e12 * 0.8), rel=1e-6)
+
+
+def test_attention_decode_pays_per_kv_head_unit_and_splits_long_contexts_over_blocks():
+    """Worked numbers: 16 sequences x 8 KV heads = 128 units at 10 ns each on top of 6 us; a short context runs one
+    block a unit (128 units at fill_half 128 stream at half the rate), a long one splits and pays the 5 us reduction."""
+    p = _p("attn_decode", t0_us=6.0, unit_us=0.01, compute=1.0, memory=1.0, red_us=5.0, fill_half=128.0)
+    units, W = 16 * 8, 4e12
+    head = 6e-6 + 128 * 0.01e-6
+    short = 16 * 64 * 2 * 8 * 128 * 1.0  # 64 tokens of FP8 cache: 2 MB, 0.52 us at full rate
+    assert K.attn_decode_time(p, 16, short, 1.0, 1e18, W, units) == pytest.approx(head + 2 * short / W, rel=1e-9)
+    long = 16 * 32768 * 2 * 8 * 128 * 1.0  # 1.07 GB: 268 us at full rate, 537 us at half
+    assert K.attn_decode_time(p, 16, long, 1.0, 1e18, W, units) == pytest.approx(head + long / W + 5e-6, rel=1e-9)
+    # at no context only the fixed and per-unit costs remain, and they grow with the KV heads, not the sequences
+    assert K.attn_decode_time(p, 16, 0.0, 0.0, 1e18, W, 16 * 64) == pytest.approx(6e-6 + 1024 * 0.01e-6, rel=1e-9)
+
+
+def test_trtllm_runs_its_generic_kernel_outside_xqa_query_head_groups():
+    assert list(K.decode_attention_kernel("trtllm", [1, 2, 8, 32, 48, 128])) == ["-mmha", "", "", "", "-mmha", "-mmha"]
+    assert list(K.decode_attention_kernel("sglang", [1, 64])) == ["", ""]
+    assert list(K.decode_attention_kernel(None, [1])) == [""]
+
+
+def _attention_rows(p, hq, hk, F, W):
+    """Synthetic decode-attention rows (ms) of ``hq / hk`` heads timed by the curve ``p``."""
+    rows = []
+    for b in (1, 4, 16, 64, 256):
+        for step in (1, 128, 1024, 8192):
+            kv = b * step * 2 * hk * 128 * 2.0
+            t = K.attn_decode_time(p, b, kv, 4.0 * b * hq * 128 * step, F, W, b * hk)
+            rows.append(dict(framework="TRTLLM", version="1.0", batch_size=b, isl=1, num_heads=hq,
+                             num_key_value_heads=hk, head_dim=128, window_size=0, kv_cache_dtype="bfloat16", step=step,
+                             latency=float(t) * 1e3))
+    return rows
+
+
+def test_trtllm_generic_attention_kernel_is_fitted_as_its_own_curve(tmp_path, catalog):
+    """TensorRT-LLM rows of groups 1 and 64 are a curve of their own (``trtllm-mmha``) and do not pull the XQA curve;
+    each fit recovers the curve the rows were made with."""
+    from planner.calib.kernels import fit_kernels
+    from planner.perf import compose as C
+
+    hw = catalog.hardware["h200-sxm"]
+    F, W = hw.flops("bf16"), hw.hbm_bw
+    xqa = _p("attn_decode", t0_us=6.0, unit_us=0.01, compute=0.3, memory=0.85, red_us=4.0, fill_half=100.0)
+    mmha = _p("attn_decode", t0_us=9.0, unit_us=0.005, compute=0.006, memory=0.8, red_us=5.0, fill_half=60.0)
+    rows = [r for hq, hk in ((8, 1), (16, 2), (32, 8), (64, 8)) for r in _attention_rows(xqa, hq, hk, F, W)]
+    rows += [r for hq, hk in ((8, 8), (32, 32), (64, 1), (128, 2)) for r in _attention_rows(mmha, hq, hk, F, W)]
+    path = tmp_path / "h200_sxm" / "attention" / "trtllm" / "generation_attention_perf.parquet"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(path)
+    (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
+    assert set(rep.curves) == {"attn_decode/trtllm/bf16", "attn_decode/trtllm-mmha/bf16"}
+    for key, truth in (("attn_decode/trtllm/bf16", xqa), ("attn_decode/trtllm-mmha/bf16", mmha)):
+        c = rep.curves[key]
+        assert c.rows == 80 and c.fit_mape < 0.01, key
+        assert c.params["t0_us"] == pytest.approx(truth["t0_us"], rel=0.05)
+        assert c.params["memory"] == pytest.approx(truth["memory"], rel=0.05)
+    # the generic kernel's CUDA-core maths binds at 64-128 heads a KV head: its compute is identified
+    assert rep.curves["attn_decode/trtllm-mmha/bf16"].params["compute"] == pytest.approx(0.006, rel=0.1)
+    # composed: a model of 64 query heads per KV head on TensorRT-LLM takes the generic kernel's curve, other engines
+    # (no curve of their own) borrow TensorRT-LLM's XQA curve, never its generic one
+    kf = hw.efficiency.kernels.model_copy(update={"curves": {k: rep.curves[k] for k in rep.curves}})
+    m = catalog.models["llama-3.1-70b"]
+    mqa = m.model_copy(update={"architecture": m.architecture.model_copy(
+        update={"attention": m.architecture.attention.model_copy(update={"kv_heads": 1})})})
+    kv, fl = 64 * 2048 * 2 * 128 * 2.0, 4.0 * 64 * 64 * 128 * 2048
+    args = (hw, "bf16", 64.0, kv, fl, 1.0, 1.0)
+    t_x = K.attn_decode_time(rep.curves["attn_decode/trtllm/bf16"].params, 64.0, kv, fl, F, W, 64.0)
+    t_m = K.attn_decode_time(rep.curves["attn_decode/trtllm-mmha/bf16"].params, 64.0, kv, fl, F, W, 64.0)
+    assert float(C.attention_time(kf, "trtllm", mqa, *args)) == pytest.approx(float(t_m), rel=1e-9)
+    assert float(C.attention_time(kf, "sglang", mqa, *args)) == pytest.approx(float(t_x), rel=1e-9)
+    assert kf.curve("attn_decode", "vllm", "bf16") == rep.curves["attn_decode/trtllm/bf16"].params
 
 
 def test_smooth_max_table_matches_the_exact_formula():

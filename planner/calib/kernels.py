@@ -91,6 +91,9 @@ class Rows:
     hold: np.ndarray
     holdout: str
     engine_version: str
+    kernel: str = ""
+    """The engine's kernel path where it runs more than one for the family's shapes (``-mmha``: TensorRT-LLM's
+    generic decode attention), appended to the engine in the curve's key; the reader's key is the format plus it."""
 
 
 @dataclass
@@ -235,7 +238,9 @@ def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return _moe_rows(pd.read_parquet(path), path, hw, wide=True)
 
 
-def read_attn_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str, Rows]:
+    """GQA decode attention per KV format, split by the kernel ``engine`` runs for each query-head group
+    (:func:`planner.perf.kernels.decode_attention_kernel`)."""
     df = pd.read_parquet(path)
     cols = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step", "latency")
     _need(df, path, cols)
@@ -246,16 +251,18 @@ def read_attn_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
         if kv not in KV_BYTES:
             raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
         g = _fastest(g, ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "window_size", "step"])
-        b = g["batch_size"].to_numpy(float)
-        s = g["step"].to_numpy(float)
-        w = g["window_size"].to_numpy(float)
-        s = np.where(w > 0, np.minimum(s, w), s)
-        hq, hk, d = (g[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
-        kvb = b * s * 2.0 * hk * d * KV_BYTES[kv]
-        flops = 4.0 * b * hq * d * s
-        x = {"batch": b, "kv_bytes": kvb, "flops": flops, "F": np.full(len(g), hw.flops("bf16")),
-             "W": np.full(len(g), hw.hbm_bw), "units": b * hk}
-        out[_kv_name(kv)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 8, "8 query heads per GPU", _version(df))
+        path_of = K.decode_attention_kernel(engine, g["num_heads"].to_numpy(float) / g["num_key_value_heads"].to_numpy(float))
+        for kernel in sorted(set(path_of)):
+            k = g[path_of == kernel]
+            b = k["batch_size"].to_numpy(float)
+            s = k["step"].to_numpy(float)
+            w = k["window_size"].to_numpy(float)
+            s = np.where(w > 0, np.minimum(s, w), s)
+            hq, hk, d = (k[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+            x = {"batch": b, "kv_bytes": b * s * 2.0 * hk * d * KV_BYTES[kv], "flops": 4.0 * b * hq * d * s,
+                 "F": np.full(len(k), hw.flops("bf16")), "W": np.full(len(k), hw.hbm_bw), "units": b * hk}
+            out[_kv_name(kv) + kernel] = Rows(x, k["latency"].to_numpy(float) * 1e-3, hq == 8, "8 query heads per GPU",
+                                              _version(df), kernel)
     return out
 
 
@@ -361,7 +368,8 @@ SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
     ("moe", "moe", "moe_perf", lambda p, hw, s, **kw: read_moe(p, hw, **kw), lambda f: _predict_moe),
     ("moe", "moe", "wideep_generation_moe_perf", lambda p, hw, s: read_wideep_moe(p, hw), lambda f: _predict_moe),
-    ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw), lambda f: _predict_attn),
+    ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw, p.parent.name),
+     lambda f: _predict_attn),
     ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),
     ("collective", "comm", "nccl_perf", read_nccl, _collective),
     ("collective", "comm", "custom_allreduce_perf", read_custom_allreduce, _collective),
@@ -451,8 +459,9 @@ def fit_system(root: Path, system: str, hw: HardwareSpec, families: set[str] | N
             except (OSError, ValueError) as exc:
                 rep.notes.append(f"{path}: unreadable ({type(exc).__name__}: {exc}); the family is skipped")
                 continue
-            for fmt, rows in sets.items():
-                key = f"{family}/{engine}/{fmt}"
+            for name, rows in sets.items():
+                fmt = name.removesuffix(rows.kernel)
+                key = f"{family}/{engine}{rows.kernel}/{fmt}"
                 if len(rows.y) < MIN_ROWS:
                     rep.notes.append(f"{key}: {len(rows.y)} rows, fewer than {MIN_ROWS}: not fitted")
                     continue

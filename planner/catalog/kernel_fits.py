@@ -12,8 +12,8 @@ from planner.catalog.fields import AsOf, NonNegInt, Strict
 KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "gemm": ("t0_us", "compute", "tile_half", "memory", "sharpness", "act_bytes"),
     "moe": ("t0_us", "compute", "tile_half", "memory", "sharpness", "copy_ns"),
-    "attn_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
-    "mla_decode": ("t0_us", "seq_us", "compute", "memory", "sharpness", "fill_half"),
+    "attn_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
+    "mla_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
     "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "switch_kb", "slow_eff"),
     "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
 }
@@ -24,10 +24,10 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
              "sharpness": (1.0, 30.0), "act_bytes": (0.0, 24.0)},
     "moe": {"t0_us": (0.0, 500.0), "compute": (0.02, 1.0), "tile_half": (0.0, 20000.0), "memory": (0.05, 1.0),
             "sharpness": (1.0, 30.0), "copy_ns": (0.0, 200.0)},
-    "attn_decode": {"t0_us": (0.0, 200.0), "seq_us": (0.0, 20.0), "compute": (0.02, 1.0), "memory": (0.05, 1.0),
-                    "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
-    "mla_decode": {"t0_us": (0.0, 200.0), "seq_us": (0.0, 20.0), "compute": (0.02, 1.0), "memory": (0.05, 1.0),
-                   "sharpness": (1.0, 30.0), "fill_half": (0.0, 4096.0)},
+    "attn_decode": {"t0_us": (0.0, 200.0), "unit_us": (0.0, 20.0), "compute": (0.001, 1.0), "memory": (0.05, 1.0),
+                    "red_us": (0.0, 200.0), "fill_half": (0.0, 4096.0)},
+    "mla_decode": {"t0_us": (0.0, 200.0), "unit_us": (0.0, 20.0), "compute": (0.001, 1.0), "memory": (0.05, 1.0),
+                   "red_us": (0.0, 200.0), "fill_half": (0.0, 4096.0)},
     "collective": {"alpha_us": (0.0, 500.0), "alpha_gpu_us": (0.0, 100.0), "bus_eff": (0.02, 1.5),
                    "switch_kb": (0.0, 1e6), "slow_eff": (0.02, 1.5)},
     "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5), "slot_ns": (0.0, 5000.0),
@@ -91,13 +91,14 @@ class KernelFits(Strict):
 
     def curve(self, family: str, engine: str | None, fmt: str) -> dict[str, float] | None:
         """The parameters of ``family`` in format ``fmt`` for ``engine`` (another engine's where this one has no
-        curve of that family and format); None where no engine has one."""
+        curve of that family and format); None where no engine has one. Another engine's curve is its main kernel's,
+        never a kernel path of its own (``trtllm-mmha``, ``sglang-deepep``: an engine suffix after a hyphen)."""
         if engine:
             c = self.curves.get(f"{family}/{engine}/{fmt}")
             if c is not None:
                 return c.params
         for key, c in sorted(self.curves.items()):
             f, eng, x = key.split("/", 2)
-            if f == family and x == fmt and not eng.endswith("-deepep"):
+            if f == family and x == fmt and "-" not in eng:
                 return c.params
         return None

@@ -230,7 +230,9 @@ def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_d
 def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtype: str, seqs, kv_bytes, flops,
                    tp, layers, fixed=1.0):
     """Seconds of the decode attention of one stage pass on one chip: ``seqs`` sequences per rank, ``kv_bytes``
-    and ``flops`` of all the stage's layers on this chip (counted by the caller), ``layers`` kernel calls."""
+    and ``flops`` of all the stage's layers on this chip (counted by the caller), ``layers`` kernel calls. GQA
+    takes the curve of the kernel the engine runs for the query-head group on one GPU
+    (:func:`planner.perf.kernels.decode_attention_kernel`), its main kernel's where that path has no curve."""
     at = m.architecture.attention
     fam = "mla_decode" if at.type == "mla" else "attn_decode"
     fmt = "fp8" if kv_dtype in ("fp8", "int8", "fp4", "int4") else "bf16"
@@ -238,10 +240,17 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     if p is None:
         return None
     calls = np.maximum(np.asarray(layers, dtype=float), 1e-9)
-    units = seqs if at.type == "mla" else seqs * np.maximum(at.kv_heads / tp, 1.0)
-    # One kernel call per layer: fixed and per-sequence costs per call, the streaming over all of them.
-    per_call = K.attn_decode_time(p, seqs, np.asarray(kv_bytes) / calls, np.asarray(flops) / calls, hw.flops("bf16"),
-                                  hw.hbm_bw, units, fixed)
+    kv_rank = np.maximum(at.kv_heads / np.asarray(tp, dtype=float), 1.0)
+    units = seqs if at.type == "mla" else seqs * kv_rank
+    # One kernel call per layer: fixed and per-unit costs per call, the streaming over all of them.
+    args = (seqs, np.asarray(kv_bytes) / calls, np.asarray(flops) / calls, hw.flops("bf16"), hw.hbm_bw, units, fixed)
+    per_call = K.attn_decode_time(p, *args)
+    if at.type != "mla" and engine:
+        path = K.decode_attention_kernel(engine, at.heads / np.asarray(tp, dtype=float) / kv_rank)
+        for kernel in set(np.atleast_1d(path)) - {""}:
+            alt, _ = pick_exact(kf, fam, engine + kernel, (fmt, "bf16", "fp8"))
+            if alt is not None:
+                per_call = np.where(path == kernel, K.attn_decode_time(alt, *args), per_call)
     return calls * per_call
 
 

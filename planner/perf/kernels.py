@@ -31,9 +31,14 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
 ``attn_decode`` / ``mla_decode``
     One decode step of attention for a batch: the KV cache read once (GQA: ``2 kv_heads head_dim``
     elements per token; MLA: one latent of ``kv_lora + rope`` per token, shared by all heads), query
-    maths ``4 heads head_dim`` FLOPs per token (MLA absorbed: ``2 heads (2 kv_lora + rope)``), plus a
-    cost per sequence (page tables, split-KV reduction); few (sequence, KV head) pairs leave SMs idle
-    (``fill_half``). Parameters: ``t0_us, seq_us, compute, memory, sharpness, fill_half``.
+    maths ``4 heads head_dim`` FLOPs per token (MLA absorbed: ``2 heads (2 kv_lora + rope)``), the larger of
+    the two as the kernel's busy time; plus a cost per work unit (``unit_us``: one (sequence, KV head) pair of
+    GQA, one sequence of MLA; its query load, softmax and output, paid even at no context). The units spread
+    over the SMs; few of them run at ``units / (units + fill_half)`` of the rate, unless the kernel splits
+    each sequence's context over several blocks (split-KV, TensorRT-LLM's multi-block mode, FlashInfer's
+    and FlashMLA's partitions), which runs at the full rate but pays a second, reduction phase (``red_us``).
+    The kernels pick the faster of the two, so the step takes the smaller. Parameters: ``t0_us, unit_us,
+    compute, memory, red_us, fill_half``.
 ``collective``
     One collective of ``bytes`` over ``g`` GPUs of one scale-up domain: ``alpha + alpha_gpu (g - 2)`` plus the
     bus bytes (ring all-reduce ``2 (g-1)/g``, all-gather, reduce-scatter and all-to-all ``(g-1)/g`` of the
@@ -70,8 +75,8 @@ TILE_N = 128.0
 PRIOR: dict[str, dict[str, float]] = {
     "gemm": {"t0_us": 4.0, "compute": 0.7, "tile_half": 60.0, "memory": 0.8, "sharpness": 2.5, "act_bytes": 3.0},
     "moe": {"t0_us": 30.0, "compute": 0.5, "tile_half": 200.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
-    "attn_decode": {"t0_us": 8.0, "seq_us": 0.1, "compute": 0.3, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
-    "mla_decode": {"t0_us": 12.0, "seq_us": 0.1, "compute": 0.4, "memory": 0.8, "sharpness": 2.5, "fill_half": 8.0},
+    "attn_decode": {"t0_us": 8.0, "unit_us": 0.01, "compute": 0.3, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
+    "mla_decode": {"t0_us": 12.0, "unit_us": 0.1, "compute": 0.4, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
     "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3, "slot_ns": 100.0, "expert_gbps": 30.0},
 }
@@ -163,14 +168,31 @@ def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flop
 def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=None, fixed=1.0):
     """Seconds of one decode step of attention for ``batch`` sequences reading ``kv_bytes`` of cache and doing
     ``flops`` FLOPs in all (the caller counts both: GQA or MLA, context or window). ``units``: the independent
-    (sequence, KV head) pairs the kernel spreads over the SMs (default ``batch``); few of them leave SMs idle
-    and the cache streams at ``units / (units + fill_half)`` of the fitted rate."""
+    work units the kernel spreads over the SMs, (sequence, KV head) pairs of GQA (default ``batch``, as MLA).
+    Busy time ``max(t_c, t_m)``; with one block a unit it runs at ``units / (units + fill_half)`` of the rate,
+    split over blocks at the full rate plus a reduction phase of ``red_us``, whichever is faster."""
     b = np.asarray(batch, dtype=float)
     u = b if units is None else np.asarray(units, dtype=float)
     fill = u / (u + p["fill_half"])
-    t_c = np.asarray(flops, dtype=float) / (flops_peak * p["compute"] * fill)
-    t_m = np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"] * fill)
-    return fixed * p["t0_us"] * US + p["seq_us"] * US * b + _smax(t_c, t_m, p["sharpness"])
+    busy = np.maximum(np.asarray(flops, dtype=float) / (flops_peak * p["compute"]),
+                      np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"]))
+    split = np.minimum(busy / np.maximum(fill, 1e-12), busy + fixed * p["red_us"] * US)
+    return fixed * p["t0_us"] * US + p["unit_us"] * US * u + split
+
+
+XQA_GROUPS = (2, 32)
+"""Query heads per KV head that TensorRT-LLM's XQA decode kernel serves (measured on all six systems: groups 2-32
+read each KV head once per sequence; a group of 1 (multi-head attention) or above 32 runs the generic masked
+multi-head attention kernel, whose CUDA-core maths makes a group of 64-128 4-5x slower)."""
+
+
+def decode_attention_kernel(engine: str | None, group) -> np.ndarray:
+    """Per element of ``group`` (query heads per KV head on one GPU), the kernel-path suffix of ``engine``'s
+    decode attention curve: ``"-mmha"`` where TensorRT-LLM leaves XQA for its generic kernel, else ``""``."""
+    g = np.asarray(group, dtype=float)
+    if engine != "trtllm":
+        return np.full(g.shape, "", dtype=object)
+    return np.where((g < XQA_GROUPS[0]) | (g > XQA_GROUPS[1]), "-mmha", "").astype(object)
 
 
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
