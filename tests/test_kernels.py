@@ -76,14 +76,29 @@ def test_collective_bytes_below_the_switch_size_move_at_the_slow_protocols_rate(
 def test_moe_with_every_expert_local_and_busy_is_its_flops():
     """Balanced routing of many tokens over experts all held locally: the grouped GEMM's FLOPs over the fitted
     peak (rows a multiple of the tile, so no padding)."""
-    p = _p("moe", t0_us=0.0, compute=0.5, tile_half=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
     tokens, h, inter, k, e = 8192, 4096, 1024, 8, 64  # 1,024 copies per expert
     t = K.moe_time(p, tokens, h, inter, k, e, e, 1e15, 1e30, 2.0)
     assert t == pytest.approx(2 * tokens * k * 3 * h * inter / (1e15 * 0.5), rel=1e-6)
 
 
+def test_moe_pays_per_output_tile_so_narrow_experts_run_below_their_flops():
+    """Worked numbers: 64 experts of 1,024 columns, 1,024 copies each: 16 row tiles x (16 gate/up + 32 down column
+    tiles) = 768 tiles an expert, 49,152 in all, at 20 ns each on top of the FLOPs; the same FLOPs in 512 experts of
+    128 columns are 512 x 16 x (2 + 32) tiles, 5.7 times as many."""
+    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=20.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    tokens, h, k = 8192, 4096, 8
+    wide = K.moe_time(p, tokens, h, 1024, k, 64, 64, 1e15, 1e30, 2.0)
+    flops = 2 * tokens * k * 3 * h * 1024
+    assert wide == pytest.approx(flops / (1e15 * 0.5) + 49152 * 20e-9, rel=1e-6)
+    narrow = K.moe_time(p, tokens * 8, h, 128, k, 512, 512, 1e15, 1e30, 2.0)  # 1,024 copies for each of 512 experts
+    tiles = 512 * 16 * (2 + 32)
+    assert narrow == pytest.approx(flops / (1e15 * 0.5) + tiles * 20e-9, rel=1e-6)
+    assert narrow / wide > 1.3
+
+
 def test_moe_one_token_reads_only_the_experts_it_touches():
-    p = _p("moe", t0_us=0.0, compute=1.0, tile_half=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    p = _p("moe", t0_us=0.0, compute=1.0, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
     h, inter, k, e = 4096, 1024, 8, 256
     t = K.moe_time(p, 1, h, inter, k, e, e, 1e30, 1e12, 1.0)
     w = 8 * 3 * h * inter * 1.0
@@ -288,6 +303,38 @@ def test_moe_rows_faster_than_hbm_are_left_out_on_every_system(tmp_path, catalog
         note = "\n".join(reps[system].notes)
         assert "18 rows of 1 fused-MoE shapes (hidden x columns x experts x top-k: 7168x2048x256x8) left out" in note
     assert "/h200_sxm/" in "\n".join(reps["h200_sxm"].notes)  # flagged on B200, dropped on H200 too
+
+
+def test_each_moe_kernel_an_engine_runs_is_its_own_curve(tmp_path, catalog):
+    """An engine measured with two fused-MoE kernels for one format (SGLang's FlashInfer TensorRT-LLM kernel on most
+    shapes, its Triton kernel on fewer) gets one curve per kernel, not a fit to the faster of the two per shape: the
+    kernel with more rows keeps the engine's name, the other is ``sglang-triton``; another engine borrows the main."""
+    from planner.calib.kernels import fit_kernels, moe_kernel_tag
+
+    assert moe_kernel_tag("sglang_flashinfer_trtllm_moe") == "trtllm"
+    assert moe_kernel_tag("sglang_fused_moe_triton") == "triton"
+    assert moe_kernel_tag("vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts") == "marlin"
+    assert moe_kernel_tag("moe_torch_flow") == "other" and moe_kernel_tag("") == ""
+    hw = catalog.hardware["h200-sxm"]
+    shapes = [(4096, 1536, 128, 8), (2048, 768, 128, 8), (6144, 2560, 160, 8)]
+    fast = _moe_table(shapes, hw.hbm_bw, dict.fromkeys(shapes, 0.8)).assign(kernel_source="sglang_flashinfer_trtllm_moe")
+    slow = _moe_table(shapes[1:], hw.hbm_bw, dict.fromkeys(shapes, 0.4)).assign(kernel_source="sglang_fused_moe_triton")
+    d = tmp_path / "h200_sxm" / "moe" / "sglang"
+    d.mkdir(parents=True)
+    pd.concat([fast, slow]).to_parquet(d / "moe_perf.parquet")
+    (rep,) = fit_kernels(tmp_path, catalog, families={"moe"})
+    assert set(rep.curves) == {"moe/sglang/fp8", "moe/sglang-triton/fp8"}
+    assert rep.curves["moe/sglang/fp8"].rows == 54 and rep.curves["moe/sglang-triton/fp8"].rows == 36
+    assert rep.curves["moe/sglang/fp8"].fit_mape < 0.05 and rep.curves["moe/sglang-triton/fp8"].fit_mape < 0.05
+    kf = hw.efficiency.kernels.model_copy(update={"curves": dict(rep.curves)})
+    assert kf.curve("moe", "vllm", "fp8") == rep.curves["moe/sglang/fp8"].params
+    # the Triton kernel streams at half the rate: its curve, evaluated on a memory-bound shape, is about twice as slow
+    x = dict(tokens=64.0, hidden=4096.0, inter=1536.0, top_k=8.0, experts=128.0, local=128.0, F=hw.flops("fp8"),
+             W=hw.hbm_bw, wb=1.0)
+    from planner.calib.kernels import _predict_moe
+
+    ratio = _predict_moe(rep.curves["moe/sglang-triton/fp8"].params, x) / _predict_moe(rep.curves["moe/sglang/fp8"].params, x)
+    assert 1.6 < float(ratio) < 2.2
 
 
 def test_schema_refuses_unknown_families_and_unphysical_parameters():

@@ -44,7 +44,7 @@ def test_gemm_and_moe_fractions_combine_geometrically(catalog):
     m, n, k = S.GEMM_REF
     hw = _with_kernels(catalog.hardware["b200-sxm"], {
         "gemm/sglang/fp4": _ideal_gemm(0.4),
-        "moe/sglang/fp4": _curve("moe", t0_us=0.0, compute=0.9, tile_half=0.0, memory=1.0, sharpness=30.0,
+        "moe/sglang/fp4": _curve("moe", t0_us=0.0, compute=0.9, tile_ns=0.0, memory=1.0, sharpness=30.0,
                                  copy_ns=0.0)})
     g = S._gemm_fraction(hw, "sglang", "fp4")
     mo = S._moe_fraction(hw, "sglang", "fp4")

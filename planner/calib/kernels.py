@@ -201,29 +201,50 @@ def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool,
                          f"{FLOOR_SLACK:g}x HBM peak (the collector's routing or gating is not what the columns say)")
         df = df[~hit]
     out = {}
-    for dt_, g in df.groupby("moe_dtype"):
+    src = df["kernel_source"].astype(str) if "kernel_source" in df.columns else pd.Series("", index=df.index)
+    df = df.assign(_kernel=src.map(moe_kernel_tag))
+    for dt_, by_fmt in df.groupby("moe_dtype"):
         if dt_ not in MOE_FORMATS:
             raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
         fmt, wb, maths = MOE_FORMATS[dt_]
         if maths not in hw.dense_tflops:
             continue
-        g = _fastest(g, list(MOE_COLS[1:-2]))
-        h = g["hidden_size"].to_numpy(float)
-        e = g["num_experts"].to_numpy(float)
-        ep = g["moe_ep_size"].to_numpy(float)
-        t = g["num_tokens"].to_numpy(float)
-        x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
-             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
-             "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
-        if wide:
-            x["routed"] = t / ep
-            hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
-        else:
-            cols = g["inter_size"].to_numpy(float)
-            hold = (x["top_k"] == 8) & (((h == 7168) & (e == 256)) | ((h == 4096) & (e == 128) & (cols == 1536)))
-            label = "DeepSeek-V3's and Qwen3-235B's experts"
-        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, _version(df))
+        # the engine's main kernel for the format (the one most of its rows measure) keeps the engine's name
+        main = by_fmt["_kernel"].value_counts().sort_index().idxmax()
+        for tag, g in by_fmt.groupby("_kernel"):
+            kernel = "" if tag == main else f"-{tag}"
+            out[fmt + kernel] = _moe_format_rows(_fastest(g, list(MOE_COLS[1:-2])), hw, wb, maths, wide,
+                                                 _version(df), kernel)
     return out
+
+
+MOE_KERNELS = ("marlin", "triton", "cutlass", "trtllm", "deepgemm")
+"""Kernel families a fused-MoE ``kernel_source`` names (the first one its name contains after the engine's prefix)."""
+
+
+def moe_kernel_tag(source: str) -> str:
+    """The kernel family of a fused-MoE ``kernel_source`` (:data:`MOE_KERNELS`; ``other`` if none)."""
+    name = source.split("_", 1)[1] if "_" in source else source
+    return next((k for k in MOE_KERNELS if k in name), "other") if source else ""
+
+
+def _moe_format_rows(g: pd.DataFrame, hw: HardwareSpec, wb: float, maths: str, wide: bool, version: str,
+                     kernel: str) -> Rows:
+    h = g["hidden_size"].to_numpy(float)
+    e = g["num_experts"].to_numpy(float)
+    ep = g["moe_ep_size"].to_numpy(float)
+    t = g["num_tokens"].to_numpy(float)
+    x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
+         "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
+         "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
+    if wide:
+        x["routed"] = t / ep
+        hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
+    else:
+        cols = g["inter_size"].to_numpy(float)
+        hold = (x["top_k"] == 8) & (((h == 7168) & (e == 256)) | ((h == 4096) & (e == 128) & (cols == 1536)))
+        label = "DeepSeek-V3's and Qwen3-235B's experts"
+    return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel)
 
 
 def read_moe(path: Path, hw: HardwareSpec, drop: set[tuple[int, ...]] | None = None,

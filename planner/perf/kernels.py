@@ -22,12 +22,16 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
     act_bytes``.
 ``moe``
     One fused MoE layer on one GPU (route, grouped GEMMs of its local experts, combine): the routed tokens
-    as a grouped GEMM over the experts they touch, each expert's rows padded to :data:`TILE_M`; the
-    weights of touched local experts streamed once, each routed copy's activations read and written in
-    bf16 (permute in, intermediate, out); plus a cost per routed copy of *every* token entering the layer
-    (``copy_ns``: top-k, sort and align run over all tokens, also those whose experts sit elsewhere, which is
-    what makes a wide-EP layer cost more than its local FLOPs). Parameters: ``t0_us, compute, tile_half,
-    memory, sharpness, copy_ns`` (``tile_half`` counts tiles over all local experts).
+    as a grouped GEMM over the experts they touch, each expert's rows padded to :data:`TILE_M`, at the fitted
+    share of the tensor peak plus a cost per output tile (``tile_ns``: a tile's prologue and epilogue, amortised
+    over the SMs; an expert of few columns, as tensor or expert parallelism leaves it, is many tiles of short
+    reductions and runs far below the peak its FLOPs alone would take, while the same layer with wide experts
+    gets close to it); the weights of touched local experts streamed once, each routed copy's activations read
+    and written in bf16 (permute in, intermediate, out); plus a cost per routed copy of *every* token entering
+    the layer (``copy_ns``: top-k, sort and align run over all tokens, also those whose experts sit elsewhere,
+    which is what makes a wide-EP layer cost more than its local FLOPs). One curve per kernel an engine runs
+    for a format (its main one under the engine's name, others as ``engine-triton`` and the like). Parameters:
+    ``t0_us, compute, tile_ns, memory, sharpness, copy_ns``.
 ``attn_decode`` / ``mla_decode``
     One decode step of attention for a batch: the KV cache read once (GQA: ``2 kv_heads head_dim``
     elements per token; MLA: one latent of ``kv_lora + rope`` per token, shared by all heads), query
@@ -74,7 +78,7 @@ TILE_N = 128.0
 
 PRIOR: dict[str, dict[str, float]] = {
     "gemm": {"t0_us": 4.0, "compute": 0.7, "tile_half": 60.0, "memory": 0.8, "sharpness": 2.5, "act_bytes": 3.0},
-    "moe": {"t0_us": 30.0, "compute": 0.5, "tile_half": 200.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
+    "moe": {"t0_us": 30.0, "compute": 0.5, "tile_ns": 10.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
     "attn_decode": {"t0_us": 8.0, "unit_us": 0.01, "compute": 0.3, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "mla_decode": {"t0_us": 12.0, "unit_us": 0.1, "compute": 0.4, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
@@ -155,8 +159,7 @@ def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flop
     rows = touched * np.ceil(copies / touched / TILE_M) * TILE_M
     # Gate/up (``mats - 1`` matrices of inter x hidden) and down (hidden x inter) over the padded rows.
     tiles = rows / TILE_M * (np.ceil((mats - 1.0) * inter / TILE_N) + np.ceil(h / TILE_N))
-    fill = tiles / (tiles + p["tile_half"])
-    t_c = 2.0 * rows * mats * h * inter / (flops_peak * p["compute"] * fill)
+    t_c = 2.0 * rows * mats * h * inter / (flops_peak * p["compute"]) + tiles * p["tile_ns"] * 1e-9
     w = touched * mats * h * inter * weight_bytes
     act = copies * ACT_DTYPE_BYTES * (2.0 * h + 2.0 * inter)
     t_m = (w + act) / (hbm_bw * p["memory"])
