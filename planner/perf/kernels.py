@@ -7,9 +7,10 @@ and a handful of fitted parameters (``planner calibrate kernels``, from measured
 fixed latencies, never tables of measured rows, so a curve extends to shapes, models and hardware without
 a row: a GPU without kernel measurements uses the same curves with :data:`PRIOR` parameters.
 
-Every curve is a smooth roofline ``t0 + (t_c^p + t_m^p)^(1/p)``: the larger of compute and memory time
-(``p`` large: the plain maximum; small ``p``: a kernel that overlaps the two only partly), plus a fixed
-latency ``t0`` that no shape avoids (launch, prologue and epilogue of one kernel).
+Every curve is a roofline: the larger of compute and memory time, smooth for GEMMs and fused MoE
+(``(t_c^p + t_m^p)^(1/p)``; ``p`` large: the plain maximum; small ``p``: a kernel that overlaps the two only partly),
+plain for decode attention, plus a fixed latency ``t0`` that no shape avoids (launch, prologue and epilogue of one
+kernel) and the per-family terms below.
 
 Families and their parameters (times in microseconds, efficiencies as fractions of the datasheet):
 
