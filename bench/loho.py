@@ -20,7 +20,7 @@ worse too: InferenceX TPOT median 19.2% against 17.3%, silicon 17.3% against 17.
 Since the silicon factors from kernels (``planner.calib.silicon``), the all-hardware rule gives a held-out chip with
 kernel curves its own kernels' ``compute``, ``compute_fp8``, ``compute_fp4`` and ``memory``
 (``bench/data/loho_kernel_silicon.txt``); ``--without-kernel-silicon`` turns that off, so the two are compared on the
-same cached fold fits (InferenceX TPOT 16.7% with it, 17.1% without; silicon 17.4% and 17.5%).
+same cached fold fits (InferenceX TPOT 16.7% with it, 17.1% without; silicon 17.6% and 17.5%: 2026-11-27's curves).
 
     python bench/loho.py [--data FILE ...] [--jobs 2] [--systems b200-sxm,h100-sxm] [--engines] [--cache DIR]
                          [--without-kernel-silicon]
