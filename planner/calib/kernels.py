@@ -97,7 +97,8 @@ class Rows:
     engine_version: str
     kernel: str = ""
     """The engine's kernel path where it runs more than one for the family's shapes (``-mmha``: TensorRT-LLM's
-    generic decode attention), appended to the engine in the curve's key; the reader's key is the format plus it."""
+    generic decode attention; ``-triton`` and the like: a fused-MoE kernel other than the engine's main one for the
+    format), appended to the engine in the curve's key; the reader's key is the format plus it."""
 
 
 @dataclass
