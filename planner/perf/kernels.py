@@ -180,8 +180,8 @@ def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=
     fill = u / (u + p["fill_half"])
     busy = np.maximum(np.asarray(flops, dtype=float) / (flops_peak * p["compute"]),
                       np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"]))
-    split = np.minimum(busy / np.maximum(fill, 1e-12), busy + fixed * p["red_us"] * US)
-    return fixed * p["t0_us"] * US + p["unit_us"] * US * u + split
+    one_block, split = busy / np.maximum(fill, 1e-12), busy + fixed * p["red_us"] * US
+    return fixed * p["t0_us"] * US + p["unit_us"] * US * u + np.minimum(one_block, split)
 
 
 XQA_GROUPS = (2, 32)
