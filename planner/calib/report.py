@@ -328,7 +328,7 @@ def _kernel_table(catalog: Catalog) -> list[str]:
     """Kernel curves per hardware and family from the catalog: curves, rows, and the row-weighted mean of the
     curves' median APE on all rows and on held-out shapes (``docs/kernels.md`` has the pooled medians, per-row
     residual plots and the command that regenerates them)."""
-    from planner.calib.kernels import FAMILY_TITLES
+    from planner.calib.kernel_report import FAMILY_TITLES
 
     lines = ["| hardware | family | curves | rows | median APE (row-weighted) | held-out median APE |", "|---|---|---|---|---|---|"]
     any_ = False

@@ -64,14 +64,8 @@ def calibrate_kernels(
 ) -> None:
     """Fit each term of the step (GEMM, fused MoE, decode attention and MLA, collectives, DeepEP) on measured
     kernel latencies, per system, engine and format; scored on shapes held out of the fit."""
-    from planner.calib.kernels import (
-        curve_table,
-        family_table,
-        fit_kernels,
-        kernel_block,
-        plot_residuals,
-        report_markdown,
-    )
+    from planner.calib.kernel_report import curve_table, family_table, plot_residuals, report_markdown
+    from planner.calib.kernels import fit_kernels, kernel_block
     from planner.catalog.loader import clear_cache
     from planner.catalog.writer import atomic_write_text, atomic_write_with, replace_efficiency_block
     from planner.export.files import check_file

@@ -139,25 +139,34 @@ def expected_touched(experts, top_k, tokens):
     return e * (1.0 - np.power(np.clip(1.0 - np.asarray(top_k, dtype=float) / e, 0.0, 1.0), t))
 
 
+def uniform_moe_load(tokens, top_k, experts, local_experts, imbalance=1.0):
+    """(copies, touched experts, tile-padded rows) on one GPU holding ``local_experts`` of ``experts`` when
+    ``tokens`` tokens pick ``top_k`` experts uniformly; ``imbalance`` multiplies the busiest GPU's share."""
+    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    e = np.asarray(experts, dtype=float)
+    el = np.minimum(np.asarray(local_experts, dtype=float), e)
+    imb = np.asarray(imbalance, dtype=float)
+    copies = t * top_k * el / e * imb
+    touched = np.maximum(np.minimum(expected_touched(e, top_k, t) * el / e * imb, el), 1.0)
+    rows = touched * np.ceil(copies / touched / TILE_M) * TILE_M
+    return copies, touched, rows
+
+
 def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flops_peak, hbm_bw, weight_bytes,
-             gated=True, imbalance=1.0, fixed=1.0, routed_tokens=None):
+             gated=True, imbalance=1.0, fixed=1.0, routed_tokens=None, load=None):
     """Seconds of one fused MoE layer on one GPU holding ``local_experts`` experts of ``inter`` columns each
     (already divided by expert tensor parallelism), for ``tokens`` tokens routed over ``experts`` experts
     (``top_k`` each, uniformly; ``imbalance`` multiplies the busiest GPU's share). ``gated``: three matrices
     per expert (SwiGLU), else two. ``routed_tokens``: the tokens this GPU routes (top-k, sort, align; default
     ``tokens``, as in the kernel data, where every rank routes every token): with attention data parallelism and
-    a dispatch kernel, a GPU routes only its own rank's tokens."""
+    a dispatch kernel, a GPU routes only its own rank's tokens. ``load``: (copies, touched experts, padded rows)
+    on this GPU where routing is not uniform (``routing.power_law_loads``); default :func:`uniform_moe_load`."""
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     h = np.asarray(hidden, dtype=float)
     inter = np.asarray(inter, dtype=float)
-    e = np.asarray(experts, dtype=float)
-    el = np.minimum(np.asarray(local_experts, dtype=float), e)
     mats = 3.0 if gated else 2.0
-    imb = np.asarray(imbalance, dtype=float)
-    # Copies that land on this GPU and the local experts they touch (each expert's rows padded to a tile).
-    copies = t * top_k * el / e * imb
-    touched = np.maximum(np.minimum(expected_touched(e, top_k, t) * el / e * imb, el), 1.0)
-    rows = touched * np.ceil(copies / touched / TILE_M) * TILE_M
+    # Copies that land on this GPU, the local experts they touch and their rows padded to tiles.
+    copies, touched, rows = load if load is not None else uniform_moe_load(t, top_k, experts, local_experts, imbalance)
     # Gate/up (``mats - 1`` matrices of inter x hidden) and down (hidden x inter) over the padded rows.
     tiles = rows / TILE_M * (np.ceil((mats - 1.0) * inter / TILE_N) + np.ceil(h / TILE_N))
     t_c = 2.0 * rows * mats * h * inter / (flops_peak * p["compute"]) + tiles * p["tile_ns"] * 1e-9
