@@ -104,3 +104,22 @@ def test_skew_slows_a_wide_rank_and_speeds_a_lone_one():
 
     assert ratio(4096, 8) > 1.25
     assert ratio(32, 1) < 0.9
+
+
+def test_expert_parallelism_must_divide_the_experts():
+    with pytest.raises(ValueError, match="does not divide"):
+        power_law_load(64, 256, 8, 3, 1.01)
+
+
+def test_skewed_rows_of_an_undivided_layout_are_a_note_not_a_crash(tmp_path, catalog):
+    from planner.calib.kernels import read_moe
+
+    hw = catalog.hardware["h200-sxm"]
+    table = _skewed_table(dict(K.PRIOR["moe"]), hw, alphas=(1.2,))
+    odd = table[table["distribution"] != "balanced"].head(3).assign(moe_ep_size=3)
+    path = tmp_path / "moe_perf.parquet"
+    pd.concat([table, odd]).to_parquet(path)
+    notes: list[str] = []
+    rows = read_moe(path, hw, notes=notes)["fp8"]
+    assert len(rows.y) == len(table)
+    assert "3 skewed-routing rows whose moe_ep_size does not divide num_experts left out" in notes[0]

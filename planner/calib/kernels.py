@@ -194,13 +194,18 @@ def implausible_moe_by_engine(root: Path, systems: list[tuple[str, HardwareSpec]
 
 def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool,
               drop: set[tuple[int, ...]] | None = None, notes: list[str] | None = None) -> dict[str, Rows]:
-    """Balanced (uniformly routed) fused-MoE rows per format. ``wide``: DeepEP's MoE, whose ``num_tokens`` are the
-    EP group's tokens, each rank routing its share (held out: EP32); else every rank routes every token (held out:
-    DeepSeek-V3's and Qwen3-235B's expert shapes). ``drop``: shapes (:data:`MOE_SHAPE`) left out, each named in
-    ``notes``."""
+    """Fused-MoE rows per format: balanced (uniformly routed) rows, and for the single-layer table also the rows routed
+    with power-law skew (:data:`SKEW_PATTERN`; one whose expert parallelism does not divide its experts is left out
+    with a note). ``wide``: DeepEP's MoE, whose ``num_tokens`` are the EP group's tokens, each rank routing its share
+    (held out: EP32; balanced rows only); else every rank routes every token (held out: DeepSeek-V3's and
+    Qwen3-235B's expert shapes). ``drop``: shapes (:data:`MOE_SHAPE`) left out, each named in ``notes``."""
     _need(df, path, MOE_COLS)
-    df = df[df["distribution"].isin(["uniform", "balanced"]) | ((not wide) & df["distribution"].astype(str).str.match(
-        SKEW_PATTERN))]
+    skew = (not wide) & df["distribution"].astype(str).str.match(SKEW_PATTERN)
+    odd = skew & (df["num_experts"] % df["moe_ep_size"] != 0)
+    if odd.any() and notes is not None:
+        notes.append(f"{path}: {int(odd.sum())} skewed-routing rows whose moe_ep_size does not divide num_experts "
+                     "left out (the busiest rank's block of experts is undefined)")
+    df = df[df["distribution"].isin(["uniform", "balanced"]) | (skew & ~odd)]
     if "kernel_source" in df.columns:
         df = df[~df["kernel_source"].astype(str).str.contains("nongated")]
     if drop:
@@ -240,12 +245,13 @@ def routing_alpha(dist: pd.Series) -> np.ndarray:
     return pd.to_numeric(dist.astype(str).str.extract(SKEW_PATTERN)[0], errors="coerce").to_numpy(float)
 
 
-def moe_load(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(copies, touched experts, padded rows) on the measured rank of each fused-MoE row: balanced routing as uniform
-    (``kernels.uniform_moe_load``: expected touched experts of random picks, which fits the balanced rows better than
-    their exact even spread, 12.6% against 13.1% median APE on H200), power-law routing on the busiest rank as the collectors pick it (``routing.power_law_loads``)."""
+def moe_load(g: pd.DataFrame, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(copies, touched experts, padded rows) on the measured rank of each fused-MoE row, ``alpha`` its power-law
+    exponent (:func:`routing_alpha`; NaN: balanced). Balanced rows as uniform routing (``kernels.uniform_moe_load``:
+    the expected touched experts of random picks, which fits them better than their exact even spread, 12.6% against
+    13.1% median APE on H200); skewed rows on the busiest rank as the collectors pick it
+    (``routing.power_law_loads``)."""
     t, k, e, ep = (g[c].to_numpy(float) for c in ("num_tokens", "topk", "num_experts", "moe_ep_size"))
-    alpha = routing_alpha(g["distribution"])
     out = [np.array(v, dtype=float) for v in K.uniform_moe_load(t, k, e, e / ep)]
     skew = np.isfinite(alpha)
     if skew.any():
@@ -277,11 +283,12 @@ def _moe_format_rows(g: pd.DataFrame, hw: HardwareSpec, wb: float, maths: str, w
         x["routed"] = t / ep
         hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
         return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel)
-    x.update(zip(("copies", "touched", "rows"), moe_load(g), strict=True))
+    alpha = routing_alpha(g["distribution"])
+    x.update(zip(("copies", "touched", "rows"), moe_load(g, alpha), strict=True))
     cols = g["inter_size"].to_numpy(float)
     hold = (x["top_k"] == 8) & (((h == 7168) & (e == 256)) | ((h == 4096) & (e == 128) & (cols == 1536)))
     label = "DeepSeek-V3's and Qwen3-235B's experts"
-    group = np.where(np.isfinite(routing_alpha(g["distribution"])), "skewed", "balanced")
+    group = np.where(np.isfinite(alpha), "skewed", "balanced")
     return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel, group)
 
 

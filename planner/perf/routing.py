@@ -84,15 +84,15 @@ def power_law_load(tokens: int, experts: int, top_k: int, ep: int, alpha: float,
                    draws: int = DRAWS, seed: int = 0) -> tuple[float, float, float]:
     """(copies, touched experts, tile-padded rows) on the busiest of ``ep`` ranks (contiguous blocks of
     ``experts / ep`` experts) when ``tokens`` tokens each pick ``top_k`` experts with power-law loads of exponent
-    ``alpha``; means over ``draws`` seeded draws."""
+    ``alpha``; means over ``draws`` seeded draws. ``ep`` must divide ``experts`` (ValueError otherwise)."""
     t, e, k, g = max(int(tokens), 1), int(experts), int(top_k), max(int(ep), 1)
+    if e % g:
+        raise ValueError(f"expert parallelism {g} does not divide {e} experts")
     copies = t * k
     rng = np.random.default_rng(seed)
     u = rng.random((draws, e))
     lo, hi = (1.0, X_MAX_SHARE * t) if copies > e else SPARSE_RANGE
     x = _power_law(u, alpha, lo, max(hi, lo * (1.0 + 1e-9)))
-    if e % g:
-        g = 1
     block = _whole_copies(x / x.sum(axis=1, keepdims=True), copies, t, g)
     busiest = np.argmax(block.sum(axis=2), axis=1)
     mine = block[np.arange(draws), busiest]
@@ -103,7 +103,9 @@ def power_law_load(tokens: int, experts: int, top_k: int, ep: int, alpha: float,
 def power_law_loads(tokens, experts, top_k, ep, alpha) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`power_law_load` per element (arrays broadcast; each distinct shape is drawn once)."""
     arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (tokens, experts, top_k, ep, alpha)))
-    out = np.array([power_law_load(int(a), int(b), int(c), int(d), round(float(f), 6))
-                    for a, b, c, d, f in zip(*(v.ravel() for v in arrs), strict=True)]).reshape(*arrs[0].shape, 3)
+    keys = np.stack([np.floor(arrs[0]), *arrs[1:4], np.round(arrs[4], 6)], axis=-1).reshape(-1, 5)
+    uniq, back = np.unique(keys, axis=0, return_inverse=True)
+    vals = np.array([power_law_load(int(a), int(b), int(c), int(d), float(f)) for a, b, c, d, f in uniq]).reshape(-1, 3)
+    out = vals[np.ravel(back)].reshape(*arrs[0].shape, 3)
     return out[..., 0], out[..., 1], out[..., 2]
 
