@@ -42,6 +42,10 @@ def family_table(reports: list[SystemReport]) -> pd.DataFrame:
                                        "holdout_p90"])
 
 
+def _pct(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{100 * v:.1f}%"
+
+
 FAMILY_TITLES = {"gemm": "GEMM", "moe": "fused MoE", "attn_decode": "decode attention (GQA)", "mla_decode": "decode MLA",
                  "collective": "collectives", "deepep": "DeepEP low-latency"}
 
@@ -64,18 +68,15 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
         "|---|---|---|---|---|---|---|---|",
     ]
 
-    def pct(v):
-        return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{100 * v:.1f}%"
-
     for r in fam.sort_values(["family", "system"]).itertuples(index=False):
-        lines.append(f"| {r.system} | {FAMILY_TITLES.get(r.family, r.family)} | {r.rows:,} | {pct(r.median)} | "
-                     f"{pct(r.p90)} | {r.holdout_rows:,} | {pct(r.holdout_median)} | {pct(r.holdout_p90)} |")
+        lines.append(f"| {r.system} | {FAMILY_TITLES.get(r.family, r.family)} | {r.rows:,} | {_pct(r.median)} | "
+                     f"{_pct(r.p90)} | {r.holdout_rows:,} | {_pct(r.holdout_median)} | {_pct(r.holdout_p90)} |")
     lines += ["", "Pooled over every system:", "", "| family | median APE | held-out median APE |", "|---|---|---|"]
     for f in sorted(fam["family"].unique()):
         a = np.concatenate([np.abs(r.errors[k][0] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
         h = np.concatenate([np.abs(r.errors[k][2] - 1) for r in reports for k in r.errors if k.startswith(f + "/")])
-        lines.append(f"| {FAMILY_TITLES.get(f, f)} | {pct(float(np.median(a)))} | {pct(float(np.median(h)) if len(h) else None)} |")
-    lines += routing_lines(reports, pct)
+        lines.append(f"| {FAMILY_TITLES.get(f, f)} | {_pct(float(np.median(a)))} | {_pct(float(np.median(h)) if len(h) else None)} |")
+    lines += routing_lines(reports)
     lines += [
         "", "Which terms of a step come from kernel curves where a hardware's block says `compose: true` (hardware with "
         "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false`, see "
@@ -97,7 +98,7 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
     return "\n".join(lines) + "\n"
 
 
-def routing_lines(reports: list[SystemReport], pct) -> list[str]:
+def routing_lines(reports: list[SystemReport]) -> list[str]:
     """The fused-MoE error split by the routing each row was measured under (balanced, or per-expert loads from a
     power law: ``planner.perf.routing``), per system."""
     recs = []
@@ -112,13 +113,13 @@ def routing_lines(reports: list[SystemReport], pct) -> list[str]:
     if not recs:
         return []
     lines = ["", "Fused MoE by routing (balanced: every expert the same load; skewed: per-expert loads from a power law "
-             "of exponent 1.01 or 1.2, the busiest expert-parallel rank measured, predicted from that rank's copies, "
+             "of the exponent the row's `distribution` names, the busiest expert-parallel rank measured, predicted from that rank's copies, "
              "touched experts and padded rows, `planner/perf/routing.py`):", "",
              "| system | balanced rows | balanced median APE | skewed rows | skewed median APE |", "|---|---|---|---|---|"]
     for system, by in sorted(recs):
         b, s = by.get("balanced", np.array([])), by.get("skewed", np.array([]))
-        lines.append(f"| {system} | {len(b):,} | {pct(float(np.median(b)) if len(b) else None)} | {len(s):,} | "
-                     f"{pct(float(np.median(s)) if len(s) else None)} |")
+        lines.append(f"| {system} | {len(b):,} | {_pct(float(np.median(b)) if len(b) else None)} | {len(s):,} | "
+                     f"{_pct(float(np.median(s)) if len(s) else None)} |")
     return lines
 
 
