@@ -383,6 +383,98 @@ def test_calibrated_step_is_composed_from_the_kernel_curves(catalog):
     assert Setup.make(m, hw, weights="fp8", kv="fp8").kernels is None  # ideal
 
 
+def _terms(hw, terms):
+    """``hw`` with its kernel block timing ``terms`` of the roofline step (compose off)."""
+    kf = hw.efficiency.kernels.model_copy(update={"compose": False, "terms": list(terms)})
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
+
+
+def test_partial_terms_time_the_fused_moe_by_its_curve(catalog):
+    """``terms: [moe]``: a decode step's expert GEMMs are the fused MoE curve's time at the fitted share of its fixed
+    latency, the non-expert GEMMs stay on the roofline, and the fitted per-MoE-layer overhead is no longer paid
+    (the curve's fixed latency times it); without the term the catalog's roofline holds."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step, expert_load_imbalance, gemm_efficiency
+
+    hw = _terms(catalog.hardware["b200-sxm"], ["moe"])
+    off = _terms(catalog.hardware["b200-sxm"], [])
+    m = catalog.models["deepseek-v3"]
+    eff = hw.efficiency.for_engine("trtllm")
+    s = Setup(m, hw, eff, "fp8", "fp4", "fp8", engine="trtllm")
+    s0 = Setup(m, off, eff, "fp8", "fp4", "fp8", engine="trtllm")
+    assert s.term_kernels("moe") is hw.efficiency.kernels and s.term_kernels("all_reduce") is None
+    assert s0.term_kernels("moe") is None and s.kernels is None  # not a composed step
+    B = 256.0
+    on, base = decode_step(s, 1, 8, 1, 8, B, 2048.0), decode_step(s0, 1, 8, 1, 8, B, 2048.0)
+    moe_layers = s.stats.moe_layers
+    assert float(base.overhead_s - on.overhead_s) == pytest.approx(eff.moe_layer_overhead_us * 1e-6 * moe_layers,
+                                                                   rel=1e-9)
+    ex = C.moe_gemm_time(hw.efficiency.kernels, "trtllm", m, hw, "fp4", B, 8.0, 8.0, float(moe_layers),
+                         expert_load_imbalance(s, 8.0, B), s.expert_copies, eff.kernel_fixed_share, 8.0)
+    ne_c = 2.0 * s.nonexpert_matmul_params * (B / 8.0) / (s.f_dense * float(gemm_efficiency(eff, "fp8", B / 8.0)))
+    ne_m = s.streamed_nonexpert_bytes / (s.hbm_bw * eff.memory)
+    assert float(on.gemm_compute_s) == pytest.approx(max(ne_c, ne_m) + float(ex), rel=1e-6)
+    # the share of the curve's fixed latency a graph-replayed step pays moves the MoE time, and only it
+    lo = decode_step(Setup(m, hw, eff.model_copy(update={"kernel_fixed_share": 0.2}), "fp8", "fp4", "fp8",
+                           engine="trtllm"), 1, 8, 1, 8, B, 2048.0)
+    assert float(lo.gemm_compute_s) < float(on.gemm_compute_s) and float(lo.comm_s) == float(on.comm_s)
+    # a dense model has no MoE term to time
+    d = catalog.models["llama-3.1-70b"]
+    assert float(decode_step(Setup(d, hw, eff, "fp8", "fp8", "fp8", engine="trtllm"), 8, 1, 1, 1, 64, 2048).step_s) == \
+        pytest.approx(float(decode_step(Setup(d, off, eff, "fp8", "fp8", "fp8", engine="trtllm"), 8, 1, 1, 1, 64,
+                                        2048).step_s), rel=1e-12)
+
+
+def test_partial_terms_time_the_decode_all_reduce_by_its_curve(catalog):
+    """``terms: [all_reduce]``: inside one measured node a decode step's all-reduces are the engine's collective
+    curve (its fixed latency at the fitted share); beyond the node the datasheet physics stays."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step
+
+    hw = _terms(catalog.hardware["b200-sxm"], ["all_reduce"])
+    off = _terms(catalog.hardware["b200-sxm"], [])
+    m = catalog.models["llama-3.1-70b"]
+    eff = hw.efficiency.for_engine("trtllm")
+    s = Setup(m, hw, eff, "fp8", "fp8", "fp8", engine="trtllm")
+    on = decode_step(s, 8, 1, 1, 1, 4, 2048)
+    base = decode_step(Setup(m, off, eff, "fp8", "fp8", "fp8", engine="trtllm"), 8, 1, 1, 1, 4, 2048)
+    msg = 4.0 * m.architecture.hidden_size * 2.0  # 4 tokens' bf16 activations
+    expect = C.all_reduce(hw.efficiency.kernels, "trtllm", hw, 8.0, msg, 2.0 * m.architecture.layers,
+                          eff.kernel_fixed_share)
+    assert float(on.comm_s) == pytest.approx(float(expect), rel=1e-9)
+    # the engine's own all-reduce (a few microseconds) is far below the end-to-end fitted latency of a call
+    assert float(on.comm_s) < 0.6 * float(base.comm_s)
+    assert float(on.gemm_compute_s) == float(base.gemm_compute_s)
+
+
+def test_kernel_terms_schema_fit_and_cli(catalog, tmp_path):
+    """Only known terms are accepted; the fit's all-hardware prior is made with no term timed; the CLI sets terms only
+    with --write and names an unknown one."""
+    from pydantic import ValidationError
+
+    from planner.calib import fit as F
+    from planner.catalog.schemas import KernelFits
+
+    curve = {"params": dict(K.PRIOR["collective"]), "rows": 40, "fit_mape": 0.1}
+    ok = KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": curve},
+                    terms=["all_reduce"])
+    assert ok.terms == ["all_reduce"]
+    with pytest.raises(ValidationError):
+        KernelFits(source="test", as_of="2026-11-26", system="x", curves={}, terms=["attention"])
+    assert F.kernel_terms(catalog, "b200-sxm") and not F.kernel_terms(catalog, "mi355x")
+    rf = F.roofline_catalog(catalog)
+    assert not any(F.kernel_terms(rf, h) for h in rf.hardware)
+    assert rf.hardware["b200-sxm"].efficiency.kernels.curves == catalog.hardware["b200-sxm"].efficiency.kernels.curves
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT)
+
+    loose = run("calibrate", "kernels", "--data", str(DATA), "--terms", "moe")
+    assert loose.returncode == 1 and "--terms" in loose.stderr and "with --write" in loose.stderr
+    bad = run("calibrate", "kernels", "--data", str(DATA), "--write", "--terms", "moe,gemv")
+    assert bad.returncode == 1 and "--terms gemv: unknown" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_wide_ep_decode_routes_only_its_own_tokens(catalog):
     """Attention-DP + EP decode on a kernel-composed GB200: the MoE time of 1,024 sequences per GPU at EP48 is
     the DeepEP grouped GEMM's (each GPU routes its own rank's tokens), far below the fused MoE that routes every

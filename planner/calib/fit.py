@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -221,16 +222,36 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
 
 
 def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None,
-              kernels: bool = False) -> EngineEfficiency:
+              kernels: bool = False, fixed_share: bool = False) -> EngineEfficiency:
     """TPOT factors, then TTFT factors, twice: prefill capacity feeds the decode batch of disaggregated rows, so
     the TPOT factors are refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
-    its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free."""
+    its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free.
+    ``fixed_share``: the catalog times some terms by kernel curves (``KernelFits.terms``), so ``kernel_fixed_share``
+    (the share of those curves' fixed latencies a graph-replayed step pays) is free too."""
     tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
+    if fixed_share and not kernels:
+        tpot = tpot + ("kernel_fixed_share",)
     eff = start
     for _ in range(ROUNDS):
         eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels)
         eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior, kernels)
     return eff
+
+
+def kernel_terms(catalog: Catalog, hw_id: str) -> bool:
+    """Whether ``hw_id``'s roofline step times some of its terms by its own kernel curves (``KernelFits.terms``,
+    a partial composition)."""
+    kf = catalog.hardware[hw_id].efficiency.kernels
+    return kf is not None and not kf.compose and bool(kf.terms)
+
+
+def roofline_catalog(catalog: Catalog) -> Catalog:
+    """``catalog`` with no term of a roofline step timed by kernel curves (every ``KernelFits.terms`` emptied): the
+    physics of hardware without curves, on which the all-hardware fit that such hardware inherits is made."""
+    hw = {h: s.model_copy(update={"efficiency": s.efficiency.model_copy(update={
+        "kernels": s.efficiency.kernels.model_copy(update={"terms": []})})})
+          if kernel_terms(catalog, h) else s for h, s in catalog.hardware.items()}
+    return replace(catalog, hardware=hw)
 
 
 def has_kernels(catalog: Catalog, hw_id: str) -> bool:
@@ -278,16 +299,25 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             f"only {len(norm)} of {total if total is not None else len(norm)} rows can be fitted (known model and system, "
             f"positive measured TTFT and TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
         )
-    overall = fit_group(norm, catalog, START)
+    # The all-hardware fit, which hardware without kernel curves inherits, is made on the roofline alone; hardware
+    # whose step times some terms by its own curves (``kernel_terms``) gets priors and a transfer fitted on such
+    # hardware's rows with those terms on.
+    terms = norm["n_hw"].map(lambda h: kernel_terms(catalog, h)).to_numpy(bool)
+    rf = roofline_catalog(catalog) if terms.any() else catalog
+    fit = partial(fit_group, fixed_share=bool(terms.any()))
+    overall = fit(norm, rf, START)
     log.info("overall fit over %d rows", len(norm))
     by_engine: dict[str, EngineEfficiency] = {}
     for eng, g in norm.groupby("n_engine"):
-        by_engine[eng] = fit_group(g, catalog, overall, overall)
+        by_engine[eng] = fit(g, rf, overall, overall)
     # Hardware whose step is composed from kernel curves gets priors fitted on such hardware alone, with only the
     # end-to-end factors free and the overheads its curves already time set to zero.
     kmask = norm["n_hw"].map(lambda h: has_kernels(catalog, h)).to_numpy(bool)
     overall_k, by_engine_k = overall, dict(by_engine)
-    if kmask.sum() >= MIN_ROWS:
+    if terms.any():
+        overall_k = fit(norm[terms], catalog, overall, overall)
+        by_engine_k = {eng: fit(g, catalog, overall_k, overall_k) for eng, g in norm[terms].groupby("n_engine")}
+    elif kmask.sum() >= MIN_ROWS:
         ks = overall.model_copy(update=KERNEL_COVERED)
         overall_k = fit_group(norm[kmask], catalog, ks, ks, kernels=True)
         by_engine_k = {eng: fit_group(g, catalog, overall_k, overall_k, kernels=True)
@@ -297,16 +327,17 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
     for hw, g in norm.groupby("n_hw"):
         rows_hw[hw] = len(g)
         k = has_kernels(catalog, hw)
-        base = overall_k if k else overall
-        by_hw[hw] = fit_group(g, catalog, base, base, k)
+        base = overall_k if k or kernel_terms(catalog, hw) else overall
+        by_hw[hw] = fit(g, catalog, base, base, k)
     by_group: dict[tuple[str, str], EngineEfficiency] = {}
     rows: dict[tuple[str, str], int] = {}
     for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
         rows[(hw, eng)] = len(g)
         if len(g) >= MIN_ROWS:
             k = has_kernels(catalog, hw)
-            prior = group_prior(by_hw[hw], (by_engine_k if k else by_engine).get(eng, by_engine[eng]))
-            by_group[(hw, eng)] = fit_group(g, catalog, prior, prior, k)
+            own = by_engine_k if k or kernel_terms(catalog, hw) else by_engine
+            prior = group_prior(by_hw[hw], own.get(eng, by_engine[eng]))
+            by_group[(hw, eng)] = fit(g, catalog, prior, prior, k)
     return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
                      row_formats(norm, catalog))
 
@@ -367,7 +398,7 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 transferred_from=rel,
             )
         else:
-            own = has_kernels(catalog, hid) and result.overall_kernels is not None
+            own = (has_kernels(catalog, hid) or kernel_terms(catalog, hid)) and result.overall_kernels is not None
             overall = result.overall_kernels if own else result.overall
             engines = (result.by_engine_kernels or result.by_engine) if own else result.by_engine
             out[hid] = Efficiency(

@@ -3,7 +3,7 @@ parameters, the physical range of each, and the catalog schema that stores them 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,9 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
+
+KERNEL_TERMS = ("moe", "all_reduce")
+"""Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
 KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
     "gemm": {"t0_us": (0.0, 100.0), "compute": (0.05, 1.0), "tile_half": (0.0, 5000.0), "memory": (0.05, 1.0),
@@ -73,6 +76,13 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
+    terms: list[Literal["moe", "all_reduce"]] = Field(default_factory=list)
+    """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
+    composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
+    GEMMs' roofline and the fitted ``moe_layer_overhead_us``), and ``all_reduce``, the engine's own all-reduce of
+    a decode step inside one measured node (in place of the datasheet bandwidth and the fitted latency). Their
+    fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
+    terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
 
     @model_validator(mode="after")
     def _check(self) -> KernelFits:

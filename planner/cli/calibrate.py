@@ -59,6 +59,7 @@ def calibrate_kernels(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
     report: Annotated[Path | None, typer.Option("--report", help="Write the fit errors per family and system as Markdown, with a residual plot beside it (docs/kernels.md).")] = None,
     compose: Annotated[bool | None, typer.Option("--compose/--no-compose", help="With --write: compose the calibrated step from these curves (refit the end-to-end factors after: calibrate fit --write). Default: as the catalog has it (off for a new block).")] = None,
+    terms: Annotated[str | None, typer.Option("--terms", help="With --write: the terms of the calibrated roofline step these curves time, comma-separated: moe, all_reduce ('' for none; refit the end-to-end factors after). Default: as the catalog has it (none for a new block).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --report and its plot.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -66,6 +67,7 @@ def calibrate_kernels(
     kernel latencies, per system, engine and format; scored on shapes held out of the fit."""
     from planner.calib.kernel_report import curve_table, family_table, plot_residuals, report_markdown
     from planner.calib.kernels import fit_kernels, kernel_block
+    from planner.catalog.kernel_fits import KERNEL_TERMS
     from planner.catalog.loader import clear_cache
     from planner.catalog.writer import atomic_write_text, atomic_write_with, replace_efficiency_block
     from planner.export.files import check_file
@@ -76,6 +78,12 @@ def calibrate_kernels(
         raise InputError(f"--family {bad[0]}: unknown (known: {', '.join(PARAMS)})")
     if compose is not None and not write:
         raise InputError("--compose/--no-compose sets the catalog's kernel blocks: give it with --write")
+    if terms is not None and not write:
+        raise InputError("--terms sets the catalog's kernel blocks: give it with --write")
+    term_list = [t.strip() for t in terms.split(",") if t.strip()] if terms is not None else None
+    unknown = [t for t in term_list or [] if t not in KERNEL_TERMS]
+    if unknown:
+        raise InputError(f"--terms {unknown[0]}: unknown (known: {', '.join(KERNEL_TERMS)})")
     plot = report.with_name(report.stem + "-residuals.png") if report else None
     if report:
         check_file(report, force=force, option="--report")
@@ -93,7 +101,8 @@ def calibrate_kernels(
             block = kernel_block(r, source)
             old = hw.efficiency.kernels
             on = compose if compose is not None else (old.compose if old is not None else False)
-            block = block.model_copy(update={"compose": on})
+            kept = term_list if term_list is not None else (list(old.terms) if old is not None else [])
+            block = block.model_copy(update={"compose": on, "terms": kept})
             if old is not None and (family or system):
                 # A partial refit (some families or systems) keeps the other curves of the block.
                 block = block.model_copy(update={"curves": {**old.curves, **block.curves},

@@ -298,6 +298,19 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
         if at is not None:
             attn_c = at
             attn_m = np.minimum(attn_m, attn_c)
+    # A partial composition (``KernelFits.terms``): the fused MoE layers from the system's own curve, in place of the
+    # expert GEMMs' roofline and the fitted per-MoE-layer overhead (the curve's fixed latency times that), the
+    # non-expert GEMMs on the roofline.
+    moe_timed = False
+    mk = setup.term_kernels("moe") if s.experts else None
+    if mk is not None:
+        ex = C.moe_gemm_time(mk, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, moe_layers_stage, imb,
+                             setup.expert_copies, e.kernel_fixed_share, dp)
+        if ex is not None:
+            ne_m = setup.streamed_nonexpert_bytes / (tp * pp) / (setup.hbm_bw * e.memory)
+            gemm_c = np.maximum(ne_flops / (setup.f_dense * eff_ne), ne_m) + ex
+            gemm_m = np.minimum(gemm_m, gemm_c)
+            moe_timed = True
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
     comm = _all_reduce(setup, kf, tp, msg, ar_per_layer * dense_layers_stage, alpha)
@@ -308,7 +321,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
-    layer_over = e.layer_overhead_us * US * layers_stage + e.moe_layer_overhead_us * US * moe_layers_stage
+    moe_over = 0.0 if moe_timed else e.moe_layer_overhead_us
+    layer_over = e.layer_overhead_us * US * layers_stage + moe_over * US * moe_layers_stage
     return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes)
 
 
@@ -322,6 +336,7 @@ def _all_reduce(setup: Setup, kf, group, msg, count, alpha):
     """All-reduces of a decode step: the fitted collective curve for groups inside one measured node, the
     datasheet physics with the end-to-end latency beyond."""
     phys = all_reduce_time(setup, group, msg, count, alpha)
+    kf = kf if kf is not None else setup.term_kernels("all_reduce")
     if kf is None:
         return phys
     fit = C.all_reduce(kf, setup.engine, setup.hw, group, msg, count, setup.eff.kernel_fixed_share)
@@ -484,7 +499,8 @@ def _draft_time(setup: Setup, tp, ep, pp, dp, batch, context, plain: StepTimes |
     head_s = head / np.asarray(tp, dtype=float) / (setup.hbm_bw * setup.eff.memory)
     spec = setup.model.speculative
     draft_layers = float(spec.draft_layers if spec else max(setup.model.architecture.mtp_layers, 1))
-    layer_fixed = setup.eff.layer_overhead_us + (setup.eff.moe_layer_overhead_us if setup.stats.moe_layers else 0.0)
+    moe_fixed = setup.stats.moe_layers and setup.term_kernels("moe") is None
+    layer_fixed = setup.eff.layer_overhead_us + (setup.eff.moe_layer_overhead_us if moe_fixed else 0.0)
     per_draft = draft_layers * (per_layer + layer_fixed * US) + head_s + setup.eff.draft_overhead_us * US
     return np.asarray(setup.spec_tokens, dtype=float) * per_draft
 

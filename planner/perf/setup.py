@@ -116,6 +116,14 @@ class Setup:
             return None
         return kf
 
+    def term_kernels(self, term: str) -> KernelFits | None:
+        """The hardware's kernel curves where they time ``term`` (``moe``, ``all_reduce``) of the calibrated
+        roofline step (``KernelFits.terms``; a fully composed step times every term through :attr:`kernels`)."""
+        kf = self.hw.efficiency.kernels
+        if kf is None or kf.compose or term not in kf.terms or self.eff == IDEAL:
+            return None
+        return kf
+
     # peaks ----------------------------------------------------------------------------------
     @property
     def f_dense(self) -> float:

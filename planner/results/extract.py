@@ -207,13 +207,18 @@ def pool_ids(rs: ResolvedScenario, rows, order: list[int]) -> dict[int, str]:
     return out
 
 
+TERM_NAMES = {"moe": "fused MoE layers", "all_reduce": "decode all-reduces"}
+
+
 def physics_path(hw) -> str:
     """Which physics prices a pool on ``hw`` (see :attr:`Pool.physics`)."""
     kf = hw.efficiency.kernels
     if kf is None or not kf.compose:
         own = hw.efficiency.kernel_factors
-        return "datasheet roofline with fitted factors" + (
-            f" ({', '.join(own)} from {kf.system}'s own kernel curves)" if own and kf is not None else "")
+        parts = ([f"{', '.join(own)} from {kf.system}'s own kernel curves"] if own and kf is not None else []) + (
+            [f"{' and '.join(TERM_NAMES[t] for t in kf.terms)} timed by {kf.system}'s own kernel curves"]
+            if kf is not None and kf.terms else [])
+        return "datasheet roofline with fitted factors" + (f" ({'; '.join(parts)})" if parts else "")
     return f"kernel curves ({kf.system}'s own kernels)"
 
 
