@@ -88,16 +88,29 @@ def patch_pipeline(monkeypatch, name: str, value) -> None:
     assert found, f"no pipeline module has {name}"
 
 
-def two_node_plan(dest: Path, plan: str = "long-context") -> Path:
-    """A copy of bundled ``plan`` in ``dest`` whose first vLLM pool on 8-GPU nodes spans two of them (TP8 PP2,
-    16 GPUs a replica, stages over scale-out): the multi-host shape a re-plan may or may not choose, for tests of
-    what the export does with it."""
+TWO_NODE_SOURCES = ("long-context", "three-models", "growth-year", "multi-workload")
+"""Bundled plans :func:`two_node_plan` may start from, in order: the first with a vLLM pool on 8-GPU nodes without
+expert or attention data parallelism (which one has one moves with the catalog's factors)."""
+
+
+def two_node_plan(dest: Path, plan: str | None = None) -> Path:
+    """A copy of bundled ``plan`` (default: the first of :data:`TWO_NODE_SOURCES` with such a vLLM pool)
+    in ``dest`` whose first such pool spans two nodes (TP8 PP2, 16 GPUs a replica, stages over scale-out): the
+    multi-host shape a re-plan may or may not choose, for tests of what the export does with it."""
     import json
     import shutil
 
+    def vllm_pool(doc):
+        return next((p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] in ("h200-sxm", "b200-sxm")
+                     and p["layout"]["ep"] == 1 and p["layout"]["attn_dp"] == 1), None)
+
+    if plan is None:
+        plan = next(n for n in TWO_NODE_SOURCES
+                    if vllm_pool(json.loads((ROOT / "plans" / n / "plan.json").read_text())) is not None)
     shutil.copytree(ROOT / "plans" / plan, dest)
     doc = json.loads((dest / "plan.json").read_text())
-    pool = next(p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] in ("h200-sxm", "b200-sxm"))
+    pool = vllm_pool(doc)
+    assert pool is not None, f"plans/{plan} has no vLLM pool on H200 or B200"
     pool["layout"].update(tp=8, pp=2, notation="TP8 PP2")
     pool.update(chips_per_replica=16, scale_out=True)
     (dest / "plan.json").write_text(json.dumps(doc))

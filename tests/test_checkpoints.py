@@ -71,16 +71,19 @@ def test_no_checkpoint_is_exit_1_naming_the_pool_and_given_one_exports(tmp_path,
     src = tmp_path / "plan"
     shutil.copytree(ROOT / "plans" / "llama-70b-chat", src)
     doc = json.loads((src / "plan.json").read_text())
-    pool = next(p for p in doc["pools"] if p["engine"] == "sglang")
-    pool.update({"weights_dtype": "fp4", "hardware": "b200-sxm"})
+    # the SGLang pools (an aggregated pool, or a prefill/decode pair, which must move together) made NVFP4 on B200
+    pools = [p for p in doc["pools"] if p["engine"] == "sglang"]
+    for p in pools:
+        p.update({"weights_dtype": "fp4", "hardware": "b200-sxm"})
     (src / "plan.json").write_text(json.dumps(doc))
     code = _run(["export", src, "--target", "sglang", "--out", tmp_path / "out"])
     err = capsys.readouterr().err
-    assert code == 1 and pool["id"] in err and "--checkpoint" in err and "Traceback" not in err, err
+    assert code == 1 and any(p["id"] in err for p in pools) and "--checkpoint" in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
-    code = _run(["export", src, "--target", "sglang", "--out", tmp_path / "out",
-                 "--checkpoint", f"{pool['id']}=/models/llama-70b-nvfp4"])
-    assert code == 0
+    given = [a for p in pools for a in ("--checkpoint", f"{p['id']}=/models/llama-70b-nvfp4")]
+    code = _run(["export", src, "--target", "sglang", "--out", tmp_path / "out", *given])
+    assert code == 0, capsys.readouterr().err
+    pool = pools[0]
     script = (tmp_path / "out" / pool["id"] / "launch-sglang.sh").read_text()
     assert "/models/llama-70b-nvfp4" in script and "--quantization" not in script
     code = _run(["export", src, "--target", "sglang", "--out", tmp_path / "o2", "--checkpoint", "nosuch=/x"])

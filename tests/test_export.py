@@ -433,11 +433,18 @@ def test_inference_pool_routing(tmp_path, catalog):
     route = next(o for o in objs if o["kind"] == "HTTPRoute")
     jsonschema.Draft7Validator(crd_schema("httproute")).validate(route)
     weighted = route["spec"]["rules"][-1]["backendRefs"]
-    assert {b["name"] for b in weighted} == set(pools)
-    assert all(b["kind"] == "InferencePool" and b["group"] == "inference.networking.k8s.io" for b in weighted)
+    ip = [b for b in weighted if b.get("kind") == "InferencePool"]
+    assert {b["name"] for b in ip} == set(pools)
+    assert all(b["group"] == "inference.networking.k8s.io" for b in ip)
+    # a prefill/decode pair (when the plan has one) is reached through its PD router, a plain Service backend
+    pairs = {p.workload for p in plan.pools if p.role == "decode"}
+    assert {b["name"] for b in weighted if b.get("kind") != "InferencePool"} == {f"{w}-router" for w in pairs}
     for p in plan.pools:
-        b = next(x for x in weighted if x["name"] == p.id.lower())
-        assert b["weight"] / sum(x["weight"] for x in weighted) == pytest.approx(p.router_share, abs=2e-4)
+        if p.role != "aggregated":
+            continue
+        # its share of the aggregated part (the pair's router takes the disaggregated part: route_weights)
+        b = next(x for x in ip if x["name"] == p.id.lower())
+        assert b["weight"] / sum(x["weight"] for x in ip) == pytest.approx(p.router_share, abs=2e-4)
     assert "InferencePools" in (dest / "runbook.md").read_text()
 
 
