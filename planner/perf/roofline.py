@@ -250,7 +250,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     ex_flops = 2.0 * setup.expert_active_params * tokens / stage / pp * imb
     hw = setup.hw
     eff_ne = gemm_efficiency(e, factor_dtype(hw, setup.dense_dtype), tok_rank)
-    gemm_c = ne_flops / (setup.f_dense * eff_ne)
+    ne_c = ne_flops / (setup.f_dense * eff_ne)
+    gemm_c = ne_c
     if s.experts:
         per_expert = tokens * s.top_k / s.experts
         eff_ex = gemm_efficiency(e, factor_dtype(hw, setup.expert_dtype), per_expert)
@@ -308,7 +309,7 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
                              setup.expert_copies, e.kernel_fixed_share, dp)
         if ex is not None:
             ne_m = setup.streamed_nonexpert_bytes / (tp * pp) / (setup.hbm_bw * e.memory)
-            gemm_c = np.maximum(ne_flops / (setup.f_dense * eff_ne), ne_m) + ex
+            gemm_c = np.maximum(ne_c, ne_m) + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
             moe_timed = True
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
