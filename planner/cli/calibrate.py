@@ -80,7 +80,7 @@ def calibrate_kernels(
         raise InputError("--compose/--no-compose sets the catalog's kernel blocks: give it with --write")
     if terms is not None and not write:
         raise InputError("--terms sets the catalog's kernel blocks: give it with --write")
-    term_list = [t.strip() for t in terms.split(",") if t.strip()] if terms is not None else None
+    term_list = list(dict.fromkeys(t.strip() for t in terms.split(",") if t.strip())) if terms is not None else None
     unknown = [t for t in term_list or [] if t not in KERNEL_TERMS]
     if unknown:
         raise InputError(f"--terms {unknown[0]}: unknown (known: {', '.join(KERNEL_TERMS)})")
