@@ -447,6 +447,48 @@ def test_partial_terms_time_the_decode_all_reduce_by_its_curve(catalog):
     assert float(on.gemm_compute_s) == float(base.gemm_compute_s)
 
 
+def test_partial_terms_time_the_decode_exchange_by_its_curve(catalog):
+    """``terms: [exchange]``: attention-DP8 EP8 decode on one node dispatches and combines by DeepEP's curve; at EP48
+    over GB200's NVLink domain (beyond the measured node) the datasheet exchange runs at the link share the curve
+    measured, so the batch-proportional part of it is ``1 / bus_eff`` of the datasheet's; without attention DP nothing
+    is exchanged."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step, dispatch_bytes, moe_exchange_time
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware["b200-sxm"], ["exchange"])
+    off = _terms(catalog.hardware["b200-sxm"], [])
+    eff = hw.efficiency.for_engine("sglang")
+    s = Setup(m, hw, eff, "fp8", "fp8", "fp8", engine="sglang")
+    s0 = Setup(m, off, eff, "fp8", "fp8", "fp8", engine="sglang")
+    assert s.term_kernels("exchange") is hw.efficiency.kernels and s0.term_kernels("exchange") is None
+    B = 8 * 256.0
+    on, base = decode_step(s, 1, 8, 1, 8, B, 2048.0), decode_step(s0, 1, 8, 1, 8, B, 2048.0)
+    curve = C.deepep(hw.efficiency.kernels, hw, B / 8.0, float(s.stats.hidden), float(s.stats.top_k), 8.0,
+                     float(s.stats.moe_layers), dispatch_bytes(s), eff.kernel_fixed_share,
+                     experts=float(s.stats.experts) * s.expert_copies)
+    ar = float(base.comm_s) - float(moe_exchange_time(s0, 8.0, 8.0, 8.0, B, float(s.stats.moe_layers),
+                                                      eff.collective_latency_us * 1e-6, per_copy=True))
+    assert float(on.comm_s) == pytest.approx(ar + float(curve), rel=1e-9)
+    assert float(on.gemm_compute_s) == float(base.gemm_compute_s)
+    # beyond the measured node: the datasheet exchange at the measured link share
+    g = _terms(catalog.hardware["gb200-nvl72"], ["exchange"])
+    g0 = _terms(catalog.hardware["gb200-nvl72"], [])
+    eg = g.efficiency.for_engine("sglang")
+    bus = g.efficiency.kernels.curve("deepep", "sglang", "fp8")["bus_eff"]
+    sg, sg0 = (Setup(m, h, eg, "fp8", "fp8", "fp8", engine="sglang") for h in (g, g0))
+    alpha = eg.collective_latency_us * 1e-6
+    t = {n: [float(moe_exchange_time(x, 48.0, 48.0, 48.0, 48.0 * b, 58.0, alpha, per_copy=True)) for b in (256, 1024)]
+         for n, x in (("on", sg), ("off", sg0))}
+    on_g = [float(decode_step(sg, 1, 48, 1, 48, 48.0 * b, 2048.0).comm_s) for b in (256, 1024)]
+    off_g = [float(decode_step(sg0, 1, 48, 1, 48, 48.0 * b, 2048.0).comm_s) for b in (256, 1024)]
+    assert on_g[1] - on_g[0] == pytest.approx((off_g[1] - off_g[0]) / bus, rel=1e-6)
+    assert t["off"][1] - t["off"][0] == pytest.approx(off_g[1] - off_g[0], rel=1e-6)
+    # tensor-parallel attention exchanges nothing, whatever the terms
+    assert float(decode_step(s, 8, 8, 1, 1, 64, 2048.0).comm_s) == \
+        pytest.approx(float(decode_step(s0, 8, 8, 1, 1, 64, 2048.0).comm_s), rel=1e-12)
+
+
 def test_kernel_terms_schema_fit_and_cli(catalog, tmp_path):
     """Only known terms are accepted; the fit's all-hardware prior is made with no term timed; the CLI sets terms only
     with --write and names an unknown one."""

@@ -79,15 +79,17 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
     lines += routing_lines(reports)
     lines += [
         "", "Which terms of a step come from kernel curves where a hardware's block says `compose: true` (hardware with "
-        "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false` and times two "
-        "terms of the roofline step by its curves, `terms: [moe, all_reduce]`: the fused MoE layers and the decode "
-        "all-reduces inside one node; see `docs/performance-model.md`):", "",
+        "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false` and times three "
+        "terms of the roofline step by its curves, `terms: [moe, all_reduce, exchange]`: the fused MoE layers, the "
+        "decode all-reduces inside one node and the decode expert dispatch and combine; see "
+        "`docs/performance-model.md`):", "",
         "- kernel-fitted: every dense GEMM of a layer (the model's own shapes, per tensor-parallel rank) and the LM head; "
         "the fused MoE layer; decode attention or MLA; all-reduces over up to 8 GPUs of one node (the engine's own "
         "all-reduce where measured, else NCCL); DeepEP low-latency dispatch and combine inside one node; the GEMMs "
         "and MoE of a prefill pass;",
         "- extrapolated with datasheet physics and end-to-end factors: collectives and expert exchange over more than "
-        "8 GPUs or across nodes (a 72-GPU NVLink domain, scale-out), pipeline sends, prefill attention "
+        "8 GPUs or across nodes (a 72-GPU NVLink domain, scale-out; the decode exchange there at the link share "
+        "DeepEP's curve measured inside the node), pipeline sends, prefill attention "
         "(`prefill_compute`), linear-attention state reads, KV transfer between pools;",
         "- hardware without kernel rows (AMD, TPU, Trainium) keeps the datasheet roofline with its end-to-end factors.",
     ]

@@ -59,7 +59,7 @@ def calibrate_kernels(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
     report: Annotated[Path | None, typer.Option("--report", help="Write the fit errors per family and system as Markdown, with a residual plot beside it (docs/kernels.md).")] = None,
     compose: Annotated[bool | None, typer.Option("--compose/--no-compose", help="With --write: compose the calibrated step from these curves (refit the end-to-end factors after: calibrate fit --write). Default: as the catalog has it (off for a new block).")] = None,
-    terms: Annotated[str | None, typer.Option("--terms", help="With --write: the terms of the calibrated roofline step these curves time, comma-separated: moe, all_reduce ('' for none; refit the end-to-end factors after). Default: as the catalog has it (none for a new block).")] = None,
+    terms: Annotated[str | None, typer.Option("--terms", help="With --write: the terms of the calibrated roofline step these curves time, comma-separated: moe, all_reduce, exchange ('' for none; refit the end-to-end factors after). Default: as the catalog has it (none for a new block).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --report and its plot.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:

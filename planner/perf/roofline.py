@@ -160,7 +160,7 @@ def routed_nodes(setup: Setup, nodes):
     return reach * (1.0 - np.power(1.0 - 1.0 / reach, k))
 
 
-def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, per_copy=False):
+def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, per_copy=False, up_share=1.0):
     """Expert-parallel dispatch and combine of ``layers`` MoE layers over ``stage`` GPUs, each GPU
     sending its ``tokens / stage`` tokens to their ``top_k`` experts (dispatch in the expert format's
     activations, FP8 for quantised models as DeepEP does; combine in bf16), two collective latencies a layer.
@@ -175,7 +175,8 @@ def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, pe
       whose expert sits on another node, ``1 - d / G`` of them under uniform placement, crosses the scale-out
       network; copies to the node's own GPUs ride the scale-up fabric.
 
-    The slower fabric sets the time.
+    The slower fabric sets the time. ``up_share``: the achieved share of the scale-up bandwidth on top of ``share``
+    (the efficiency an exchange kernel measured inside one node reaches, where a hardware has that curve).
     """
     s = setup.stats
     g = np.asarray(stage, dtype=float)
@@ -191,13 +192,13 @@ def ep_exchange_time(setup: Setup, stage, tokens, layers, alpha_s, share=1.0, pe
         nodes = np.maximum(np.ceil(g / d), 1.0)
         up_frac = np.where(multi, (d - 1.0) / d, (g - 1.0) / gs)
         remote = routed_nodes(setup, nodes) * (1.0 - 1.0 / nodes)
-    up = t_chip * s.top_k * per_tok * up_frac / (setup.hw.scale_up_bw * share)
+    up = t_chip * s.top_k * per_tok * up_frac / (setup.hw.scale_up_bw * share * up_share)
     out = np.where(multi, t_chip * remote * per_tok / (setup.hw.scale_out_bw * share), 0.0)
     t = np.maximum(up, out) + 2.0 * _alpha(setup, g, alpha_s)
     return np.where(g > 1, layers * t, 0.0)
 
 
-def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, share=1.0, per_copy=False):
+def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, share=1.0, per_copy=False, up_share=1.0):
     """Token exchange of ``layers`` MoE layers of one stage pass over ``tokens`` (all attention-DP ranks).
 
     Only attention data parallelism (``dp > 1``) spreads the tokens over the stage's chips. Then, with
@@ -210,7 +211,7 @@ def moe_exchange_time(setup: Setup, ep, dp, stage, tokens, layers, alpha_s, shar
     """
     s = setup.stats
     h = float(s.hidden)
-    a2a = ep_exchange_time(setup, stage, tokens, layers, alpha_s, share, per_copy)
+    a2a = ep_exchange_time(setup, stage, tokens, layers, alpha_s, share, per_copy, up_share)
     etp = all_to_all_time(setup, stage, tokens * h * ACT_BYTES, 2.0 * layers, alpha_s, share)
     return np.where(dp > 1, np.where(ep > 1, a2a, etp), 0.0)
 
@@ -345,17 +346,20 @@ def _all_reduce(setup: Setup, kf, group, msg, count, alpha):
 
 
 def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
-    """Expert dispatch and combine of a decode step: DeepEP low-latency's fitted curve inside one measured node
-    (attention DP with expert parallelism), :func:`moe_exchange_time` otherwise."""
-    phys = moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
-    if kf is None:
-        return phys
+    """Expert dispatch and combine of a decode step (attention DP with expert parallelism). Where the step is composed
+    from kernel curves, or times this term by them (``KernelFits.terms``: ``exchange``), DeepEP low-latency's fitted
+    curve inside one measured node; beyond it (a wider NVLink domain, scale-out) :func:`moe_exchange_time` on the
+    datasheet links, its scale-up bandwidth at the share the curve reached inside the node (the kernels' measured
+    link efficiency as the prior where no row exists). Without a curve, :func:`moe_exchange_time` at the datasheet."""
+    kf = kf if kf is not None else setup.term_kernels("exchange")
+    p = kf.curve("deepep", "sglang", "fp8") if kf is not None else None
+    if p is None:
+        return moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
+    phys = moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True, up_share=min(p["bus_eff"], 1.0))
     g = np.maximum(np.asarray(stage, dtype=float), 1.0)
     fit = C.deepep(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k), g, layers,
                    dispatch_bytes(setup), setup.eff.kernel_fixed_share,
                    experts=float(setup.stats.experts) * setup.expert_copies)
-    if fit is None:
-        return phys
     return np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
 
 

@@ -117,7 +117,7 @@ class Setup:
         return kf
 
     def term_kernels(self, term: str) -> KernelFits | None:
-        """The hardware's kernel curves where they time ``term`` (``moe``, ``all_reduce``) of the calibrated
+        """The hardware's kernel curves where they time ``term`` (``moe``, ``all_reduce``, ``exchange``) of the calibrated
         roofline step (``KernelFits.terms``; a fully composed step times every term through :attr:`kernels`)."""
         kf = self.hw.efficiency.kernels
         if kf is None or kf.compose or term not in kf.terms or self.eff == IDEAL:

@@ -207,7 +207,8 @@ def pool_ids(rs: ResolvedScenario, rows, order: list[int]) -> dict[int, str]:
     return out
 
 
-TERM_NAMES = {"moe": "fused MoE layers", "all_reduce": "decode all-reduces"}
+TERM_NAMES = {"moe": "fused MoE layers", "all_reduce": "decode all-reduces",
+              "exchange": "decode expert dispatch and combine"}
 
 
 def physics_path(hw) -> str:
