@@ -208,7 +208,12 @@ def pool_ids(rs: ResolvedScenario, rows, order: list[int]) -> dict[int, str]:
 
 
 TERM_NAMES = {"moe": "fused MoE layers", "all_reduce": "decode all-reduces",
-              "exchange": "decode expert dispatch and combine"}
+              "exchange": "decode expert exchanges (dispatch and combine)"}
+
+
+def _and(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) < 2 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def physics_path(hw) -> str:
@@ -217,7 +222,7 @@ def physics_path(hw) -> str:
     if kf is None or not kf.compose:
         own = hw.efficiency.kernel_factors
         parts = ([f"{', '.join(own)} from {kf.system}'s own kernel curves"] if own and kf is not None else []) + (
-            [f"{' and '.join(TERM_NAMES[t] for t in kf.terms)} timed by {kf.system}'s own kernel curves"]
+            [f"{_and([TERM_NAMES[t] for t in kf.terms])} timed by {kf.system}'s own kernel curves"]
             if kf is not None and kf.terms else [])
         return "datasheet roofline with fitted factors" + (f" ({'; '.join(parts)})" if parts else "")
     return f"kernel curves ({kf.system}'s own kernels)"
