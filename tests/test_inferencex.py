@@ -191,20 +191,3 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     tp = rows.assign(spec=shared["spec_method"]).groupby(key + ["spec"])["silicon_tpot_ms"].median().unstack("spec")
     tp = tp.dropna()
     assert len(tp) and (tp["mtp"] / tp["none"]).median() < 1.0
-
-
-def test_the_first_wave_sets_an_aggregated_runs_p99_tpot():
-    """An early request of a closed loop's first wave decodes through the prefills of the prompts released with it: its
-    TPOT is the mean step plus that drain, less the steady-state time of the tokens it yields during it, over its
-    output; nothing when the drain is shorter than those tokens' mean steps."""
-    from types import SimpleNamespace
-
-    from planner.calib.predict import _wave_tpot
-
-    st = SimpleNamespace(step_s=np.array([0.02, 0.02]), tokens_per_step=np.array([1.0, 1.5]))
-    # 100 prompts' drain of 4 s in 100 steps over 1,000 tokens: 20 ms + (4 - 100 x 0.02) / 1000 = 22 ms; with 1.5 tokens
-    # a step (drafts) it yields 150 tokens meanwhile: 20 ms + (4 - 3) / 1000 = 21 ms
-    assert _wave_tpot(st, 1000.0, 4.0, 100.0) == pytest.approx([0.022, 0.021])
-    assert _wave_tpot(st, 1000.0, 1.0, 100.0) == pytest.approx([0.02, 0.02])
-    # a drain longer than the output: the ride tokens are capped at the output
-    assert _wave_tpot(st, 50.0, 4.0, 100.0) == pytest.approx([0.02 + (4.0 - 50 * 0.02) / 50] * 2)

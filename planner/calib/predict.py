@@ -134,13 +134,12 @@ BENCH_LENGTH_CV2 = (0.2 / 0.9) ** 2 / 12.0
 """Squared coefficient of variation of the benchmark's lengths, uniform over ``[0.8 L, L]``."""
 
 
-def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share, tpot_wave=0.0) -> dict:
+def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
     :data:`WAVE_SHARE` into the wave); each request's TPOT is lognormal around the mean with the spread of the
     prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
-    drafts its steps accept, its p99 at least the first wave's (``tpot_wave``); ITL is a plain step or one carrying a
-    prefill chunk (per emission)."""
+    drafts its steps accept; ITL is a plain step or one carrying a prefill chunk (per emission)."""
     from planner.perf.latency import itl_quantiles, lognormal_quantile, tpot_cv
     from planner.perf.variants import spec_spread
 
@@ -150,18 +149,8 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share, tpot_
     i50, i99 = itl_quantiles(plain, chunk, share, (0.5, 0.99))
     shape = np.shape(st.step_s)
     return {k: np.array(np.broadcast_to(v, shape), dtype=float) for k, v in (
-        ("ttft_p99", np.maximum(t_mean, t_wave)),
-        ("tpot_p99", np.maximum(lognormal_quantile(st.step_s, cv, 0.99), tpot_wave)),
+        ("ttft_p99", np.maximum(t_mean, t_wave)), ("tpot_p99", lognormal_quantile(st.step_s, cv, 0.99)),
         ("itl_p50", i50), ("itl_p99", i99))}
-
-
-def _wave_tpot(st, O, drain, ride_steps):
-    """TPOT of the p99 request of a closed loop's first wave in aggregated serving: released with the wave and
-    prefilled early in it, it decodes through the prefills of the prompts released with it (``drain`` seconds, the
-    ``ride_steps`` steps that carry them, each yielding its tokens), which the steady state spreads over everyone's
-    decode; the rest of its ``O`` tokens at the mean step."""
-    ride = np.minimum(np.asarray(ride_steps, dtype=float) * np.asarray(st.tokens_per_step, dtype=float), O)
-    return st.step_s + np.maximum(drain - ride * st.step_s, 0.0) / O
 
 
 def _role_setup(setup: Setup, g: pd.DataFrame, role: str) -> Setup:
@@ -252,13 +241,10 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
         # the first wave: each rank prefills its share of the clients back to back, a prompt's prefill plus the
         # decode steps it rides (one per chunk)
         plain = st.itl_steps[0]
-        chunks = np.ceil(I / setup.prefill_chunk_tokens)
-        unit = prefill_time(setup, *L, I, 1.0) + chunks * plain
+        unit = prefill_time(setup, *L, I, 1.0) + np.ceil(I / setup.prefill_chunk_tokens) * plain
         base = ttft(setup, *L, I, 1.0, step_s=st.step_s)
         share = np.clip(1.0 - plain / np.asarray(st.tokens_per_step) / st.step_s, 0.0, 1.0)
-        drain = WAVE_SHARE * (per_rank - 1.0) * unit
-        tails.update(_closed_tails(setup, st, B, O, t1, base + drain + adm, share,
-                                   _wave_tpot(st, O, drain, WAVE_SHARE * (per_rank - 1.0) * chunks)))
+        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * (per_rank - 1.0) * unit + adm, share))
     return t1, st.step_s
 
 
