@@ -265,9 +265,14 @@ def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count, f
     return count * K.collective_time(p, "all_reduce", gpus, msg_bytes, hw.scale_up_bw, fixed)
 
 
+def deepep_curve(kf: KernelFits) -> dict[str, float] | None:
+    """The DeepEP low-latency dispatch/combine curve (measured under SGLang, FP8 dispatch), None where not fitted."""
+    return kf.curve("deepep", "sglang", "fp8")
+
+
 def deepep(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, gpus, layers, dispatch_bytes, fixed=1.0, *,
            experts):
-    p = kf.curve("deepep", "sglang", "fp8")
+    p = deepep_curve(kf)
     if p is None:
         return None
     return layers * K.deepep_time(p, tokens_per_rank, hidden, top_k, gpus, hw.scale_up_bw, dispatch_bytes, fixed,

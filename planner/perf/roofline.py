@@ -352,7 +352,7 @@ def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
     datasheet links, its scale-up bandwidth at the share the curve reached inside the node (the kernels' measured
     link efficiency as the prior where no row exists). Without a curve, :func:`moe_exchange_time` at the datasheet."""
     kf = kf if kf is not None else setup.term_kernels("exchange")
-    p = kf.curve("deepep", "sglang", "fp8") if kf is not None else None
+    p = C.deepep_curve(kf) if kf is not None else None
     if p is None:
         return moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
     phys = moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True, up_share=min(p["bus_eff"], 1.0))
