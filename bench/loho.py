@@ -26,7 +26,8 @@ same cached fold fits (InferenceX TPOT 16.7% with it, 17.1% without; silicon 17.
                          [--without-kernel-silicon]
 
 Prints, per file, the TPOT / TTFT (and output tokens/s per GPU where recorded) median and p90 APE of both, overall
-and per held-out system, and the wall time. ``--engines``: leave one serving engine out instead (its rows predicted
+and per held-out system, and the wall time; for a file that records tails (InferenceX: p99 TTFT, p99 TPOT, ITL),
+their errors under the catalog's all-hardware transfer too, from the same folds. ``--engines``: leave one serving engine out instead (its rows predicted
 with the factors fitted on the other engines' rows: each hardware's default block).
 """
 
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from planner.calib import fit as F  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
-from planner.calib.metrics import format_table, summary_rows  # noqa: E402
+from planner.calib.metrics import format_table, format_tail_table, summary_rows  # noqa: E402
 from planner.calib.report import _predict_with, held_out, per_file_frames  # noqa: E402
 from planner.catalog.loader import Catalog, load_catalog  # noqa: E402
 
@@ -151,6 +152,13 @@ def main() -> None:
             print(format_table(summary_rows(f, None), []))
             print()
             print(format_table(summary_rows(f, ["system"]), ["system"]))
+            tails = format_tail_table(summary_rows(f, None), [])
+            if tails and k == 3:
+                # the catalog's rule: the held-out chip's p99 and ITL (issue 46's leave-one-hardware-out targets)
+                print(f"\n### {name}, leave one hardware out, tails (transfer: {rule})\n")
+                print(tails)
+                print()
+                print(format_tail_table(summary_rows(f, ["system"]), ["system"]))
 
 
 if __name__ == "__main__":

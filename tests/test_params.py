@@ -64,6 +64,32 @@ def test_sliding_window_stops_growing(catalog):
     assert float(kv_bytes_per_sequence(m, 10_000)) == 18 * 2048 * 10_000 + 18 * 2048 * 128
 
 
+def test_engine_sizing_of_sliding_layers(catalog):
+    """What a sequence holds depends on how the engine sizes the sliding layers' cache: TensorRT-LLM as full layers
+    (share 1), SGLang a pool of 0.8 tokens per full-pool token (``--swa-full-tokens-ratio``), vLLM the window; the
+    planner's capacity follows, while the bytes a decode step reads stay the window's."""
+    from planner.perf.params import kv_read_bytes_per_sequence
+    from planner.perf.serving import kv_capacity_sequences
+    from planner.perf.setup import Setup
+
+    m = catalog.models["gpt-oss-120b"]
+    assert float(kv_bytes_per_sequence(m, 10_000, sliding_share=1.0)) == 36 * 2048 * 10_000
+    assert float(kv_bytes_per_sequence(m, 10_000, sliding_share=0.8)) == pytest.approx((18 + 0.8 * 18) * 2048 * 10_000)
+    # shorter than the window, the sliding pool binds: 100 tokens need 100 / 0.8 full-pool tokens' worth
+    assert float(kv_bytes_per_sequence(m, 100, sliding_share=0.8)) == pytest.approx((18 + 0.8 * 18) * 2048 * 125)
+    assert {e: catalog.engines[e].features.sliding_kv_share for e in ("trtllm", "sglang", "vllm")} == {
+        "trtllm": 1.0, "sglang": 0.8, "vllm": None}
+    hw = catalog.hardware["h200-sxm"]
+    caps = {}
+    for e in ("trtllm", "sglang", "vllm"):
+        s = Setup.make(m, hw, kv="bf16", engine=e, sliding_kv_share=catalog.engines[e].features.sliding_kv_share)
+        caps[e] = float(kv_capacity_sequences(s, 1, 1, 1, 1, 2048.0))
+    # at 2,048 tokens the window-sized cache holds (36 / (18 + 18 * 128 / 2048)) = 1.88x the full-sized one
+    assert caps["vllm"] / caps["trtllm"] == pytest.approx(36 / (18 + 18 * 128 / 2048))
+    assert caps["sglang"] / caps["trtllm"] == pytest.approx(36 / 32.4)
+    assert float(kv_read_bytes_per_sequence(m, 10_000)) == 18 * 2048 * 10_000 + 18 * 2048 * 128
+
+
 def test_llama13b_kv_at_8192_is_6_7_gb():
     """The worked number from llm-analysis: LLaMA-13B KV cache at 8,192 tokens in bf16 = 6.7 GB."""
     m = ModelSpec.model_validate(

@@ -87,7 +87,8 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
                        prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS,
                        engine=eng, adp_prefill_balance=balance == "on" or balance == "engine" and engine is not None
-                       and engine.features.attention_dp_prefill_balance)
+                       and engine.features.attention_dp_prefill_balance,
+                       sliding_kv_share=engine.features.sliding_kv_share if engine is not None else None)
         tails: dict = {}
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng, tails)

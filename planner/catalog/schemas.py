@@ -371,6 +371,12 @@ class EngineFeatures(Strict):
     """Separate prefill and decode workers with KV transfer."""
     kv_offload: list[Literal["host", "nvme"]] = Field(default_factory=list)
     """Tiers below HBM the engine can keep KV or reusable prefixes in."""
+    sliding_kv_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    """How the engine sizes the KV of a model's sliding-window layers: ``None``, to the window (vLLM's hybrid KV
+    cache manager); a share ``r``, a pool of ``r`` tokens per token of the full layers' pool whatever the window
+    (SGLang's ``--swa-full-tokens-ratio``, 0.8 by default; TensorRT-LLM writes a sliding layer's blocks up to the
+    sequence's length, as a full layer's: 1). A sequence of ``S`` tokens then holds ``(full + r sliding) max(S,
+    min(S, window) / r)`` token-layers (:func:`planner.perf.params.kv_bytes_per_sequence`): what caps the batch."""
 
 
 class EngineMetrics(Strict):

@@ -194,7 +194,8 @@ def roofline(
     eff = IDEAL if ideal else hw.efficiency.for_engine(eng.id if eng else None)
     setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept,
                        tbo=1.0 if tbo else 0.0, engine=eng.id if eng else None,
-                       adp_prefill_balance=bool(eng and eng.features.attention_dp_prefill_balance))
+                       adp_prefill_balance=bool(eng and eng.features.attention_dp_prefill_balance),
+                       sliding_kv_share=eng.features.sliding_kv_share if eng else None)
     mode = "ideal" if ideal else "calibrated"
     from planner.export.text import prefill_text, roofline_text
 

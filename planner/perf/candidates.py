@@ -262,7 +262,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         setups = [(wdt, mode, kdt, Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
                                               prefill_chunk_tokens=choice.engine.prefill_chunk_tokens,
                                               engine=choice.engine.id,
-                                              adp_prefill_balance=choice.engine.features.attention_dp_prefill_balance))
+                                              adp_prefill_balance=choice.engine.features.attention_dp_prefill_balance,
+                                              sliding_kv_share=choice.engine.features.sliding_kv_share))
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
         roles = [r for r in roles_for(sc.serving) if r == "aggregated" or choice.engine.features.disaggregation]

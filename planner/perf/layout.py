@@ -159,10 +159,11 @@ def draft_bytes_per_chip(model: ModelSpec, wb: WeightBytes, tp, ep, pp, dp, expe
     return np.where(np.asarray(spec_tokens, dtype=float) > 0, n * per_layer, 0.0)
 
 
-def kv_bytes_per_chip(model: ModelSpec, batch, context, kv_dtype: str, tp, pp, dp):
-    """KV bytes on one chip for ``batch`` sequences in flight per replica at mean ``context``."""
+def kv_bytes_per_chip(model: ModelSpec, batch, context, kv_dtype: str, tp, pp, dp, sliding_share: float | None = None):
+    """KV bytes on one chip for ``batch`` sequences in flight per replica at mean ``context`` (``sliding_share``: see
+    :func:`planner.perf.params.kv_bytes_per_sequence`)."""
     tp, pp, dp = (np.asarray(x, dtype=float) for x in (tp, pp, dp))
-    per_seq = kv_bytes_per_sequence(model, context, kv_dtype)
+    per_seq = kv_bytes_per_sequence(model, context, kv_dtype, sliding_share)
     return np.asarray(batch, dtype=float) * per_seq / (dp * pp * kv_shard(model, tp))
 
 

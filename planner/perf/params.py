@@ -241,14 +241,23 @@ def kv_growth_bytes_per_token(m: ModelSpec, kv_dtype: str = "bf16") -> float:
     return kv_bytes_per_token_layer(m, kv_dtype) * m.architecture.attention.full_layers
 
 
-def kv_bytes_per_sequence(m: ModelSpec, context, kv_dtype: str = "bf16"):
-    """KV (and recurrent state) bytes one sequence holds at ``context`` tokens (array-friendly)."""
+def kv_bytes_per_sequence(m: ModelSpec, context, kv_dtype: str = "bf16", sliding_share: float | None = None):
+    """KV (and recurrent state) bytes one sequence holds at ``context`` tokens (array-friendly).
+
+    ``sliding_share``: how the engine sizes the sliding-window layers' KV (``EngineFeatures.sliding_kv_share``):
+    ``None``, to the window; a share ``r``, a pool of ``r`` tokens per token of the full layers' pool, so that a
+    sequence costs ``(full + r sliding)`` token-layers per token of the larger of its context and ``min(S,
+    window) / r`` (the sliding pool binds where the context is shorter than the window)."""
     att = m.architecture.attention
     s = np.asarray(context, dtype=float)
     per = kv_bytes_per_token_layer(m, kv_dtype)
-    out = per * att.full_layers * s
-    if att.sliding_layers:
-        out = out + per * att.sliding_layers * np.minimum(s, att.sliding_window_tokens)
+    if att.sliding_layers and sliding_share is not None:
+        held = np.maximum(s, np.minimum(s, att.sliding_window_tokens) / sliding_share)
+        out = per * (att.full_layers + sliding_share * att.sliding_layers) * held
+    else:
+        out = per * att.full_layers * s
+        if att.sliding_layers:
+            out = out + per * att.sliding_layers * np.minimum(s, att.sliding_window_tokens)
     if att.linear_layers:
         out = out + att.linear_layers * linear_state_bytes(m)
     return out

@@ -114,7 +114,8 @@ def roofline(setup: Setup, layout: Layout, batch: float, context: float, *, mode
     st = decode_step(setup, *L, batch, context)
     hw = setup.hw
     w = float(weight_bytes_per_chip(setup.wb, *L, setup.expert_copies))
-    kv = float(kv_bytes_per_chip(setup.model, batch, context, setup.kv_dtype, layout.tp, layout.pp, layout.dp))
+    kv = float(kv_bytes_per_chip(setup.model, batch, context, setup.kv_dtype, layout.tp, layout.pp, layout.dp,
+                                 setup.sliding_kv_share))
     other = runtime_reserve_bytes(hw)
     step = float(st.step_s)
     tps = batch / step

@@ -196,7 +196,7 @@ def kv_capacity_sequences(setup: Setup, tp, ep, pp, dp, context):
     from planner.perf.layout import kv_bytes_per_chip, runtime_reserve_bytes, weight_bytes_per_chip
 
     free = setup.hw.hbm_bytes - runtime_reserve_bytes(setup.hw) - weight_bytes_per_chip(setup.wb, tp, ep, pp, dp)
-    per_seq = kv_bytes_per_chip(setup.model, 1.0, context, setup.kv_dtype, tp, pp, dp)
+    per_seq = kv_bytes_per_chip(setup.model, 1.0, context, setup.kv_dtype, tp, pp, dp, setup.sliding_kv_share)
     return np.maximum(free, 0.0) / per_seq
 
 

@@ -70,6 +70,8 @@ class Setup:
     """Attention-DP ranks take their prompt chunks in the same steps (TensorRT-LLM's ``attention_dp_config.
     enable_balance``, SGLang's ``--enable-prefill-delayer``; both off by default): a chunk step then carries a chunk
     on every rank instead of one rank's chunk that the others wait for."""
+    sliding_kv_share: float | None = None
+    """How the engine sizes sliding-window layers' KV (``EngineFeatures.sliding_kv_share``; None: to the window)."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -99,12 +101,13 @@ class Setup:
         prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
         engine: str | None = None,
         adp_prefill_balance: bool = False,
+        sliding_kv_share: float | None = None,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
             model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
             spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo, prefill_chunk_tokens=prefill_chunk_tokens,
-            engine=engine, adp_prefill_balance=adp_prefill_balance,
+            engine=engine, adp_prefill_balance=adp_prefill_balance, sliding_kv_share=sliding_kv_share,
         )
 
     @property

@@ -95,9 +95,9 @@ def _memory(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: str) -
     wchip = weight_bytes_per_chip(setup.wb, *L, copies) + draft_bytes_per_chip(model, setup.wb, *L, copies, spec)
     I, O = float(w.input_tokens), float(w.output_tokens)
     if role == "prefill":
-        kv = kv_bytes_per_chip(model, L[3], I, setup.kv_dtype, L[0], L[2], L[3])
+        kv = kv_bytes_per_chip(model, L[3], I, setup.kv_dtype, L[0], L[2], L[3], setup.sliding_kv_share)
     else:
-        kv = kv_bytes_per_chip(model, B, I + O, setup.kv_dtype, L[0], L[2], L[3])
+        kv = kv_bytes_per_chip(model, B, I + O, setup.kv_dtype, L[0], L[2], L[3], setup.sliding_kv_share)
     return wchip, kv, setup.hw.hbm_bytes - wchip - kv - runtime_reserve_bytes(setup.hw)
 
 
@@ -244,6 +244,7 @@ def evaluate_point(
     prefill_chunk_tokens: float = DEFAULT_CHUNK_TOKENS,
     engine: str | None = None,
     adp_prefill_balance: bool = False,
+    sliding_kv_share: float | None = None,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
@@ -256,7 +257,7 @@ def evaluate_point(
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens,
-                       engine=engine, adp_prefill_balance=adp_prefill_balance)
+                       engine=engine, adp_prefill_balance=adp_prefill_balance, sliding_kv_share=sliding_kv_share)
     for tags, var, _ in variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):

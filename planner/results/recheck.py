@@ -103,6 +103,7 @@ def _check_pool(p, rs: ResolvedScenario, loads: dict, add) -> float:
         moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
         prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
         engine=p.engine, adp_prefill_balance=eng is not None and eng.features.attention_dp_prefill_balance,
+        sliding_kv_share=eng.features.sliding_kv_share if eng is not None else None,
     )
     if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
         ep_ = p.expert_placement

@@ -121,7 +121,7 @@ def reference_layout(model: ModelSpec, hw: HardwareSpec, wb) -> Layout:
 def fits(setup: Setup, lay: Layout, batch, context) -> np.ndarray:
     L = (lay.tp, lay.ep, lay.pp, lay.dp)
     used = weight_bytes_per_chip(setup.wb, *L) + kv_bytes_per_chip(setup.model, batch, context, setup.kv_dtype,
-                                                                     lay.tp, lay.pp, lay.dp)
+                                                                     lay.tp, lay.pp, lay.dp, setup.sliding_kv_share)
     return used + runtime_reserve_bytes(setup.hw) <= setup.hw.hbm_bytes
 
 
@@ -245,7 +245,8 @@ def _pipeline_section(cal, lay, context) -> list:
             "chips": lay.tp * lay.dp * pp,
             "batch": B,
             "weight_bytes_per_chip": float(weight_bytes_per_chip(cal.wb, lay.tp, lay.ep, pp, lay.dp)),
-            "kv_bytes_per_chip": float(kv_bytes_per_chip(cal.model, B, context, cal.kv_dtype, lay.tp, pp, lay.dp)),
+            "kv_bytes_per_chip": float(kv_bytes_per_chip(cal.model, B, context, cal.kv_dtype, lay.tp, pp, lay.dp,
+                                                                   cal.sliding_kv_share)),
             "tpot_s": float(st.step_s),
         })
     return out
