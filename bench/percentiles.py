@@ -2,7 +2,9 @@
 
 1. InferenceX runs (closed-loop benchmark, p99 recorded beside the median): p99 TTFT, p99 TPOT and median/p99 ITL
    predicted by the catalog's factors (in sample) and with each hardware left out of the fit (``--loho``: the
-   factors refitted without that hardware's rows, as ``planner calibrate report --folds hardware`` does).
+   factors refitted without that hardware's rows of both measured files, as the catalog is fitted and as
+   ``planner calibrate report --folds hardware`` and ``bench/loho.py`` do; until 2026-11-27 the folds here were
+   fitted on the InferenceX runs alone).
 2. Every bundled plan simulated with 100,000 requests per seed, five fixed seeds: per pool, predicted / simulated
    p90 and p99 TTFT (pooled over the seeds, with the seeds' range) where the pool runs at utilisation <= 0.9, and
    each workload's simulated attainment against its quantile (worst seed).
@@ -29,6 +31,7 @@ from planner.calib.predict import notes, predict_normalised  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
 
 RUNS = ROOT.parent / "shared" / "calibration" / "inferencex" / "dsr1_runs.json"
+SILICON = ROOT.parent / "shared" / "calibration" / "silicon_calibration.csv"
 
 
 def spread_scan() -> None:
@@ -73,9 +76,13 @@ def runs(loho: bool, jobs: int) -> None:
     from planner.calib.report import held_out
 
     t0 = time.perf_counter()
-    frames = held_out([meas], cat, "n_hw", jobs=jobs)
+    # Each fold refits on every row of the other hardware, both files, as the catalog is fitted (and as
+    # bench/loho.py and ``planner calibrate report --folds hardware`` do); the held-out hardware's runs are scored.
+    sets = [meas] + ([load_measured(SILICON, cat, measured=True)] if SILICON.exists() else [])
+    frames = held_out(sets, cat, "n_hw", jobs=jobs)
     g = frames[RUNS.name]
-    print(f"\n## InferenceX runs, leave one hardware out ({time.perf_counter() - t0:.0f} s)\n")
+    fitted_on = " + ".join(m.path.name for m in sets)
+    print(f"\n## InferenceX runs, leave one hardware out (folds fitted on {fitted_on}; {time.perf_counter() - t0:.0f} s)\n")
     print(format_tail_table(summary_rows(g, None), []))
     print()
     print(format_tail_table(summary_rows(g, ["system"]), ["system"]))
