@@ -153,7 +153,7 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> di
     drafts its steps accept, and the p99 request of the first wave decodes beside :data:`WAVE_PROMPTS` times the
     steady state's prompts (``input_share`` of the mean step): the two excesses over the mean add in quadrature
     (independent); ITL is a plain step or one carrying a prefill chunk (per emission)."""
-    from planner.perf.latency import itl_quantiles, lognormal_quantile, tpot_cv
+    from planner.perf.latency import itl_quantiles, tpot_cv
     from planner.perf.variants import spec_spread
 
     m, v, r = spec_spread(setup, np.broadcast_to(np.asarray(setup.spec_tokens, dtype=float), np.shape(st.step_s)), O)
