@@ -88,15 +88,30 @@ def test_gemm_efficiency_follows_the_gemm_rows():
 
 
 def test_two_micro_batch_overlap_identity(catalog):
-    """With overlap a stage pass is two half micro-batches, each one's exchange under the other's work:
-    2 max(work_half, comm_half); weights are streamed once per micro-batch."""
+    """With overlap a stage pass is two half micro-batches on SGLang's DeepSeek decode schedule: each one's dispatch
+    under its shared experts and the other's attention projections, its combine under the other's attention core and
+    output projection, its routed experts with nothing in flight. Hand-assembled from the half batch's parts:
+    ``2 (experts + max(dispatch, other GEMMs) + max(combine, attention + o_proj))``, dispatch and combine split by
+    bytes (FP8 out, bf16 back: 1/3 and 2/3); never faster than ``2 max(work, comm)`` (perfect overlap), never slower
+    than no overlap. Weights are streamed once per micro-batch."""
+    from planner.perf.roofline import _o_proj_share
+
     m, hw = catalog.models["deepseek-v3"], catalog.hardware["h200-sxm"]
-    s = Setup.make(m, hw, eff=IDEAL, tbo=1.0)
+    s = Setup.make(m, hw, weights="fp8", eff=IDEAL, tbo=1.0)
     B, S = 72 * 128.0, 2000.0
     st = decode_step(s, 1, 72, 1, 72, B, S)
     half = _stage_parts(s, 1.0, 72.0, 1.0, 72.0, B / 2, S, 0.0, 0.0)
-    work = max(float(half.gemm_c), float(half.gemm_m)) + max(float(half.attn_c), float(half.attn_m))
-    assert float(st.step_s) == pytest.approx(2 * max(work, float(half.comm)))
+    gemm = max(float(half.gemm_c), float(half.gemm_m))
+    attn = max(float(half.attn_c), float(half.attn_m))
+    expert, exchange = float(half.expert), float(half.exchange)
+    assert 0 < expert < gemm and 0 < exchange <= float(half.comm)
+    # DeepSeek-V3: o_proj is 128 x 128 x 7168 of each layer's ~231M non-expert GEMM parameters (and the dense layers')
+    o = (gemm - expert) * _o_proj_share(s)
+    assert 0.3 < _o_proj_share(s) < 0.6
+    staged = expert + max(exchange / 3, gemm - expert - o) + max(2 * exchange / 3, attn + o)
+    staged += float(half.comm) - exchange + float(half.layer_overhead)
+    assert float(st.step_s) == pytest.approx(2 * staged)
+    assert 2 * max(gemm + attn, float(half.comm)) <= float(st.step_s) <= 2 * (gemm + attn + float(half.comm))
     plain = decode_step(replace(s, tbo=0.0), 1, 72, 1, 72, B, S)
     assert float(st.weight_read_bytes) == pytest.approx(2 * float(plain.weight_read_bytes), rel=0.02)
     # At this batch the exchange across nodes is large: hiding it pays.

@@ -228,6 +228,10 @@ class _Parts:
     layer_overhead: np.ndarray
     w_bytes: np.ndarray
     kv_bytes: np.ndarray
+    expert: np.ndarray | float = 0.0
+    """Of the GEMM time, the routed experts' (what :func:`_overlapped_pass` cannot hide a transfer behind)."""
+    exchange: np.ndarray | float = 0.0
+    """Of the communication, the expert dispatch and combine (what two micro-batch overlap hides)."""
 
 
 def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
@@ -263,6 +267,9 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
         touched = np.zeros_like(tokens)
     w_bytes = setup.streamed_nonexpert_bytes / (tp * pp) + setup.wb.expert * setup.expert_copies * touched / (stage * pp)
     gemm_m = w_bytes / (setup.hbm_bw * e.memory)
+    # the routed experts' share of the GEMM time: their FLOPs or their weights, whichever binds them
+    expert_t = (np.maximum(gemm_c - ne_c, setup.wb.expert * setup.expert_copies * touched / (stage * pp)
+                           / (setup.hbm_bw * e.memory)) if s.experts else 0.0)
 
     # Attention.
     att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
@@ -295,6 +302,7 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
         if ne is not None and ex is not None:
             gemm_c = ne + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
+            expert_t = ex
         at = C.attention_time(kf, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, att_flops, tp,
                               layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers), fx)
         if at is not None:
@@ -312,6 +320,7 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
             ne_m = setup.streamed_nonexpert_bytes / (tp * pp) / (setup.hbm_bw * e.memory)
             gemm_c = np.maximum(ne_c, ne_m) + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
+            expert_t = ex
             moe_timed = True
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
@@ -319,13 +328,17 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     if s.moe_layers:
         comm = comm + _all_reduce(setup, kf, tp, msg, np.where(attn_dp, 1.0, ar_per_layer) * moe_layers_stage, alpha)
         # Decode steps dispatch with latency kernels (point-to-point, a copy per expert; see ep_exchange_time).
-        comm = comm + _decode_exchange(setup, kf, ep, dp, stage, tokens, moe_layers_stage, alpha)
+        exchange = _decode_exchange(setup, kf, ep, dp, stage, tokens, moe_layers_stage, alpha)
+        comm = comm + exchange
+    else:
+        exchange = 0.0
     if np.any(pp > 1):
         send = msg / _group_bw(setup, tp * dp * pp) + _alpha(setup, tp * dp * pp, alpha)
         comm = comm + np.where(pp > 1, send * (pp - 1.0) / pp, 0.0)
     moe_over = 0.0 if moe_timed else e.moe_layer_overhead_us
     layer_over = e.layer_overhead_us * US * layers_stage + moe_over * US * moe_layers_stage
-    return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes)
+    return _Parts(gemm_c, gemm_m, attn_c, attn_m, comm, layer_over + 0.0 * tokens, w_bytes, kv_bytes,
+                  np.minimum(expert_t, np.maximum(gemm_c, gemm_m)), exchange)
 
 
 
@@ -379,9 +392,40 @@ def _stage_time(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None):
     if np.any(tbo > 0):
         half = None if xr is None else np.asarray(xr, dtype=float) / 2.0
         hf = _stage_parts(setup, tp, ep, pp, dp, mb / 2.0, S, np.asarray(xb, dtype=float) / 2.0, I, half)
-        work = np.maximum(hf.gemm_c, hf.gemm_m) + np.maximum(hf.attn_c, hf.attn_m) + hf.layer_overhead
-        stage_t = np.where(tbo > 0, 2.0 * np.maximum(work, hf.comm), stage_t)
+        stage_t = np.where(tbo > 0, 2.0 * _overlapped_pass(setup, hf), stage_t)
     return f, stage_t + e.step_overhead_us * US / pp + e.seq_overhead_us * US * mb / dp
+
+
+def _o_proj_share(setup: Setup) -> float:
+    """Share of the non-expert GEMM parameters that is the attention output projection (``heads x v_head_dim x
+    hidden`` per softmax-attention layer): the part of a layer's GEMMs that runs after the attention core."""
+    arch = setup.model.architecture
+    at = arch.attention
+    v = at.v_head_dim or at.head_dim
+    o = float(at.heads) * float(v) * float(arch.hidden_size) * float(arch.layers - at.linear_layers)
+    return float(np.clip(o / max(setup.nonexpert_matmul_params, 1.0), 0.0, 1.0))
+
+
+def _overlapped_pass(setup: Setup, hf: _Parts):
+    """One micro-batch's share of a stage pass under two micro-batch overlap (decode), following the stage schedule
+    of SGLang's DeepSeek decode strategy (``operations_strategy._compute_moe_deepseek_blog_decode``: five stages a
+    layer, the second micro-batch two stages behind). A micro-batch's dispatch is in flight while its shared experts
+    and the other's attention preparation (the projections before the attention core) run, its combine while the other
+    runs its attention core and output projection; its routed experts run with nothing in flight. A pass is
+    therefore ``experts + max(dispatch, other GEMMs) + max(combine, attention + o_proj)`` plus the collectives and
+    fixed costs no stage hides, not ``max(compute, communication)``: overlap needs each transfer balanced against its
+    own window, not the totals. Dispatch and combine split the exchange by their bytes (FP8 or bf16 out, bf16 back)."""
+    gemm = np.maximum(hf.gemm_c, hf.gemm_m)
+    expert = np.minimum(np.asarray(hf.expert, dtype=float), gemm)
+    non_expert = gemm - expert
+    o_proj = non_expert * _o_proj_share(setup)
+    attention = np.maximum(hf.attn_c, hf.attn_m) + o_proj
+    exchange = np.asarray(hf.exchange, dtype=float)
+    db = dispatch_bytes(setup)
+    dispatch = exchange * db / (db + ACT_BYTES)
+    combine = exchange - dispatch
+    serial = hf.comm - exchange + hf.layer_overhead
+    return expert + np.maximum(dispatch, non_expert - o_proj) + np.maximum(combine, attention) + serial
 
 
 def _chunk_steps(X, unit, dp, balanced: bool = False):
