@@ -502,7 +502,7 @@ def test_kernel_terms_schema_fit_and_cli(catalog, tmp_path):
                     terms=["all_reduce"])
     assert ok.terms == ["all_reduce"]
     with pytest.raises(ValidationError):
-        KernelFits(source="test", as_of="2026-11-26", system="x", curves={}, terms=["attention"])
+        KernelFits(source="test", as_of="2026-11-26", system="x", curves={}, terms=["prefill"])
     assert F.kernel_terms(catalog, "b200-sxm") and not F.kernel_terms(catalog, "mi355x")
     rf = F.roofline_catalog(catalog)
     assert not any(F.kernel_terms(rf, h) for h in rf.hardware)
@@ -581,3 +581,35 @@ def test_kernel_curves_have_no_rows_inside(catalog):
         for key, c in kf.curves.items():
             assert len(c.params) <= 6, key
             assert all(np.isfinite(v) for v in c.params.values())
+
+
+def test_partial_terms_time_the_decode_attention_by_its_curve(catalog):
+    """``terms: [attention]``: the decode attention of a step is the system's MLA curve at the cache's format (the
+    roofline's ``attention_compute`` on the bf16 peak no longer applies), so an FP8 cache speeds the attention up by
+    what the FP8 kernel measures, not only by the bytes it halves; the GEMMs and collectives do not move."""
+    from planner.perf import compose as C
+    from planner.perf import params as P
+    from planner.perf.roofline import Setup, decode_step
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware["b200-sxm"], ["attention"])
+    off = _terms(catalog.hardware["b200-sxm"], [])
+    eff = hw.efficiency.for_engine("trtllm")
+    B, S = 8 * 384.0, 2048.0
+    times = {}
+    for kv in ("bf16", "fp8"):
+        s = Setup(m, hw, eff, "fp8", "fp4", kv, engine="trtllm")
+        s0 = Setup(m, off, eff, "fp8", "fp4", kv, engine="trtllm")
+        assert s.term_kernels("attention") is hw.efficiency.kernels and s0.term_kernels("attention") is None
+        on, base = decode_step(s, 1, 8, 1, 8, B, S), decode_step(s0, 1, 8, 1, 8, B, S)
+        seqs = B / 8
+        flops = P.attention_flops_per_token(m, S) * seqs
+        kvb = P.kv_read_bytes_per_sequence(m, S, kv) * seqs
+        curve = float(C.attention_time(hw.efficiency.kernels, "trtllm", m, hw, kv, seqs, kvb, flops, 1.0,
+                                       float(m.architecture.layers), eff.kernel_fixed_share))
+        assert float(on.attn_compute_s) == pytest.approx(curve, rel=1e-9)
+        assert float(on.gemm_compute_s) == float(base.gemm_compute_s) and float(on.comm_s) == float(base.comm_s)
+        times[kv] = (curve, float(base.attn_compute_s))
+    # the FP8 MLA kernel is faster than its bytes alone make it; the roofline's FP8 attention only halves the bytes
+    assert times["fp8"][0] / times["bf16"][0] < 0.8
+    assert times["fp8"][1] == pytest.approx(times["bf16"][1])

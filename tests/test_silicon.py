@@ -122,11 +122,11 @@ def test_plans_name_the_factors_taken_from_kernels(catalog):
     text = physics_path(b300)
     assert text.startswith("datasheet roofline with fitted factors") and "b300_sxm's own kernel curves" in text
     assert "compute_fp4" in text
-    # B200's factors are all fitted on its rows; its fused MoE layers, decode all-reduces and expert exchanges are timed
+    # B200's factors are all fitted on its rows; its fused MoE layers, decode all-reduces, expert exchanges and attention are timed
     # by its curves
     assert physics_path(catalog.hardware["b200-sxm"]) == (
-        "datasheet roofline with fitted factors (fused MoE layers, decode all-reduces and decode expert exchanges "
-        "(dispatch and combine) timed by b200_sxm's own kernel curves)")
+        "datasheet roofline with fitted factors (fused MoE layers, decode all-reduces, decode expert exchanges "
+        "(dispatch and combine) and decode attention timed by b200_sxm's own kernel curves)")
     assert physics_path(catalog.hardware["mi300x"]) == "datasheet roofline with fitted factors"
     # B300's FP4 GEMMs and fused MoE measure ~1.1x B200's, not the datasheet's 1.56x: its effective FP4 rate follows
     b200 = catalog.hardware["b200-sxm"]

@@ -79,9 +79,10 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
     lines += routing_lines(reports)
     lines += [
         "", "Which terms of a step come from kernel curves where a hardware's block says `compose: true` (hardware with "
-        "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false` and times three "
-        "terms of the roofline step by its curves, `terms: [moe, all_reduce, exchange]`: the fused MoE layers, the "
-        "decode all-reduces inside one node and the decode expert dispatch and combine; see "
+        "kernel rows: H100, H200, B200, GB200, B300, GB300; today every block says `compose: false` and times four "
+        "terms of the roofline step by its curves, `terms: [moe, all_reduce, exchange, attention]`: the fused MoE "
+        "layers, the decode all-reduces inside one node, the decode expert dispatch and combine and the decode "
+        "attention; see "
         "`docs/performance-model.md`):", "",
         "- kernel-fitted: every dense GEMM of a layer (the model's own shapes, per tensor-parallel rank) and the LM head; "
         "the fused MoE layer; decode attention or MLA; all-reduces over up to 8 GPUs of one node (the engine's own "

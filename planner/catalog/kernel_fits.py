@@ -19,7 +19,7 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
 
-KERNEL_TERMS = ("moe", "all_reduce", "exchange")
+KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention")
 """Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
 KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
@@ -76,13 +76,15 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
-    terms: list[Literal["moe", "all_reduce", "exchange"]] = Field(default_factory=list)
+    terms: list[Literal["moe", "all_reduce", "exchange", "attention"]] = Field(default_factory=list)
     """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
     composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
     GEMMs' roofline and the fitted ``moe_layer_overhead_us``), and ``all_reduce``, the engine's own all-reduce of
     a decode step inside one measured node (in place of the datasheet bandwidth and the fitted latency), and
     ``exchange``, the expert dispatch and combine of a decode step under attention DP (DeepEP low-latency's curve
-    inside one measured node; beyond it the datasheet links at the link share that curve measured). Their
+    inside one measured node; beyond it the datasheet links at the link share that curve measured), and
+    ``attention``, the decode attention (MLA, or the engine's GQA kernel, at the KV cache's format: an FP8 cache runs
+    FP8 maths where the kernel does) in place of the fitted ``attention_compute`` on the bf16 peak. Their
     fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
     terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
 

@@ -279,6 +279,17 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
     attn_c = att_flops / (setup.f_attn * (e.attention_compute or e.compute))
     attn_m = kv_bytes / (setup.hbm_bw * e.memory)
+    ak = setup.term_kernels("attention")
+    if ak is not None:
+        # A partial composition (``KernelFits.terms``: ``attention``): the decode attention from the system's own
+        # curve (MLA or the engine's GQA kernel at this KV format), interleaved prompt chunks on the roofline.
+        dec_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
+        at = C.attention_time(ak, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, dec_flops, tp,
+                              m_.architecture.layers / pp * (1.0 - m_.architecture.attention.linear_layers
+                                                             / m_.architecture.layers), e.kernel_fixed_share)
+        if at is not None:
+            attn_c = at + (att_flops - dec_flops) / (setup.f_attn * (e.attention_compute or e.compute))
+            attn_m = np.minimum(attn_m, attn_c)
 
     # Communication.
     alpha = e.collective_latency_us * US

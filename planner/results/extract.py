@@ -208,7 +208,7 @@ def pool_ids(rs: ResolvedScenario, rows, order: list[int]) -> dict[int, str]:
 
 
 TERM_NAMES = {"moe": "fused MoE layers", "all_reduce": "decode all-reduces",
-              "exchange": "decode expert exchanges (dispatch and combine)"}
+              "exchange": "decode expert exchanges (dispatch and combine)", "attention": "decode attention"}
 
 
 def _and(names: list[str]) -> str:
