@@ -25,8 +25,8 @@ def rs(catalog):
 
 @pytest.fixture(scope="module")
 def tight(catalog):
-    """three-models with chat's TPOT at 34 ms, where it binds: 10% looser saves $18.32/h on the catalog of 2026-11-27
-    (36 ms on the catalog of 2026-11-26; at the bundled 40 ms whole nodes absorb every 10% relaxation and no SLO
+    """three-models with chat's TPOT at 34 ms, where it binds: 10% looser saves $13.52/h on the catalog of 2026-11-27
+    (fifth session; $18.32/h on the fourth's; 36 ms on the catalog of 2026-11-26; at the bundled 40 ms whole nodes absorb every 10% relaxation and no SLO
     question saves)."""
     from planner.catalog.scenario import Scenario
 
@@ -281,8 +281,9 @@ def test_together_groups_each_workloads_slo_and_prefix_questions():
 def test_questions_asked_together_get_the_answers_asked_alone(catalog, tight, monkeypatch, slo):
     """A workload's SLO and prefix questions asked as one give each the answer it gets alone. On three-models with
     chat's TPOT at 34 ms one of the three workloads' re-solves together finds savings (chat's looser TPOT), so its two
-    SLOs are then asked alone; classify's and agents' together prove the plan stays cheapest: 3 + 2 re-solves, never
-    more than asked alone. On a llama-8b chat whose TPOT binds (7 ms; 10% looser saves $0.40/h on the catalog of
+    SLOs are then asked alone, unless the optimum found together already sits at the looser TPOT alone (the catalog of the
+    fifth session of 2026-11-27), which answers that question without a re-solve; classify's and agents' together
+    prove the plan stays cheapest: 3 + 2 or 3 + 1 re-solves, never more than asked alone. On a llama-8b chat whose TPOT binds (7 ms; 10% looser saves $0.40/h on the catalog of
     2026-11-26) the optimum found together is a plan at the looser TPOT alone, so it answers that question without a
     re-solve: asking together costs no re-solve more than asking alone."""
     from tests.conftest import PIPELINE as planning
@@ -311,8 +312,8 @@ def test_questions_asked_together_get_the_answers_asked_alone(catalog, tight, mo
     assert _analysis(asked_together) == _analysis(asked_alone)
     assert any(b.name == "slo.tpot.chat" and b.usd_per_hour_saved > 0 for b in asked_together.binding_constraints)
     if slo is None:
-        # chat: together, then TPOT and TTFT alone; classify and agents once each. Alone: one per question asked
-        assert together[1] == 5 and len(relaxed) >= together[1]
+        # chat: together, then TPOT and TTFT alone (or TTFT alone); classify and agents once each. Alone: one per question
+        assert together[1] in (4, 5) and len(relaxed) >= together[1]
     else:
         assert together[0] == len(solves)
 

@@ -101,6 +101,10 @@ class Deployment:
     """The checkpoint's own ``max_position_embeddings`` where ``max_context_tokens`` needs a rope extension."""
     rope_scaling: dict | None = None
     """The rope scaling that extends the checkpoint to ``max_context_tokens`` (with ``native_context_tokens``)."""
+    pair_tier_connector: bool = False
+    """A disaggregated pool paired with a pool of its workload (same engine, other role) that keeps KV or prefixes in
+    host memory or on NVMe: where the engine's hand-over needs both sides' KV connectors identical (vLLM's NIXL
+    handshake), this pool carries the tier's connector too."""
 
     @property
     def dp_ranks_per_host(self) -> int:
@@ -182,7 +186,14 @@ def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None,
         model = catalog.get_model(p.model or plan.scenario["model"])
         d = _one(plan, p, catalog, model, model.architecture.moe, plan_dir, checkpoints.get(p.id))
         out.append(replace(d, rdma_resource=rdma_resource) if rdma_resource and crosses_nodes(d) else d)
-    return out
+    tiered = {(d.workload, d.engine) for d in out
+              if d.role in ("prefill", "decode") and (d.prefix_tier in TIERS or d.kv_tier in TIERS)}
+    return [replace(d, pair_tier_connector=True) if d.role in ("prefill", "decode") and (d.workload, d.engine) in tiered
+            else d for d in out]
+
+
+TIERS = ("host", "nvme")
+"""Tiers below HBM whose KV or prefixes an engine moves through a KV connector of their own (LMCache under vLLM)."""
 
 
 def crosses_nodes(d: Deployment) -> bool:

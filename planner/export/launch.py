@@ -165,7 +165,9 @@ def vllm(d: Deployment) -> list[str]:
     connectors = []
     if d.role in ("prefill", "decode"):
         connectors.append({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
-    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme") or d.pair_tier_connector:
+        # a prefill and a decode pool of one workload carry the same connectors: NIXL's handshake refuses a pair whose
+        # kv_transfer_config differs (rules.yaml vllm.pd-same-kv-dtype)
         connectors.append({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     if len(connectors) == 1:
         args += ["--kv-transfer-config", json.dumps(connectors[0])]
