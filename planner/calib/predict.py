@@ -141,8 +141,9 @@ the next prompts of every client whose output was shorter (a share ``u``, its ou
 times ``B - 1``, the sum of two uniforms (triangular on [0, 2]). The slowest :data:`WAVE_SHARE` of the wave (the p99
 of the run's ``10 B`` requests) sit above ``2 - sqrt(2 (1 - WAVE_SHARE))`` = 1.55; steady-state requests decode
 beside ``B - 1`` (1.0). Checked against a discrete-event simulation of the benchmark (prefill-first engine, lengths
-in [0.8 L, L], 8K/1K): p99 / median TPOT 1.016, 1.056, 1.146, 1.176 at 4, 16, 64, 128 clients, where this gives
-1.016, 1.063, 1.149, 1.197; InferenceX's aggregated 8K/1K runs measured 1.05, 1.11, 1.15, 1.14 (medians)."""
+in [0.8 L, L], 8K/1K; ``tests/test_inferencex.py::_closed_loop_tpots``): p99 / median TPOT 1.016, 1.055, 1.145, 1.177
+at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; InferenceX's aggregated 8K/1K runs measured
+1.05, 1.11, 1.15, 1.14 (medians)."""
 
 
 def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:

@@ -24,7 +24,7 @@ import json
 import re
 import shlex
 
-from planner.export.deploy import PORT, SGLANG_BOOTSTRAP_PORT, Deployment
+from planner.export.deploy import PORT, SGLANG_BOOTSTRAP_PORT, TIERS, Deployment
 
 TARGETS = ("sglang", "vllm", "trtllm")
 
@@ -115,7 +115,7 @@ def sglang(d: Deployment, *, expert_location: str | None = None) -> list[str]:
                  "--disaggregation-transfer-backend", "mori" if d.vendor == "amd" else "nixl"]
         if d.role == "prefill":  # pinned: the PD router reads it from the pod's annotation
             args += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
-    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+    if d.prefix_tier in TIERS or d.kv_tier in TIERS:
         ratio = max(2.0, (d.prefix_bytes_per_replica / d.gpus + d.host_kv_bytes) / max(d.kv_bytes, 1.0))
         args += ["--enable-hierarchical-cache", "--hicache-ratio", f"{ratio:.1f}"]
         if d.prefix_tier == "nvme":
@@ -165,7 +165,7 @@ def vllm(d: Deployment) -> list[str]:
     connectors = []
     if d.role in ("prefill", "decode"):
         connectors.append({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
-    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme") or d.pair_tier_connector:
+    if d.prefix_tier in TIERS or d.kv_tier in TIERS or d.pair_tier_connector:
         # a prefill and a decode pool of one workload carry the same connectors: NIXL's handshake refuses a pair whose
         # kv_transfer_config differs (rules.yaml vllm.pd-same-kv-dtype)
         connectors.append({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
@@ -174,7 +174,7 @@ def vllm(d: Deployment) -> list[str]:
     elif connectors:
         args += ["--kv-transfer-config", json.dumps({"kv_connector": "MultiConnector", "kv_role": "kv_both",
                                                      "kv_connector_extra_config": {"connectors": connectors}})]
-    if d.prefix_tier in ("host", "nvme") or d.kv_tier in ("host", "nvme"):
+    if d.prefix_tier in TIERS or d.kv_tier in TIERS:
         args += ["--enable-prefix-caching"]
     return args
 
@@ -204,7 +204,7 @@ def trtllm_config(d: Deployment, assignments: dict[int, list[int]] | None = None
     if d.attn_dp > 1 and d.role not in ("prefill", "decode"):
         # the ranks take their prompts in the same steps, as the plan priced them (attention_dp_prefill_balance)
         cfg["attention_dp_config"] = {"enable_balance": True}
-    if d.prefix_tier in ("host", "nvme"):
+    if d.prefix_tier in TIERS:
         cfg["kv_cache_config"]["host_cache_size"] = int(d.prefix_bytes_per_replica / d.gpus)
     if d.ep > 1 and (d.redundant_experts or assignments):
         lb: dict = {"num_slots": d.experts + d.redundant_experts, "layer_updates_per_iter": 0}
