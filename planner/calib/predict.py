@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog import Catalog, EngineEfficiency
-from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS, ENGINES
+from planner.catalog.schemas import ENGINES
 from planner.perf.layout import expert_copies
 from planner.perf.roofline import Setup, prefill_time
 from planner.perf.serving import (
@@ -29,6 +29,7 @@ from planner.perf.serving import (
     prefill_capacity_rps,
     ttft,
 )
+from planner.perf.setup import engine_options
 
 EffFor = Callable[[str, str], EngineEfficiency]
 
@@ -84,11 +85,11 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     for key, g in ok.groupby(keys, sort=False):
         mid, hid, eng, dd, ed, kd, mode, balance = key
         engine = catalog.engines.get(eng)
-        make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd,
-                       prefill_chunk_tokens=engine.prefill_chunk_tokens if engine is not None else DEFAULT_CHUNK_TOKENS,
-                       engine=eng, adp_prefill_balance=balance == "on" or balance == "engine" and engine is not None
-                       and engine.features.attention_dp_prefill_balance,
-                       sliding_kv_share=engine.features.sliding_kv_share if engine is not None else None)
+        opts = engine_options(engine)
+        if balance != "engine":  # the run records its own attention-DP prompt balance
+            opts["adp_prefill_balance"] = balance == "on"
+        make = partial(Setup, catalog.models[mid], catalog.hardware[hid], eff_for(hid, eng), dd, ed, kd, engine=eng,
+                       **opts)
         tails: dict = {}
         if mode == "agg":
             t1, st = _agg(make(spec_tokens=g["n_spec"].fillna(0.0).to_numpy(float)), g, eng, tails)

@@ -158,6 +158,7 @@ def roofline(
     from planner.perf.report import prefill_roofline, require_fit
     from planner.perf.report import roofline as run
     from planner.perf.roofline import MAX_SPEC_TOKENS, Setup
+    from planner.perf.setup import engine_options
     from planner.units import DTYPES
 
     cat = cli_catalog()
@@ -193,9 +194,7 @@ def roofline(
     check_layout(m, layout)
     eff = IDEAL if ideal else hw.efficiency.for_engine(eng.id if eng else None)
     setup = Setup.make(m, hw, weights=weights, kv=kv, eff=eff, spec_tokens=spec_tokens, spec_accept=spec_accept,
-                       tbo=1.0 if tbo else 0.0, engine=eng.id if eng else None,
-                       adp_prefill_balance=bool(eng and eng.features.attention_dp_prefill_balance),
-                       sliding_kv_share=eng.features.sliding_kv_share if eng else None)
+                       tbo=1.0 if tbo else 0.0, engine=eng.id if eng else None, **engine_options(eng))
     mode = "ideal" if ideal else "calibrated"
     from planner.export.text import prefill_text, roofline_text
 

@@ -22,6 +22,10 @@ SGLANG_BOOTSTRAP_PORT = 8998
 """SGLang's prefill bootstrap port (``--disaggregation-bootstrap-port``, its default), where decode pulls KV."""
 
 
+TIERS = ("host", "nvme")
+"""Tiers below HBM whose KV or prefixes an engine moves through a KV connector of their own (LMCache under vLLM)."""
+
+
 @dataclass(frozen=True)
 class Deployment:
     pool: str
@@ -190,10 +194,6 @@ def deployments(plan: Plan, catalog: Catalog, plan_dir: Path | None = None,
               if d.role in ("prefill", "decode") and (d.prefix_tier in TIERS or d.kv_tier in TIERS)}
     return [replace(d, pair_tier_connector=True) if d.role in ("prefill", "decode") and (d.workload, d.engine) in tiered
             else d for d in out]
-
-
-TIERS = ("host", "nvme")
-"""Tiers below HBM whose KV or prefixes an engine moves through a KV connector of their own (LMCache under vLLM)."""
 
 
 def crosses_nodes(d: Deployment) -> bool:

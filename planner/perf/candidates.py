@@ -66,6 +66,7 @@ from planner.perf.pruning import (  # noqa: F401  (re-exported)
 )
 from planner.perf.queueing import BOUNDS, LABELS, planned_load, queue_wait  # noqa: F401  (re-exported)
 from planner.perf.roofline import Setup
+from planner.perf.setup import engine_options
 from planner.perf.variants import PREFIX_TIERS, evaluate_point, variants  # noqa: F401  (re-exported)
 
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -260,10 +261,7 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         foot = np.unique(gcols["slots"], return_inverse=True)[1].reshape(-1)
         foot_of = {"prefill": foot[one]}
         setups = [(wdt, mode, kdt, Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
-                                              prefill_chunk_tokens=choice.engine.prefill_chunk_tokens,
-                                              engine=choice.engine.id,
-                                              adp_prefill_balance=choice.engine.features.attention_dp_prefill_balance,
-                                              sliding_kv_share=choice.engine.features.sliding_kv_share))
+                                              engine=choice.engine.id, **engine_options(choice.engine)))
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
         roles = [r for r in roles_for(sc.serving) if r == "aggregated" or choice.engine.features.disaggregation]

@@ -12,6 +12,7 @@ from planner.catalog.schemas import (
     DEFAULT_CHUNK_TOKENS,
     IDEAL,
     EngineEfficiency,
+    EngineSpec,
     HardwareSpec,
     KernelFits,
     ModelSpec,
@@ -28,6 +29,17 @@ DEFAULT_ACCEPT = 0.7
 
 ACT_BYTES = 2.0
 """Activation bytes per element on the wire (bf16)."""
+
+
+def engine_options(engine: EngineSpec | None) -> dict:
+    """The features of a serving engine's catalog entry a :class:`Setup` reads (its chunk size, attention-DP prompt
+    balance and sliding-window KV sizing), or the defaults where there is no entry: one place for every caller that
+    builds a setup for an engine."""
+    if engine is None:
+        return {"prefill_chunk_tokens": DEFAULT_CHUNK_TOKENS, "adp_prefill_balance": False, "sliding_kv_share": None}
+    return {"prefill_chunk_tokens": engine.prefill_chunk_tokens,
+            "adp_prefill_balance": engine.features.attention_dp_prefill_balance,
+            "sliding_kv_share": engine.features.sliding_kv_share}
 
 
 @dataclass(frozen=True)

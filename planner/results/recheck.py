@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog.scenario import ResolvedScenario, quantile_label
-from planner.catalog.schemas import DEFAULT_CHUNK_TOKENS
 from planner.model.build import solution_values  # noqa: F401  (re-exported: plans are read from solved models)
 from planner.model.families import FAMILIES
 from planner.perf.candidates import (
@@ -24,6 +23,7 @@ from planner.perf.candidates import (
 )
 from planner.perf.latency import pool_latency, workload_tail
 from planner.perf.layout import Layout, check_layout
+from planner.perf.setup import engine_options
 from planner.results.extract import (
     role_loads,
 )
@@ -101,9 +101,7 @@ def _check_pool(p, rs: ResolvedScenario, loads: dict, add) -> float:
         eff=hw.efficiency.for_engine(p.engine), kv_tier=p.kv_tier, prefix_tier=p.prefix_tier,
         spec_tokens=p.spec_tokens, tbo=p.two_batch_overlap,
         moe_imbalance=p.expert_placement.imbalance if p.expert_placement else 1.0,
-        prefill_chunk_tokens=eng.prefill_chunk_tokens if eng is not None else DEFAULT_CHUNK_TOKENS,
-        engine=p.engine, adp_prefill_balance=eng is not None and eng.features.attention_dp_prefill_balance,
-        sliding_kv_share=eng.features.sliding_kv_share if eng is not None else None,
+        engine=p.engine, **engine_options(eng),
     )
     if p.expert_placement is not None and p.expert_placement.placement_imbalance is not None:
         ep_ = p.expert_placement
