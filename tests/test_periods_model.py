@@ -252,9 +252,10 @@ def _pd_data(vendor_b: str = "nvidia") -> PlanData:
 
 def _pd_brute(data: PlanData) -> float | None:
     """Cheapest replicas per row (0..6) whose prefill and decode each carry the demand, every used row of one
-    engine@vendor class."""
+    engine@vendor class (and one KV format where the rows say it)."""
     r = data.rows
-    cls = [f"{e}@{data.hardware[h].vendor}" for e, h in zip(r["engine"], r["hardware"], strict=True)]
+    kv = r["kv_dtype"] if "kv_dtype" in r else [""] * len(r)
+    cls = [f"{e}@{data.hardware[h].vendor}/{k}" for e, h, k in zip(r["engine"], r["hardware"], kv, strict=True)]
     best = None
     for x in itertools.product(range(7), repeat=len(r)):
         if len({cls[i] for i in range(len(r)) if x[i]}) > 1:
@@ -284,6 +285,38 @@ def test_prefill_and_decode_pair_on_one_engine_and_vendor(vendor_b):
     unpaired = data.rows.assign(engine="e1")  # one engine everywhere: the mix is allowed and cheaper
     if vendor_b == "nvidia":
         assert _milp(PlanData(unpaired, data.hardware, data.workloads, roles=data.roles))[0] < got - 1e-6
+
+
+def test_prefill_and_decode_pair_on_one_kv_format():
+    """One engine and vendor whose cheapest prefill keeps KV in bf16 and whose cheapest decode keeps it in FP8: the
+    decode side reads the blocks the prefill side wrote (vLLM's handshake refuses the pair, rules.yaml
+    ``vllm.pd-same-kv-dtype``), so the MILP's optimum is the brute-force optimum over plans of one format, dearer
+    than the mix, which it never returns."""
+    data = _pd_data("nvidia")
+    rows = data.rows.assign(engine="e1", kv_dtype=["bf16", "bf16", "fp8", "fp8", "fp8"])
+    paired = PlanData(rows, data.hardware, data.workloads, roles=data.roles)
+    got, m = _milp(paired)
+    assert got == pytest.approx(_pd_brute(paired), rel=1e-5, abs=1e-4)
+    x, _ = period_values(m)[0][:2]
+    assert len({rows.loc[i, "kv_dtype"] for i in x}) == 1
+    mixed = PlanData(rows.assign(kv_dtype="fp8"), data.hardware, data.workloads, roles=data.roles)
+    assert _milp(mixed)[0] < got - 1e-6
+
+
+def test_pruning_keeps_each_kv_formats_prefill_and_decode():
+    """A prefill row of one KV format is no substitute for one of another (it cannot pair with that format's
+    decode), so neither dominates the other across formats."""
+    import pandas as pd
+
+    from planner.perf.pruning import prune_dominated
+
+    t = pd.DataFrame({
+        "workload": "w", "role": ["prefill", "decode", "prefill", "decode"], "hardware": "a", "engine": "e1",
+        "kv_dtype": ["bf16", "bf16", "fp8", "fp8"], "prefix_tier": "none", "slots": 1.0,
+        "requests_per_s": [2.0, 2.0, 1.0, 3.0], "prefix_bytes_per_replica": 0.0, "tpot_s": 0.02})
+    kept, _ = prune_dominated(t, {}, mixes=False)
+    assert sorted(zip(kept["kv_dtype"], kept["role"], strict=True)) == [
+        ("bf16", "decode"), ("bf16", "prefill"), ("fp8", "decode"), ("fp8", "prefill")]
 
 
 def test_pruning_keeps_each_engines_prefill_and_decode_unless_another_beats_both():

@@ -223,12 +223,18 @@ def row_arrays(data: PlanData) -> dict[str, np.ndarray]:
 
 
 def pd_classes(data: PlanData) -> np.ndarray:
-    """Each row's prefill/decode pairing class, ``engine@vendor``: every engine's prefill hands KV only to its own
-    decode (vLLM's NIXL handshake refuses another version; SGLang and TensorRT-LLM pair their own servers), and no
-    engine documents a transfer between vendors' chips (shared/reference/engine-rules.md section 4). Rows without an
-    engine column (hand-built tests) share one class per vendor."""
+    """Each row's prefill/decode pairing class, ``engine@vendor`` and the KV cache's format (``engine@vendor/kv``):
+    every engine's prefill hands KV only to its own decode (vLLM's NIXL handshake refuses another version; SGLang and
+    TensorRT-LLM pair their own servers), no engine documents a transfer between vendors' chips
+    (shared/reference/engine-rules.md section 4), and the decode side reads the blocks the prefill side wrote, so both
+    hold them in one format (vLLM's handshake refuses a pair whose KV-cache dtype differs, rules.yaml
+    ``vllm.pd-same-kv-dtype``; SGLang's and TensorRT-LLM's transfers copy the buffers as they are). Rows without an
+    engine or KV column (hand-built tests) share one class per vendor."""
     r = data.rows
-    engine = r["engine"].astype(str).to_numpy() if "engine" in r else np.full(len(r), "", dtype=object)
-    vendor = np.array([data.hardware[h].vendor for h in r["hardware"].astype(str)], dtype=object) if len(r) else \
+    n = len(r)
+    engine = r["engine"].astype(str).to_numpy() if "engine" in r else np.full(n, "", dtype=object)
+    kv = r["kv_dtype"].astype(str).to_numpy() if "kv_dtype" in r else np.full(n, "", dtype=object)
+    vendor = np.array([data.hardware[h].vendor for h in r["hardware"].astype(str)], dtype=object) if n else \
         np.array([], dtype=object)
-    return np.array([f"{e}@{v}" for e, v in zip(engine, vendor, strict=True)], dtype=object)
+    return np.array([f"{e}@{v}" + (f"/{k}" if k else "") for e, v, k in zip(engine, vendor, kv, strict=True)],
+                    dtype=object)

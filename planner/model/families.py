@@ -318,7 +318,7 @@ def _start_resilience(m, replicas, vals) -> None:
 
 
 def pd_class_rows(m) -> dict[str, dict[str, list[int]]]:
-    """Per workload whose prefill and decode rows span more than one pairing class (``engine@vendor``,
+    """Per workload whose prefill and decode rows span more than one pairing class (``engine@vendor/kv``,
     :func:`planner.model.data.pd_classes`): its prefill and decode rows by class."""
     a = m._arr
     out = {}
@@ -333,10 +333,11 @@ def pd_class_rows(m) -> dict[str, dict[str, list[int]]]:
 
 
 def define_pd_pairing(m) -> bool | None:
-    """Prefill and decode pools of a workload pair on one engine and vendor (one class ``k``): ``p[w, k]`` binary,
-    ``x[r, t] <= X_r p[w, k(r)]`` for its prefill and decode rows and ``sum_k p[w, k] <= 1``. No engine hands KV to
-    another engine's decode, nor across vendors (shared/reference/engine-rules.md section 4); within one engine
-    and vendor both sides share the engine's transfer backends. ``X_r`` as for pool types."""
+    """Prefill and decode pools of a workload pair on one engine, vendor and KV format (one class ``k``):
+    ``p[w, k]`` binary, ``x[r, t] <= X_r p[w, k(r)]`` for its prefill and decode rows and ``sum_k p[w, k] <= 1``. No
+    engine hands KV to another engine's decode, nor across vendors (shared/reference/engine-rules.md section 4), and
+    the decode side reads the blocks in the format the prefill side wrote them; within one class both sides share
+    the engine's transfer backends. ``X_r`` as for pool types."""
     classes = pd_class_rows(m)
     m._pd_classes = classes
     if not classes:
@@ -346,7 +347,7 @@ def define_pd_pairing(m) -> bool | None:
     top = {w: max(pyo.value(m.demand[w, t]) for t in m.T) for w in m.W}
     keys = [(w, k) for w, by in classes.items() for k in by]
     of = {i: (w, k) for w, by in classes.items() for k, rows in by.items() for i in rows}
-    m.PD = pyo.Set(initialize=keys, dimen=2, ordered=True, doc="(workload, engine@vendor) pairing classes")
+    m.PD = pyo.Set(initialize=keys, dimen=2, ordered=True, doc="(workload, engine@vendor/kv) pairing classes")
     m.pd_class = pyo.Var(m.PD, within=pyo.Binary, doc="the workload's prefill and decode run in this class")
 
     def link(m, i, t):
@@ -388,9 +389,10 @@ def _recheck_pd(plan, rs) -> list[tuple[str, bool, str]]:
         pools = [p for p in plan.pools if p.workload == w.name and p.role in ("prefill", "decode")]
         if not pools:
             continue
-        classes = sorted({f"{p.engine}@{vendor[p.hardware]}" for p in pools})
+        classes = sorted({f"{p.engine}@{vendor[p.hardware]}/{p.kv_dtype}" for p in pools})
         out.append((f"{w.name}: prefill/decode pairing", len(classes) == 1,
-                    f"prefill and decode on {', '.join(classes)} (one engine and vendor hands KV to itself)"))
+                    f"prefill and decode on {', '.join(classes)} (one engine and vendor hands KV to itself, in one "
+                    "format)"))
     return out
 
 

@@ -10,21 +10,26 @@ import pandas as pd
 from planner.units import GB
 
 PRUNE_KEYS = ["workload", "role", "hardware", "pairing", "prefix_tier"]
-"""Rows compared for dominance; ``pairing`` is the engine for prefill and decode rows (a prefill row pairs only
-with a decode row of its own engine and vendor, so a row of another engine is no substitute for it; the vendor
-follows from the hardware) and nothing for aggregated rows."""
+"""Rows compared for dominance; ``pairing`` is the engine and KV format for prefill and decode rows (a prefill row
+pairs only with a decode row of its own engine and vendor holding the KV in the same format, so a row of another
+engine or format is no substitute for it; the vendor follows from the hardware) and nothing for aggregated rows."""
 
 
 MIX_KEYS = ["workload", "role", "hardware", "pairing"]
 
 
 def pairing(df, by_engine: bool = False) -> np.ndarray:
-    """The ``pairing`` key of :data:`PRUNE_KEYS`: the engine of prefill and decode rows, ``""`` of the others
-    (``by_engine``: the engine of every row: from a deployed fleet, a row on an engine the workload runs is no
-    substitute for one on a new engine, which costs a re-engine)."""
+    """The ``pairing`` key of :data:`PRUNE_KEYS`: the engine and KV format (``engine/kv``) of prefill and decode rows,
+    ``""`` of the others (``by_engine``: the engine of every row, with the KV format of prefill and decode rows: from a
+    deployed fleet, a row on an engine the workload runs is no substitute for one on a new engine, which costs a
+    re-engine)."""
     role = df["role"].astype(str).to_numpy()
-    engine = df["engine"].astype(str).to_numpy() if "engine" in df else np.full(len(df), "", dtype=object)
-    return engine if by_engine else np.where(np.isin(role, ("prefill", "decode")), engine, "")
+    n = len(df)
+    engine = df["engine"].astype(str).to_numpy() if "engine" in df else np.full(n, "", dtype=object)
+    kv = df["kv_dtype"].astype(str).to_numpy() if "kv_dtype" in df else np.full(n, "", dtype=object)
+    pd_rows = np.isin(role, ("prefill", "decode"))
+    cls = np.array([f"{e}/{k}" if k else e for e, k in zip(engine, kv, strict=True)], dtype=object)
+    return np.where(pd_rows, cls, engine if by_engine else "")
 
 
 def mixes_allowed(sc) -> bool:
