@@ -24,12 +24,10 @@ def pairing(df, by_engine: bool = False) -> np.ndarray:
     deployed fleet, a row on an engine the workload runs is no substitute for one on a new engine, which costs a
     re-engine)."""
     role = df["role"].astype(str).to_numpy()
-    n = len(df)
-    engine = df["engine"].astype(str).to_numpy() if "engine" in df else np.full(n, "", dtype=object)
-    kv = df["kv_dtype"].astype(str).to_numpy() if "kv_dtype" in df else np.full(n, "", dtype=object)
-    pd_rows = np.isin(role, ("prefill", "decode"))
-    cls = np.array([f"{e}/{k}" if k else e for e, k in zip(engine, kv, strict=True)], dtype=object)
-    return np.where(pd_rows, cls, engine if by_engine else "")
+    engine = df["engine"].astype(str) if "engine" in df else pd.Series("", index=df.index)
+    cls = engine + "/" + df["kv_dtype"].astype(str) if "kv_dtype" in df else engine
+    return np.where(np.isin(role, ("prefill", "decode")), cls.to_numpy(dtype=object),
+                    engine.to_numpy(dtype=object) if by_engine else "")
 
 
 def mixes_allowed(sc) -> bool:
