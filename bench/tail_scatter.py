@@ -96,12 +96,14 @@ def fit_p99(norm, cat, hw: str, eng: str) -> None:
 
     for name, res in (("medians only", plain), ("medians and p99 TTFT", with_p99)):
         F._residuals = res
-        eff = F._fit_stage(g, cat, base, F.TTFT_PARAMS, "ttft", base)
+        try:
+            eff = F._fit_stage(g, cat, base, F.TTFT_PARAMS, "ttft", base)
+        finally:
+            F._residuals = plain
         p = predict_normalised(g, cat, lambda _h, _e, eff=eff: eff)
         ape = (p["predicted_ttft_p99_ms"] / g["m_ttft_p99"] - 1.0).abs().median()
         print(f"  {hw} {eng}, TTFT factors fitted on {name}: p99 TTFT median APE {100 * ape:.1f}% "
               f"(prefill_compute {eff.prefill_compute:.3f}, first_token_steps {eff.first_token_steps:.2f})")
-    F._residuals = plain
 
 
 def main() -> None:
