@@ -83,7 +83,8 @@ def _fold(args):
     norm, catalog, hw, cache = args
     path = cache / f"{hw}.pkl" if cache else None
     if path is not None and path.exists():
-        res = pickle.loads(path.read_bytes())
+        # a fit cached before the first-wave delay existed gets it fitted on the fold's rows (idempotent)
+        res = F.fit_first_wave(norm[norm["n_hw"] != hw], catalog, pickle.loads(path.read_bytes()))
     else:
         res = F.fit_norm(norm[norm["n_hw"] != hw], catalog)
         if path is not None:

@@ -14,7 +14,9 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
    that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
    engine's, by a penalty on the log of each factor's ratio to the prior.
-4. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
+4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine over
+   every hardware's p99 TTFT, after the rest (no median depends on it).
+5. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
    and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
 """
 
@@ -31,6 +33,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.predict import predict_normalised
+from planner.calib.wave import fit_first_wave
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
 from planner.perf.roofline import FORMAT_FACTOR, factor_dtype
@@ -338,8 +341,9 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             own = by_engine_k if k or kernel_terms(catalog, hw) else by_engine
             prior = group_prior(by_hw[hw], own.get(eng, by_engine[eng]))
             by_group[(hw, eng)] = fit(g, catalog, prior, prior, k)
-    return FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
-                     row_formats(norm, catalog))
+    res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
+                    row_formats(norm, catalog))
+    return fit_first_wave(norm, catalog, res)
 
 
 def row_formats(norm: pd.DataFrame, catalog: Catalog) -> dict[str, set[str]]:

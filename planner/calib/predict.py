@@ -71,7 +71,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     eff_for = eff_for or catalog_efficiency(catalog)
     ttft_ms = pd.Series(np.nan, index=norm.index)
     tpot_ms = pd.Series(np.nan, index=norm.index)
-    tails_ms = {k: pd.Series(np.nan, index=norm.index) for k in TAILS}
+    tails_ms = {k: pd.Series(np.nan, index=norm.index) for k in TAILS + WAVE_PARTS}
     unheld = pd.Series(False, index=norm.index)
     ok = norm[norm["reason"] == ""]
     for col in ("n_spec", "a_red", "p_red", "d_red"):
@@ -127,6 +127,9 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
 
 
 TAILS = ("ttft_p99", "tpot_p99", "itl_p50", "itl_p99")
+WAVE_PARTS = ("ttft_steady", "ttft_wave")
+"""The two candidates of a closed loop's p99 TTFT before the engine's ``first_wave_s`` (the steady state's and the
+first wave's), kept beside the tails for the fit of ``first_wave_s`` (:mod:`planner.calib.wave`)."""
 WAVE_SHARE = 0.9
 """Where in the first wave the p99 request of a benchmark run sits: the InferenceX client (InferenceMAX's
 ``benchmark_serving.py --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf``) releases ``conc``
@@ -150,7 +153,7 @@ at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; Inferenc
 def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
-    :data:`WAVE_SHARE` into the wave); each request's TPOT is lognormal around the mean with the spread of the
+    :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is lognormal around the mean with the spread of the
     prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
     drafts its steps accept, and the p99 request of the first wave decodes beside :data:`WAVE_PROMPTS` times the
     steady state's prompts (``input_share`` of the mean step): the two excesses over the mean add in quadrature
@@ -164,8 +167,9 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> di
     i50, i99 = itl_quantiles(plain, chunk, share, (0.5, 0.99))
     shape = np.shape(st.step_s)
     return {k: np.array(np.broadcast_to(v, shape), dtype=float) for k, v in (
-        ("ttft_p99", np.maximum(t_mean, t_wave)), ("tpot_p99", _tpot_p99(st.step_s, cv, input_share)),
-        ("itl_p50", i50), ("itl_p99", i99))}
+        ("ttft_p99", np.maximum(t_mean, t_wave + setup.eff.first_wave_s)),
+        ("tpot_p99", _tpot_p99(st.step_s, cv, input_share)), ("itl_p50", i50), ("itl_p99", i99),
+        ("ttft_steady", t_mean), ("ttft_wave", t_wave))}
 
 
 def _tpot_p99(step_s, cv, input_share):

@@ -302,7 +302,7 @@ FACTOR_COLUMNS = (
     ("prefill_comm_bandwidth", "prefill comm", ".2f"), ("comm_overlap", "overlap", ".2f"),
     ("spec_accept_scale", "accept", ".2f"), ("draft_overhead_us", "draft us", ".0f"), ("interference", "interf.", ".2f"),
     ("attn_dp_wait_steps", "ADP wait", ".0f"), ("first_token_steps", "1st-token steps", ".1f"), ("queueing", "queue", ".3f"), ("ttft_overhead_ms", "TTFT ms", ".0f"),
-    ("prefill_expert_overhead_us", "prefill us/expert-layer", ".1f"),
+    ("prefill_expert_overhead_us", "prefill us/expert-layer", ".1f"), ("first_wave_s", "1st-wave s", ".2f"),
 )
 
 

@@ -162,6 +162,13 @@ class EngineEfficiency(Strict):
     prefill_expert_overhead_us: NonNeg = 0.0
     """Fixed prefill cost per routed expert per MoE layer (routing, permutation and per-expert
     kernels of a prefill pass, measured to grow with the model's expert count, not with its EP)."""
+    first_wave_s: NonNeg = 0.0
+    """One-time delay (seconds) the first wave of a freshly started benchmark run pays before its prompts'
+    first tokens: engines that JIT-compile or autotune kernels per token count (DeepGEMM's FP8 GEMMs compile one
+    kernel per shape and tile choice; AITER's JIT modules; first-use FlashInfer kernels) build them when a
+    prompt batch first reaches a shape the server's warm-up (one prompt) did not. Only the closed-loop
+    benchmark's p99 TTFT (``planner.calib.predict``) uses it; planned pools serve warmed-up, so plans never do.
+    Fitted per engine over every hardware's p99 TTFT (``planner.calib.wave``); 0: none."""
 
 
 QuantileKey = Literal["q50", "q75", "q90", "q95", "q99"]
