@@ -8,7 +8,7 @@ import pytest
 from planner.calib import fit as F
 from planner.calib.data import load_measured
 from planner.calib.predict import predict_normalised
-from planner.calib.wave import GRID_S, best_delay, fit_first_wave
+from planner.calib.wave import GRID_S, best_delay, fit_first_wave, lookup, set_vendor_delays
 from tests.conftest import IX
 
 
@@ -40,24 +40,34 @@ def _catalog_result(catalog, norm):
         by_engine={e: F.START for e in norm["n_engine"].unique()}, overall=F.START, rows={}, rows_hw={}, dropped=0)
 
 
-def test_the_fit_recovers_each_engines_delay_and_every_block_of_that_engine_carries_it(catalog):
+def test_the_fit_recovers_each_kernel_stacks_delay_and_every_block_carries_its_own(catalog):
     norm = _ix_norm(catalog)
     res = _catalog_result(catalog, norm)
     pred = predict_normalised(norm, catalog, lambda h, e: res.by_group[(h, e)])
-    true = {"trtllm": 1.8, "sglang": 0.4}
-    d = norm["n_engine"].map(true).fillna(0.0).to_numpy() * 1e3
+    vendor = norm["n_hw"].map(lambda h: catalog.hardware[h].vendor)
+    true = {"trtllm@nvidia": 1.8, "sglang@nvidia": 0.3, "sglang@amd": 1.2, "atom@amd": 0.0}
+    d = (norm["n_engine"] + "@" + vendor).map(true).fillna(0.0).to_numpy() * 1e3
     norm = norm.assign(m_ttft_p99=np.maximum(pred["predicted_ttft_steady_ms"].to_numpy(),
                                              pred["predicted_ttft_wave_ms"].to_numpy() + d))
     out = fit_first_wave(norm, catalog, res)
-    for eng, v in true.items():
-        assert out.by_engine[eng].first_wave_s == pytest.approx(v)
-        assert all(b.first_wave_s == pytest.approx(v) for (_, e), b in out.by_group.items() if e == eng)
-    # hardware defaults and the all-hardware block take the value over all rows, between the engines'
-    assert 0.4 <= out.overall.first_wave_s <= 1.8
-    assert {b.first_wave_s for b in out.by_hw.values()} == {out.overall.first_wave_s}
+    for key in ("trtllm@nvidia", "sglang@nvidia", "sglang@amd"):
+        assert out.first_wave[key] == pytest.approx(true[key])
+    for (h, e), b in out.by_group.items():
+        key = f"{e}@{catalog.hardware[h].vendor}"
+        assert b.first_wave_s == pytest.approx(out.first_wave.get(key, out.first_wave.get(f"@{catalog.hardware[h].vendor}")))
+    # the engine's own value over both vendors' runs lies between them; a hardware default takes its vendor's
+    assert 0.3 <= out.by_engine["sglang"].first_wave_s <= 1.2
+    assert out.by_hw["mi355x"].first_wave_s == pytest.approx(out.first_wave["@amd"])
+    # a chip without rows keeps its own vendor's stack, whichever block it was given (lookup's fallbacks)
+    blk = catalog.hardware["mi325x"].efficiency
+    moved = set_vendor_delays(blk, out.first_wave, "amd")
+    assert moved.for_engine("sglang").first_wave_s == pytest.approx(1.2)
+    assert lookup(out.first_wave, "vllm", "amd") == out.first_wave["@amd"]  # no vLLM runs: the vendor's
+    assert lookup(out.first_wave, "sglang", "google") == out.first_wave["sglang"]  # no such vendor: the engine's
+    assert lookup({}, "sglang", "amd") == 0.0
     # the fit is idempotent: refitting a result that already carries delays finds the same ones
     again = fit_first_wave(norm, catalog, out)
-    assert again.by_engine == out.by_engine
+    assert again.first_wave == out.first_wave
 
 
 def test_the_delay_moves_only_the_p99_ttft_of_runs_whose_first_wave_sets_it(catalog):

@@ -14,8 +14,8 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
    that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
    engine's, by a penalty on the log of each factor's ratio to the prior.
-4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine over
-   every hardware's p99 TTFT, after the rest (no median depends on it).
+4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine and
+   hardware vendor (the kernel stack) over every such hardware's p99 TTFT, after the rest (no median depends on it).
 5. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
    and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
 """
@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.predict import predict_normalised
-from planner.calib.wave import fit_first_wave
+from planner.calib.wave import fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
 from planner.perf.roofline import FORMAT_FACTOR, factor_dtype
@@ -148,6 +148,9 @@ class FitResult:
     formats: dict[str, set[str]] | None = None
     """Per hardware, the compute factors (``compute``, ``compute_fp8``, ``compute_fp4``) its fitted rows run: the
     others are not set by its rows (:func:`efficiency_blocks` takes them from its kernels)."""
+    first_wave: dict[str, float] | None = None
+    """The first wave's one-time delay of benchmark runs by ``engine@vendor``, ``engine``, ``@vendor`` and ``""``
+    (:func:`planner.calib.wave.delays`); :func:`efficiency_blocks` gives each hardware its own vendor's."""
 
 
 def _lo_hi(names):
@@ -417,7 +420,8 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 transferred_from="all-hardware",
             )
     # The kernel curves are fitted by `calibrate kernels` on other data: an end-to-end refit keeps them.
-    out = {hid: eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}) for hid, eff in out.items()}
+    out = {hid: set_vendor_delays(eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}),
+                                  result.first_wave, catalog.hardware[hid].vendor) for hid, eff in out.items()}
     return {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
 
 
