@@ -153,8 +153,8 @@ at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; Inferenc
 def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
-    :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is lognormal around the mean with the spread of the
-    prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
+    :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is
+    lognormal around the mean with the spread of the prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
     drafts its steps accept, and the p99 request of the first wave decodes beside :data:`WAVE_PROMPTS` times the
     steady state's prompts (``input_share`` of the mean step): the two excesses over the mean add in quadrature
     (independent); ITL is a plain step or one carrying a prefill chunk (per emission)."""

@@ -31,7 +31,8 @@ GRID_S = np.round(np.arange(0.0, 10.0 + 1e-9, 0.01), 2)
 F_SCALE = 0.2
 """Soft-L1 scale of the log residuals (the end-to-end fit's)."""
 MIN_RUNS = 10
-"""Runs with a p99 TTFT an engine needs for its own value; fewer: the all-rows value."""
+"""Runs with a p99 TTFT that a group (an engine on a vendor, an engine, a vendor) needs for its own value; fewer: the
+next group :func:`lookup` tries."""
 
 
 def best_delay(steady_ms, wave_ms, measured_ms) -> float:

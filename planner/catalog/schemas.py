@@ -168,7 +168,8 @@ class EngineEfficiency(Strict):
     kernel per shape and tile choice; AITER's JIT modules; first-use FlashInfer kernels) build them when a
     prompt batch first reaches a shape the server's warm-up (one prompt) did not. Only the closed-loop
     benchmark's p99 TTFT (``planner.calib.predict``) uses it; planned pools serve warmed-up, so plans never do.
-    Fitted per engine over every hardware's p99 TTFT (``planner.calib.wave``); 0: none."""
+    Fitted per engine and hardware vendor (the kernel stack) over every such hardware's p99 TTFT
+    (``planner.calib.wave``); 0: none."""
 
 
 QuantileKey = Literal["q50", "q75", "q90", "q95", "q99"]
