@@ -110,7 +110,9 @@ class Wall:
         from planner.export import launch
 
         self.catalog, self.launch = catalog, launch
-        self.deps = [d for d in deps if d.multi_host][:1] + [d for d in deps if not d.multi_host][:1]
+        # deployments the export can launch (an engine with a pinned image; an ATOM pool is skipped by the export)
+        ok = [d for d in deps if d.image]
+        self.deps = [d for d in ok if d.multi_host][:1] + [d for d in ok if not d.multi_host][:1]
         self.base: dict = {}
         for d in self.deps:
             for t in launch.TARGETS:
