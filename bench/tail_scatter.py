@@ -14,7 +14,11 @@ Three figures quoted in ``docs/validation.md`` (Tails section):
 residuals beside the medians, and prints both fits' p99 TTFT median APE (does a different split of the fitted factors
 explain the first wave?).
 
-    python bench/tail_scatter.py [--data FILE] [--cache DIR] [--fit-p99 b200-sxm,sglang]
+``--by-date``: the first wave's delay (``planner.calib.wave``) against the runs' dates: the in-sample shortfall at
+<= 16 clients per engine, hardware and month, and (with ``--cache``) the leave-one-hardware-out p99 TTFT median APE per
+vendor and era with the delay and without (the figures docs/validation.md quotes for it).
+
+    python bench/tail_scatter.py [--data FILE] [--cache DIR] [--fit-p99 b200-sxm,sglang] [--by-date]
 """
 
 from __future__ import annotations
@@ -80,6 +84,35 @@ def loho_without_stalls(norm, cat, cache: Path, stall_rows: set[int]) -> tuple[f
     return float(ape.median()), float(ape[keep].median())
 
 
+def delay_by_date(norm, raw: list[dict], pred: pd.DataFrame, cat, cache: Path | None) -> None:
+    """The first wave's delay against the runs' dates (``planner.calib.wave``): in sample, the median shortfall of the
+    measured p99 TTFT under the model's without the delay at <= 16 clients, per engine, hardware and month; with
+    ``cache``, the leave-one-hardware-out p99 TTFT median APE per vendor and era, with the delay and without."""
+    month = norm["row_in_file"].map(lambda i: raw[int(i)]["date"][:7])
+    bare = np.maximum(pred["predicted_ttft_steady_ms"], pred["predicted_ttft_wave_ms"])
+    low = (norm["n_conc"] <= 16) & bare.notna()
+    short = ((norm["m_ttft_p99"] - bare) / 1e3)[low].groupby([norm["n_engine"], norm["n_hw"], month]).agg(["size", "median"])
+    print("\nFirst wave's delay: measured p99 TTFT minus the model's without it (s), <= 16 clients, in sample:\n")
+    print(short.round(2).to_string())
+    if cache is None:
+        return
+    import loho
+
+    parts = []
+    for hw in sorted(norm["n_hw"].unique()):
+        _, idx, _, allhw, _, _ = loho._fold((norm, cat, hw, cache))
+        parts.append(allhw.set_axis(idx))
+    p = pd.concat(parts)
+    m = norm.loc[p.index, "m_ttft_p99"]
+    era = np.where(month.loc[p.index] >= "2026-03", "2026-03 on", "before 2026-03")
+    vendor = norm.loc[p.index, "n_hw"].map(lambda h: cat.hardware[h].vendor)
+    with_ = (p["predicted_ttft_p99_ms"] / m - 1.0).abs()
+    without = (np.maximum(p["predicted_ttft_steady_ms"], p["predicted_ttft_wave_ms"]) / m - 1.0).abs()
+    t = pd.DataFrame({"with delay": with_, "without": without}).groupby([vendor, era]).median()
+    print("\nLeave one hardware out, p99 TTFT median APE by vendor and run date:\n")
+    print((100 * t).round(1).to_string())
+
+
 def fit_p99(norm, cat, hw: str, eng: str) -> None:
     g = norm[(norm["n_hw"] == hw) & (norm["n_engine"] == eng)]
     base = cat.hardware[hw].efficiency.for_engine(eng)
@@ -111,6 +144,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--fit-p99", default=None, help="HW,ENGINE: refit that pair's TTFT factors with p99 TTFT too")
+    ap.add_argument("--by-date", action="store_true",
+                    help="the first wave's delay against the runs' dates (in sample; per vendor and era with --cache)")
     a = ap.parse_args()
     cat = load_catalog()
     raw = json.loads(a.data.read_text())
@@ -134,6 +169,8 @@ def main() -> None:
               f"{100 * without:.1f}% without")
     if a.fit_p99:
         fit_p99(norm, cat, *a.fit_p99.split(","))
+    if a.by_date:
+        delay_by_date(norm, raw, pred, cat, a.cache)
 
 
 if __name__ == "__main__":
