@@ -19,6 +19,13 @@ random (a random split of a Poisson stream is Poisson). Each replica is simulate
 
 Step times come from the plan (the performance model's numbers for each pool at its batch); the simulation
 checks the queueing, the routing, the slot limits and the tails, not the step physics.
+
+**Sampling error**: the requests of a loaded queue are not independent (a long prompt delays the ones behind it for
+a whole busy period), so a share of requests within a target scatters across seeds far more than ``n`` independent
+draws would (a long-context plan at 50,000 requests: 88.6% to 96.0% over four seeds). Each share therefore carries
+the half-width of its 95% confidence interval by the method of batch means (:func:`share_halfwidth`: the requests
+in arrival order cut into :data:`BATCHES` consecutive batches whose shares are nearly independent; Law and Kelton,
+*Simulation Modeling and Analysis*, section 9.5.3).
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ import numpy as np
 
 from planner.errors import InputError
 from planner.results.schema import SCHEMA_VERSION, Plan
+
+BATCHES = 20
+"""Batches of the method of batch means (:func:`share_halfwidth`): 10-30 is the usual range; fewer widens the
+Student t quantile, more shortens each batch below the queue's correlation length."""
 
 
 @dataclass
@@ -245,6 +256,20 @@ def _replica(rng, p, arrivals: np.ndarray, x: np.ndarray, out: np.ndarray, mean_
     return first, tpot, chunk
 
 
+def share_halfwidth(ok: np.ndarray, batches: int = BATCHES) -> float:
+    """Half-width of the 95% confidence interval of ``ok.mean()`` (``ok``: per request in arrival order, whether it
+    met a target) by the method of batch means: the shares of ``batches`` consecutive equal batches, their standard
+    error and Student's t with ``batches - 1`` degrees of freedom. NaN with fewer than two requests a batch."""
+    from scipy.stats import t as student
+
+    ok = np.asarray(ok, dtype=float)
+    k = ok.size // batches
+    if k < 2:
+        return float("nan")
+    means = ok[: k * batches].reshape(batches, k).mean(axis=1)
+    return float(student.ppf(0.975, batches - 1) * means.std(ddof=1) / np.sqrt(batches))
+
+
 def summary(plan: Plan, res: SimResult) -> list[dict]:
     """Per workload and pool: simulated p50/p90/p99 of TTFT, TPOT and ITL and the share meeting each target and
     both (goodput), beside the plan's predictions."""
@@ -267,9 +292,10 @@ def summary(plan: Plan, res: SimResult) -> list[dict]:
             for name, v, ok in (("ttft", tt, first), ("tpot", tp, last)):
                 for q in (50, 90, 99):
                     row[f"{name}_p{q}_ms"] = float(np.percentile(v, q)) * 1e3 if ok else None
-            row["ttft_within"] = float(np.mean(tt <= w.slo_ttft_s * (1 + 1e-9)))
-            row["tpot_within"] = float(np.mean(tp <= w.slo_tpot_s * (1 + 1e-9)))
-            row["goodput"] = float(np.mean((tt <= w.slo_ttft_s * (1 + 1e-9)) & (tp <= w.slo_tpot_s * (1 + 1e-9))))
+            ok_t, ok_p = tt <= w.slo_ttft_s * (1 + 1e-9), tp <= w.slo_tpot_s * (1 + 1e-9)
+            for key, ok in (("ttft_within", ok_t), ("tpot_within", ok_p), ("goodput", ok_t & ok_p)):
+                row[key] = float(np.mean(ok))
+                row[f"{key}_ci"] = share_halfwidth(ok)
             if p is not None:
                 lt = p.predicted.latency
                 if first:

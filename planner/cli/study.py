@@ -309,7 +309,9 @@ def simulate(
     if as_json:
         echo_json({"plan": str(plan_dir), "requests": requests, "seed": seed, "wall_s": wall, "rows": rows})
         return
-    typer.echo(format_simulation(rows) + f"\n{requests:,} requests, seed {seed}, {wall:.1f} s")
+    typer.echo(format_simulation(rows) + f"\n{requests:,} requests, seed {seed}, {wall:.1f} s; ± is the 95% confidence "
+               "interval of a share (batch means): a plan short of its target by less is within sampling error, more "
+               "requests narrow it")
 
 
 def format_simulation(rows: list[dict]) -> str:
@@ -320,14 +322,19 @@ def format_simulation(rows: list[dict]) -> str:
     def ms(v):
         return "-" if v is None else f"{v:,.1f}"
 
+    def share(r, key):
+        ci = r.get(f"{key}_ci")
+        return f"{r[key]:.2%}" + ("" if ci is None or ci != ci else f" ± {ci:.2%}")
+
     out = []
     for r in rows:
         if r["pool"] == "(all)":
             good = "" if r["slo_goodput"] is None else f" (target {r['slo_goodput']:.0%})"
             out.append(f"{r['workload']}: {r['requests']:,} requests; within the {quantile_label(r['slo_ttft_quantile'])} "
-                       f"TTFT target {r['ttft_within']:.2%} (predicted {r['pred_ttft_attainment']:.2%}), within the "
-                       f"{quantile_label(r['slo_tpot_quantile'])} TPOT target {r['tpot_within']:.2%} (predicted "
-                       f"{r['pred_tpot_attainment']:.2%}), both {r['goodput']:.2%} (predicted {r['pred_goodput']:.2%}){good}")
+                       f"TTFT target {share(r, 'ttft_within')} (predicted {r['pred_ttft_attainment']:.2%}), within the "
+                       f"{quantile_label(r['slo_tpot_quantile'])} TPOT target {share(r, 'tpot_within')} (predicted "
+                       f"{r['pred_tpot_attainment']:.2%}), both {share(r, 'goodput')} (predicted {r['pred_goodput']:.2%})"
+                       f"{good}")
             continue
         parts = []
         for k in ("ttft", "tpot"):
