@@ -141,15 +141,27 @@ def test_a_requests_tpot_carries_the_other_prompts_not_its_own():
     assert others_share([1.0, 4.0, 100.0]).tolist() == pytest.approx([0.0, 0.75, 0.99])
 
 
-def test_staggered_clients_queue_as_md1_bounded_by_the_closed_loop():
-    """10 clients returning 9.9 s after a 0.1 s prompt: 1 request/s, rho 0.1, Wq = 0.1 * 0.1 / 1.8; two clients with
-    no think time can wait at most behind each other (one prompt)."""
+def test_staggered_clients_queue_as_md1_that_slows_its_own_arrivals():
+    """10 clients returning 9.9 s after a 0.1 s prompt: rho = c t / (think + t + W) and W = rho t / (2 (1 - rho)) meet
+    at the positive root of 2 W^2 + 2 W (think + t - c t) - c t^2 = 0 (light load: the open queue's ~0.1 * 0.1 / 1.8);
+    1,000 clients of 0.05 s prompts and 10 s think saturate the rank: Little's law, c t - think - t; two clients with
+    no think time wait at most behind each other (one prompt); the wait grows continuously through saturation."""
     from planner.perf.serving import staggered_wait
 
-    w = staggered_wait(np.array([0.1, 1.0]), np.array([10.0, 2.0]), np.array([9.9, 0.0]))
-    assert w[0] == pytest.approx(0.1 * 0.1 / 1.8)
+    w = staggered_wait(np.array([0.1, 1.0, 0.05]), np.array([10.0, 2.0, 1000.0]), np.array([9.9, 0.0, 10.0]))
+    assert w[0] == pytest.approx(0.1 / (np.sqrt(81.2) + 9.0), rel=1e-12)
+    assert w[0] == pytest.approx(0.1 * 0.1 / 1.8, rel=2e-3)
     assert w[1] == pytest.approx(1.0)
+    assert w[2] == pytest.approx(0.5 * (np.sqrt(39.95**2 + 5.0) + 39.95), rel=1e-12)
+    assert w[2] == pytest.approx(1000 * 0.05 - 10.0 - 0.05, rel=1e-3)
     assert staggered_wait(0.1, 1.0, 0.0) == 0.0  # one client never queues
+    # through saturation (c t = think + t at 200 clients) the wait rises smoothly: no jump, no 1 / (1 - rho) blow-up
+    c = np.arange(150.0, 251.0)
+    ws = staggered_wait(0.05, c, 9.95)
+    assert np.all(np.diff(ws) > 0) and np.max(np.diff(ws)) < 0.06
+    # solved exactly: the wait it returns makes the M/D/1 formula hold at the rate the loop then sends
+    rho = c * 0.05 / (9.95 + 0.05 + ws)
+    assert np.allclose(ws, rho * 0.05 / (2.0 * (1.0 - rho)), rtol=1e-9)
 
 
 def test_inferencex_clients_are_staggered_and_their_ttft_grows_with_load_only_as_the_queue_does(tmp_path, catalog):

@@ -119,14 +119,21 @@ def first_token_iterations(e, dp):
 def staggered_wait(service_s, clients, think_s):
     """Mean wait in queue at one prefill rank of ``clients`` closed-loop clients that arrive staggered.
 
-    Each client returns ``think_s`` after its prompt is served, so the rank sees ``lambda = c / (think + t)``
-    requests per second, ``t`` the prefill work of one prompt; spread out, they queue as an M/D/1 system at
-    ``rho = lambda t``: ``Wq = rho t / (2 (1 - rho))``. A closed loop never waits behind more than the other
-    ``c - 1`` prompts, which bounds the wait as ``rho`` nears 1 (Little's law then holds the request rate)."""
+    Each client returns ``think_s`` after its prompt is served, so the rank sees ``lambda = c / (think + t + W)``
+    requests per second, ``t`` the prefill work of one prompt and ``W`` the wait itself: the closed loop slows its
+    own arrivals as the queue grows. Spread out, they queue as an M/D/1 system at ``rho = lambda t``:
+    ``W = rho t / (2 (1 - rho))``. The two together are a quadratic in ``W``,
+    ``2 W^2 + 2 W (think + t - c t) - c t^2 = 0``, whose positive root goes from the open queue's ``rho t / 2`` at
+    light load to Little's law's ``c t - think - t`` where the rank saturates (every client then waits its turn
+    behind the others' prompts, ``lambda -> 1 / t``). A closed loop never waits behind more than the other ``c - 1``
+    prompts."""
     t = np.asarray(service_s, dtype=float)
     c = np.maximum(np.asarray(clients, dtype=float), 1.0)
-    rho = np.minimum(c * t / (np.asarray(think_s, dtype=float) + t), 0.999)
-    return np.minimum(rho * t / (2.0 * (1.0 - rho)), (c - 1.0) * t)
+    b = np.asarray(think_s, dtype=float) + t - c * t
+    root = np.sqrt(b * b + 2.0 * c * t * t)
+    # the positive root, in the form that does not cancel when the think time dwarfs the prompts (b >> 0)
+    w = np.where(b > 0.0, c * t * t / np.maximum(root + b, 1e-300), 0.5 * (root - b))
+    return np.minimum(w, (c - 1.0) * t)
 
 
 def ttft_base(setup: Setup, tp, ep, pp, dp, input_tokens, step_s, t_pf=None):
