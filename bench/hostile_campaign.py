@@ -113,10 +113,11 @@ class Wall:
         # deployments the export can launch (an engine with a pinned image; an ATOM pool is skipped by the export)
         ok = [d for d in deps if d.image]
         self.deps = [d for d in ok if d.multi_host][:1] + [d for d in ok if not d.multi_host][:1]
+        # keyed by position: two plans' deployments can share a pool name (chat-decode-1)
         self.base: dict = {}
-        for d in self.deps:
+        for i, d in enumerate(self.deps):
             for t in launch.TARGETS:
-                self.base[(d.pool, t)] = script_shape(self._script(d, t))
+                self.base[(i, t)] = script_shape(self._script(d, t))
 
     def _script(self, d, t: str) -> str:
         args = self.launch.command(d, t, expert_location="${PLANNER_DIR}/expert-location-sglang.json")
@@ -129,7 +130,7 @@ class Wall:
         from planner.export.files import inside
 
         bad: list[str] = []
-        for d0 in self.deps:
+        for i, d0 in enumerate(self.deps):
             d = dataclasses.replace(d0, **{field: value})
             for t in self.launch.TARGETS:
                 text = self._script(d, t)
@@ -138,7 +139,7 @@ class Wall:
                 except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
                     bad.append(f"{field}={value!r}: {t} script does not parse ({type(exc).__name__})")
                     continue
-                if got != self.base[(d0.pool, t)]:
+                if got != self.base[(i, t)]:
                     bad.append(f"{field}={value!r}: {t} script changed shape (extra command or expansion)")
             objs = [k8s.configmap(d, {"launch.sh": value}, "default")]
             objs += k8s.workload_objects([d], {d.pool: "sglang"}, "plan", "default")
