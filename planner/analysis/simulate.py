@@ -295,7 +295,8 @@ def summary(plan: Plan, res: SimResult) -> list[dict]:
             ok_t, ok_p = tt <= w.slo_ttft_s * (1 + 1e-9), tp <= w.slo_tpot_s * (1 + 1e-9)
             for key, ok in (("ttft_within", ok_t), ("tpot_within", ok_p), ("goodput", ok_t & ok_p)):
                 row[key] = float(np.mean(ok))
-                row[f"{key}_ci"] = share_halfwidth(ok)
+                hw = share_halfwidth(ok)
+                row[f"{key}_ci"] = None if np.isnan(hw) else hw  # None: too few requests for batch means (JSON-safe)
             if p is not None:
                 lt = p.predicted.latency
                 if first:
