@@ -361,44 +361,6 @@ def test_interleaved_prompts_arrive_in_chunks_not_spread_over_steps(catalog):
     assert float(full.step_s) == pytest.approx(float(part.step_s), rel=1e-12)
 
 
-def test_an_engine_that_does_not_mix_prompts_stalls_decode_for_the_whole_prompt_pass(catalog):
-    """SGLang (``--enable-mixed-chunk`` off) and ATOM run a prompt as a pass of its own between decode steps: a chunk
-    step is the plain step plus that pass (its own weight reads and fixed costs, no decode sequence in it), where a
-    mixing engine (vLLM, TensorRT-LLM) adds only what the chunk's tokens add to the decode pass. Worked on DeepSeek-V3
-    at TP8 on B200, 32 sequences at 1,500 tokens (ideal factors): at 1K-token prompts the separate pass costs the
-    decode batch about twice what mixing does (the weights are read twice), at 16K about the same (compute-bound)."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from planner.perf.roofline import _stage_time
-
-    base = Setup.make(catalog.models["deepseek-v3"], catalog.hardware["b200-sxm"], weights="fp8", eff=IDEAL,
-                      prefill_chunk_tokens=16384)
-    ratio = {}
-    for I in (1000.0, 16000.0):
-        got = {}
-        for mixed in (True, False):
-            s = replace(base, mixed_prefill=mixed)
-            st = decode_step(s, 8, 1, 1, 1, 32.0, 1500.0, prefill_tokens_per_step=0.02 * I, prefill_context=I)
-            plain = decode_step(s, 8, 1, 1, 1, 32.0, 1500.0)
-            assert float(st.plain_emit_s) == pytest.approx(float(plain.step_s), rel=1e-12)
-            extra = float(st.chunk_emit_s - st.plain_emit_s)
-            # the mean step is the mix of plain and chunk steps either way
-            assert float(st.step_s) == pytest.approx(float(plain.step_s) + float(st.chunk_share) * extra, rel=1e-9)
-            got[mixed] = extra
-            if not mixed:
-                one = np.asarray(1.0)
-                alone = _stage_time(s, 8 * one, one, one, one, 0 * one, 1500 * one, I * one, I * one)[1]
-                assert extra == pytest.approx(float(alone), rel=1e-9)
-        assert got[False] > got[True]
-        ratio[I] = got[False] / got[True]
-    assert ratio[1000.0] > 1.8 and ratio[16000.0] < 1.15, ratio
-    assert catalog.engines["sglang"].features.mixed_prefill is False
-    assert catalog.engines["atom"].features.mixed_prefill is False
-    assert catalog.engines["vllm"].features.mixed_prefill and catalog.engines["trtllm"].features.mixed_prefill
-
-
 def test_a_cached_prefix_shrinks_the_chunk_to_the_new_tokens(catalog):
     """Behind a cached prefix a prompt brings only its new tokens: the chunk a step carries is those, so the same
     prompt tokens per step need more chunk steps, each streaming the experts once (the identity with the chunk

@@ -363,12 +363,6 @@ class EngineFeatures(Strict):
     attention_dp_tensor_parallel: bool = True
     """Whether each attention-DP rank can itself be tensor parallel (SGLang, vLLM); TensorRT-LLM fixes the DP
     width at the TP size when attention DP is on (``dp_size = tp_size``: attention at TP 1)."""
-    mixed_prefill: bool = True
-    """Whether an aggregated worker runs a prompt's chunk in the same forward pass as its decode batch (vLLM's unified
-    token budget, TensorRT-LLM's in-flight batching): the chunk then shares the step's weight reads and costs its own
-    FLOPs. ``False`` (SGLang without ``--enable-mixed-chunk``, its default; ATOM's prefill-first scheduler) runs the
-    prompt as a pass of its own between decode steps: every decoding sequence waits the whole pass, weight reads and
-    fixed costs included (``planner.perf.roofline.decode_step``)."""
     attention_dp_prefill_balance: bool = False
     """Aggregated attention-DP ranks take their prompts in the same steps (TensorRT-LLM's ``attention_dp_config.
     enable_balance``, which the export sets): otherwise one rank's prompt chunk stalls every rank at the next expert

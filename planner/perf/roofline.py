@@ -482,11 +482,7 @@ def decode_step(
     ``prefill_context`` tokens, of which ``prefill_prompt_tokens`` are new (default all; fewer behind a cached
     prefix), rides whole, or in chunks of ``setup.prefill_chunk_tokens``, so a share of the steps
     carries a chunk and the rest are plain; the mean of the two is returned, the chunk steps' extra time weighted
-    by the efficiency block's ``interference``. An engine that mixes a chunk into the decode batch's pass
-    (``setup.mixed_prefill``) adds what the chunk's tokens add to that pass (the weights are read once for both); one
-    that does not runs the chunk as a pass of its own before the next decode step, so a chunk step costs the plain
-    step plus the whole prompt pass (its own weight reads, expert exchanges and fixed costs): at short prompts
-    several times the mixed engine's extra, at long ones about the same (compute-bound either way). With
+    by the efficiency block's ``interference``. With
     two micro-batch overlap (``setup.tbo``) a stage pass is two half micro-batches whose communication
     runs under the other's compute: ``2 max(compute_half + layer overheads, comm_half)``.
 
@@ -515,15 +511,11 @@ def decode_step(
             setup.moe_imbalance, setup.expert_copies, setup.spec_tokens, setup.tbo))).shape
         c = np.broadcast_to(chunk / pp, shape)
         zero = np.zeros(shape)
-        # a separate prompt pass carries no decode sequence; a mixed one carries the batch
-        mb2 = np.stack([np.broadcast_to(mb, shape), np.broadcast_to(mb, shape) * (1.0 if setup.mixed_prefill else 0.0)])
-        both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb2, S, np.stack([zero, c]), I,
+        both, stage2 = _stage_time(setup, tp, ep, pp, dp, mb, S, np.stack([zero, c]), I,
                                    np.stack([zero, np.broadcast_to(rank_chunk / pp, shape)]))
-        keep = 1.0 if setup.mixed_prefill else 0.0  # the chunk pass's share of the plain pass it replaces
-        stage_t = stage2[0] + share * (stage2[1] - keep * stage2[0])
-        stages = (stage2[0], stage2[1] + (1.0 - keep) * stage2[0], share)
-        f = _Parts(*(a[0] + share * (a[1] - keep * a[0])
-                     for a in (np.broadcast_to(v, (2, *shape)) for v in _part_arrays(both))))
+        stage_t = stage2[0] + share * (stage2[1] - stage2[0])
+        stages = (stage2[0], stage2[1], share)
+        f = _Parts(*(a[0] + share * (a[1] - a[0]) for a in (np.broadcast_to(v, (2, *shape)) for v in _part_arrays(both))))
     else:
         f, stage_t = _stage_time(setup, tp, ep, pp, dp, mb, S, 0.0, I)
         stages = None

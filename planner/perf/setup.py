@@ -36,11 +36,9 @@ def engine_options(engine: EngineSpec | None) -> dict:
     balance and sliding-window KV sizing), or the defaults where there is no entry: one place for every caller that
     builds a setup for an engine."""
     if engine is None:
-        return {"prefill_chunk_tokens": DEFAULT_CHUNK_TOKENS, "adp_prefill_balance": False, "sliding_kv_share": None,
-                "mixed_prefill": True}
+        return {"prefill_chunk_tokens": DEFAULT_CHUNK_TOKENS, "adp_prefill_balance": False, "sliding_kv_share": None}
     return {"prefill_chunk_tokens": engine.prefill_chunk_tokens,
             "adp_prefill_balance": engine.features.attention_dp_prefill_balance,
-            "mixed_prefill": engine.features.mixed_prefill,
             "sliding_kv_share": engine.features.sliding_kv_share}
 
 
@@ -86,9 +84,6 @@ class Setup:
     on every rank instead of one rank's chunk that the others wait for."""
     sliding_kv_share: float | None = None
     """How the engine sizes sliding-window layers' KV (``EngineFeatures.sliding_kv_share``; None: to the window)."""
-    mixed_prefill: bool = True
-    """A prompt's chunk rides the decode step's forward pass (``EngineFeatures.mixed_prefill``); ``False``: it runs
-    as a pass of its own that the decoding sequences wait for."""
     stats: P.ModelStats = field(init=False)
     wb: P.WeightBytes = field(init=False)
 
@@ -119,14 +114,12 @@ class Setup:
         engine: str | None = None,
         adp_prefill_balance: bool = False,
         sliding_kv_share: float | None = None,
-        mixed_prefill: bool = True,
     ) -> Setup:
         dense, expert = P.resolve_dtypes(model, weights)
         return cls(
             model, hw, eff, dense, expert, kv or "bf16", moe_imbalance, expert_copies=expert_copies,
             spec_tokens=spec_tokens, spec_accept=spec_accept, tbo=tbo, prefill_chunk_tokens=prefill_chunk_tokens,
             engine=engine, adp_prefill_balance=adp_prefill_balance, sliding_kv_share=sliding_kv_share,
-            mixed_prefill=mixed_prefill,
         )
 
     @property

@@ -245,7 +245,6 @@ def evaluate_point(
     engine: str | None = None,
     adp_prefill_balance: bool = False,
     sliding_kv_share: float | None = None,
-    mixed_prefill: bool = True,
 ) -> dict[str, float] | None:
     """One deployment evaluated by the performance model (the scalar twin of a candidate row, before the
     SLO sets its load), or ``None`` when it does not fit in memory with these tiers."""
@@ -258,8 +257,7 @@ def evaluate_point(
         "spec": np.array([spec_tokens]), "tbo": np.array([1 if tbo else 0]),
     }
     setup = Setup.make(model, hw, weights=weights, kv=kv, eff=eff, prefill_chunk_tokens=prefill_chunk_tokens,
-                       engine=engine, adp_prefill_balance=adp_prefill_balance, sliding_kv_share=sliding_kv_share,
-                       mixed_prefill=mixed_prefill)
+                       engine=engine, adp_prefill_balance=adp_prefill_balance, sliding_kv_share=sliding_kv_share)
     for tags, var, _ in variants(setup, g, workload, role):
         if tags["kv_tier"] == kv_tier and tags["prefix_tier"] == prefix_tier:
             if not bool(np.broadcast_to(var["ok_memory"], (1,))[0]):
