@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.predict import predict_normalised
-from planner.calib.wave import fit_first_wave, set_vendor_delays
+from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
 from planner.perf.roofline import FORMAT_FACTOR, factor_dtype
@@ -222,7 +222,7 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
         return r
 
     z0 = (x0 - lo) / scale
-    sol = least_squares(fun, z0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.2, diff_step=1e-3, max_nfev=200)
+    sol = least_squares(fun, z0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=F_SCALE, diff_step=1e-3, max_nfev=200)
     x = lo + sol.x * scale
     return base.model_copy(update={k: float(round(v, 4)) for k, v in zip(names, x, strict=True)})
 

@@ -29,7 +29,8 @@ from planner.catalog import Catalog
 GRID_S = np.round(np.arange(0.0, 10.0 + 1e-9, 0.01), 2)
 """Candidate delays (seconds): 0 to 10 s in 10 ms steps."""
 F_SCALE = 0.2
-"""Soft-L1 scale of the log residuals (the end-to-end fit's)."""
+"""Soft-L1 scale of the log residuals: this fit's and the end-to-end fit's (:func:`planner.calib.fit._fit_stage`), one
+value so the two weigh outliers alike."""
 MIN_RUNS = 10
 """Runs with a p99 TTFT that a group (an engine on a vendor, an engine, a vendor) needs for its own value; fewer: the
 next group :func:`lookup` tries."""
