@@ -674,34 +674,3 @@ def test_trtllm_wide_ep_moe_is_fitted_on_its_power_law_rows_and_times_its_decode
                                                    1.0, 1.0))
     assert float(wide) != pytest.approx(float(C.moe_gemm_time(base, "trtllm", m, hw, "fp4", tokens, 8.0, 8.0, 58.0,
                                                                1.0, 1.0, 1.0, 8.0)), rel=0.05)
-
-
-def test_sglang_deepep_moe_fits_its_power_law_rows_on_the_busiest_ranks_load(tmp_path, catalog):
-    """SGLang's DeepEP MoE rows (``wideep_generation_moe_perf``) measured under uniform and power-law routing are all
-    fitted, each skewed row on the busiest rank's load (as the TensorRT-LLM wide-EP rows): a curve that times both
-    is recovered, where fitting the skewed rows as if uniformly routed could not."""
-    from planner.calib.kernels import MOE_FORMATS, fit_kernels
-    from planner.perf.routing import power_law_load
-
-    hw = catalog.hardware["h200-sxm"]
-    truth = _p("moe", t0_us=20.0, compute=0.7, tile_ns=8.0, memory=0.8, sharpness=2.5, copy_ns=1.0)
-    _, wb, maths = MOE_FORMATS["fp8_block"]
-    rows = []
-    for ep in (4, 8, 16, 32):
-        for t in (16, 64, 256, 1024, 4096):
-            for dist in ("uniform", "power_law_1.01", "power_law_1.2"):
-                load = power_law_load(t, 256, 8, ep, float(dist.rsplit("_", 1)[1])) if dist != "uniform" else None
-                sec = float(K.moe_time(truth, t, 7168, 2048, 8, 256, 256 / ep, hw.flops(maths), hw.hbm_bw, wb,
-                                       routed_tokens=t / ep, load=load))
-                rows.append(dict(framework="SGLang", version="0.5.10", device="x", op_name="moe_generation",
-                                 kernel_source="deepepmoe", moe_dtype="fp8_block", num_tokens=t, hidden_size=7168,
-                                 inter_size=2048, topk=8, num_experts=256, moe_tp_size=1, moe_ep_size=ep,
-                                 distribution=dist, latency=sec * 1e3))
-    d = tmp_path / "h200_sxm" / "moe" / "sglang"
-    d.mkdir(parents=True)
-    pd.DataFrame(rows).to_parquet(d / "wideep_generation_moe_perf.parquet")
-    (rep,) = fit_kernels(tmp_path, catalog, families={"moe"})
-    c = rep.curves["moe/sglang-deepep/fp8_block"]
-    assert c.rows == 4 * 5 * 3 and c.fit_mape < 0.02
-    assert c.holdout == "EP32 (fitted on the other EP sizes)" and c.holdout_rows == 15 and c.holdout_mape < 0.05
-    assert set(rep.groups["moe/sglang-deepep/fp8_block"]) == {"balanced", "skewed"}

@@ -194,12 +194,13 @@ def implausible_moe_by_engine(root: Path, systems: list[tuple[str, HardwareSpec]
 
 def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool,
               drop: set[tuple[int, ...]] | None = None, notes: list[str] | None = None) -> dict[str, Rows]:
-    """Fused-MoE rows per format: balanced (uniformly routed) rows and the rows routed with power-law skew (:data:`SKEW_PATTERN`; one whose expert parallelism does not divide its experts is left out
+    """Fused-MoE rows per format: balanced (uniformly routed) rows, and for the single-layer table also the rows routed
+    with power-law skew (:data:`SKEW_PATTERN`; one whose expert parallelism does not divide its experts is left out
     with a note). ``wide``: DeepEP's MoE, whose ``num_tokens`` are the EP group's tokens, each rank routing its share
-    and the busiest rank measured (held out: EP32); else every rank routes every token (held out: DeepSeek-V3's and
+    (held out: EP32; balanced rows only); else every rank routes every token (held out: DeepSeek-V3's and
     Qwen3-235B's expert shapes). ``drop``: shapes (:data:`MOE_SHAPE`) left out, each named in ``notes``."""
     _need(df, path, MOE_COLS)
-    skew = df["distribution"].astype(str).str.match(SKEW_PATTERN)
+    skew = (not wide) & df["distribution"].astype(str).str.match(SKEW_PATTERN)
     odd = skew & (df["num_experts"] % df["moe_ep_size"] != 0)
     if odd.any() and notes is not None:
         notes.append(f"{path}: {int(odd.sum())} skewed-routing rows whose moe_ep_size does not divide num_experts "
@@ -278,16 +279,16 @@ def _moe_format_rows(g: pd.DataFrame, hw: HardwareSpec, wb: float, maths: str, w
     x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
          "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep,
          "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
-    alpha = routing_alpha(g["distribution"])
-    x.update(zip(("copies", "touched", "rows"), moe_load(g, alpha), strict=True))
-    group = np.where(np.isfinite(alpha), "skewed", "balanced")
     if wide:
         x["routed"] = t / ep
         hold, label = ep == 32, "EP32 (fitted on the other EP sizes)"
-        return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel, group)
+        return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel)
+    alpha = routing_alpha(g["distribution"])
+    x.update(zip(("copies", "touched", "rows"), moe_load(g, alpha), strict=True))
     cols = g["inter_size"].to_numpy(float)
     hold = (x["top_k"] == 8) & (((h == 7168) & (e == 256)) | ((h == 4096) & (e == 128) & (cols == 1536)))
     label = "DeepSeek-V3's and Qwen3-235B's experts"
+    group = np.where(np.isfinite(alpha), "skewed", "balanced")
     return Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, label, version, kernel, group)
 
 
