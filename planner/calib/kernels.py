@@ -139,16 +139,22 @@ def _version(df: pd.DataFrame) -> str:
     return str(df["version"].iloc[0]) if "version" in df.columns and len(df) else ""
 
 
+def _by_format(df: pd.DataFrame, column: str, formats: dict, path: Path, hw: HardwareSpec):
+    """(rows, format, weight bytes, maths) per value of ``column`` whose maths ``hw`` has a peak for; an unknown value
+    is an InputError naming the file."""
+    for dt_, g in df.groupby(column):
+        if dt_ not in formats:
+            raise InputError(f"{path}: {column} {dt_!r} is unknown (known: {', '.join(formats)})")
+        fmt, wb, maths = formats[dt_]
+        if maths in hw.dense_tflops:
+            yield g, fmt, wb, maths
+
+
 def read_gemm(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     df = pd.read_parquet(path)
     _need(df, path, ("gemm_dtype", "m", "n", "k", "latency"))
     out = {}
-    for dt_, g in df.groupby("gemm_dtype"):
-        if dt_ not in GEMM_FORMATS:
-            raise InputError(f"{path}: gemm_dtype {dt_!r} is unknown (known: {', '.join(GEMM_FORMATS)})")
-        fmt, wb, maths = GEMM_FORMATS[dt_]
-        if maths not in hw.dense_tflops:
-            continue
+    for g, fmt, wb, maths in _by_format(df, "gemm_dtype", GEMM_FORMATS, path, hw):
         g = _fastest(g, ["m", "n", "k"])
         n, k = g["n"].to_numpy(float), g["k"].to_numpy(float)
         x = {"m": g["m"].to_numpy(float), "n": n, "k": k, "F": np.full(len(g), hw.flops(maths)),
@@ -220,12 +226,7 @@ def _moe_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, wide: bool,
     out = {}
     src = df["kernel_source"].astype(str) if "kernel_source" in df.columns else pd.Series("", index=df.index)
     df = df.assign(_kernel=src.map(moe_kernel_tag))
-    for dt_, by_fmt in df.groupby("moe_dtype"):
-        if dt_ not in MOE_FORMATS:
-            raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
-        fmt, wb, maths = MOE_FORMATS[dt_]
-        if maths not in hw.dense_tflops:
-            continue
+    for by_fmt, fmt, wb, maths in _by_format(df, "moe_dtype", MOE_FORMATS, path, hw):
         # the engine's main kernel for the format (the one most of its rows measure) keeps the engine's name
         main = by_fmt["_kernel"].value_counts().sort_index().idxmax()
         for tag, g in by_fmt.groupby("_kernel"):
@@ -323,12 +324,7 @@ def read_trtllm_wide_ep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
             & (df["num_experts"] % df["moe_ep_size"] == 0).to_numpy())
     df = df[keep]
     out = {}
-    for dt_, g in df.groupby("moe_dtype"):
-        if dt_ not in MOE_FORMATS:
-            raise InputError(f"{path}: moe_dtype {dt_!r} is unknown (known: {', '.join(MOE_FORMATS)})")
-        fmt, wb, maths = MOE_FORMATS[dt_]
-        if maths not in hw.dense_tflops:
-            continue
+    for g, fmt, wb, maths in _by_format(df, "moe_dtype", MOE_FORMATS, path, hw):
         g = _fastest(g, [c for c in WIDE_EP_COLS if c != "latency"])
         h, e, ep, t = (g[c].to_numpy(float) for c in ("hidden_size", "num_experts", "moe_ep_size", "num_tokens"))
         x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
