@@ -660,6 +660,18 @@ def test_trtllm_wide_ep_moe_is_fitted_on_its_power_law_rows_and_times_its_decode
     assert c.rows == 3 * 3 * 6 * 2  # shapes x EP sizes x token counts x exponents, no rebalanced or redundant rows
     assert c.fit_mape < 0.02 and c.holdout_rows == 3 * 6 * 2 and c.holdout_mape < 0.05
     assert c.params["t0_us"] == pytest.approx(50.0, rel=0.1) and c.params["compute"] == pytest.approx(0.4, rel=0.1)
+    # a table without its slots column, or with an unknown format, is an error naming the file and what is wrong
+    from planner.errors import InputError
+
+    bad = _wide_ep_table(hw, truth)
+    for name, table, needle in (("slots", bad.drop(columns=["num_slots"]), "column num_slots is missing"),
+                                ("dtype", bad.assign(moe_dtype="fp6"), "moe_dtype 'fp6' is unknown")):
+        b = tmp_path / name / "gb200" / "moe" / "trtllm"
+        b.mkdir(parents=True)
+        table.to_parquet(b / "wideep_moe_perf.parquet")
+        with pytest.raises(InputError) as err:
+            fit_kernels(tmp_path / name, catalog, families={"moe"})
+        assert needle in str(err.value) and str(b / "wideep_moe_perf.parquet") in str(err.value)
     base = hw.efficiency.kernels.model_copy(update={"curves": {k: v for k, v in hw.efficiency.kernels.curves.items()
                                                                if not k.startswith("moe/trtllm-deepep/")}})
     kf = base.model_copy(update={"curves": {**base.curves, "moe/trtllm-deepep/fp4": c}})

@@ -606,7 +606,9 @@ def fit_kernels(root: Path, catalog: Catalog, systems: list[str] | None = None, 
     else:
         reports += [fit_system(root, s, hw, families, drop) for s, hw in todo]
     if not any(r.curves for r in reports):
-        raise InputError(f"--data {root}: no kernel curve could be fitted (no SYSTEM/FAMILY/ENGINE/*.parquet files of a known system)")
+        notes = [n for r in reports for n in r.notes]
+        why = notes[0] if notes else "no SYSTEM/FAMILY/ENGINE/*.parquet files of a known system"
+        raise InputError(f"--data {root}: no kernel curve could be fitted ({why})")
     return reports
 
 
