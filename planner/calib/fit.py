@@ -195,13 +195,11 @@ def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]
 
 
 def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: EngineEfficiency | None,
-               kernels: bool = False, floors: dict[str, float] | None = None) -> EngineEfficiency:
+               kernels: bool = False) -> EngineEfficiency:
     names = _informed(norm, catalog, base, names, target)
     if not names:
         return base
     lo, hi = _lo_hi(names)
-    if floors:
-        lo = np.array([min(max(v, floors.get(n, v)), h - 1e-3) for n, v, h in zip(names, lo, hi, strict=True)])
     x0 = np.clip(np.array([getattr(base, n) for n in names], dtype=float), lo + 1e-9, hi - 1e-9)
     scale = np.maximum(hi - lo, 1e-6)
     n = max(len(norm), 1)
@@ -230,8 +228,7 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
 
 
 def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None,
-              kernels: bool = False, fixed_share: bool = False,
-              floors: dict[str, float] | None = None) -> EngineEfficiency:
+              kernels: bool = False, fixed_share: bool = False) -> EngineEfficiency:
     """TPOT factors, then TTFT factors, twice: prefill capacity feeds the decode batch of disaggregated rows, so
     the TPOT factors are refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
     its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free.
@@ -240,27 +237,11 @@ def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | 
     tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
     if fixed_share and not kernels:
         tpot = tpot + ("kernel_fixed_share",)
-    if floors:
-        start = start.model_copy(update={k: max(getattr(start, k), v) for k, v in floors.items()})
     eff = start
     for _ in range(ROUNDS):
-        eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels, floors)
-        eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior, kernels, floors)
+        eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels)
+        eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior, kernels)
     return eff
-
-
-STREAM_FLOOR = 0.75
-"""A hardware with kernel curves streams weights end to end at no less than this share of the rate its own kernels
-stream them (``silicon.kernel_fractions``' ``memory``): the fit may not turn weight streaming into a per-step constant
-(GB200 TensorRT-LLM's fitted 0.29 against its kernels' 0.74)."""
-
-
-def stream_floor(catalog: Catalog, hw: str, engine: str | None) -> dict[str, float] | None:
-    """The floor of ``memory`` for ``hw``'s fits (:data:`STREAM_FLOOR`), or None without kernel curves."""
-    if not kernel_terms(catalog, hw):
-        return None
-    m = S.kernel_fractions(catalog.hardware[hw], engine).get("memory")
-    return {"memory": round(STREAM_FLOOR * min(m, 1.0), 4)} if m else None
 
 
 def kernel_terms(catalog: Catalog, hw_id: str) -> bool:
@@ -353,7 +334,7 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
         rows_hw[hw] = len(g)
         k = has_kernels(catalog, hw)
         base = overall_k if k or kernel_terms(catalog, hw) else overall
-        by_hw[hw] = fit(g, catalog, base, base, k, floors=stream_floor(catalog, hw, None))
+        by_hw[hw] = fit(g, catalog, base, base, k)
     by_group: dict[tuple[str, str], EngineEfficiency] = {}
     rows: dict[tuple[str, str], int] = {}
     for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
@@ -362,7 +343,7 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             k = has_kernels(catalog, hw)
             own = by_engine_k if k or kernel_terms(catalog, hw) else by_engine
             prior = group_prior(by_hw[hw], own.get(eng, by_engine[eng]))
-            by_group[(hw, eng)] = fit(g, catalog, prior, prior, k, floors=stream_floor(catalog, hw, eng))
+            by_group[(hw, eng)] = fit(g, catalog, prior, prior, k)
     res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
                     row_formats(norm, catalog))
     return fit_first_wave(norm, catalog, res)
