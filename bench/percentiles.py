@@ -154,16 +154,14 @@ def plans() -> None:
           f"({worst[0]} {worst[1]})")
     # a workload with ~1% of a plan's traffic gets ~1,000 requests a seed: its share scatters by percents, so each
     # workload's shortfall is pooled over the seeds with a 95% interval from their spread (Student's t)
-    from scipy.stats import t as student
+    from planner.analysis.simulate import t_halfwidth
 
     by_wl: dict = {}
     for plan_name, wl, gap in attain:
         by_wl.setdefault((plan_name, wl), []).append(gap)
     rows = []
     for (plan_name, wl), gaps in by_wl.items():
-        g = np.asarray(gaps, dtype=float)
-        hw = float(student.ppf(0.975, g.size - 1) * g.std(ddof=1) / np.sqrt(g.size)) if g.size > 1 else 0.0
-        rows.append((float(g.mean()), hw, plan_name, wl))
+        rows.append((float(np.mean(gaps)), t_halfwidth(gaps), plan_name, wl))
     mean, hw, plan_name, wl = min(rows)
     short = [r for r in rows if r[0] + r[1] < -0.01]
     print(f"pooled over the seeds, worst workload: {mean:+.4f} +- {hw:.4f} ({plan_name} {wl}); workloads short of "

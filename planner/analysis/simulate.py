@@ -256,18 +256,26 @@ def _replica(rng, p, arrivals: np.ndarray, x: np.ndarray, out: np.ndarray, mean_
     return first, tpot, chunk
 
 
-def share_halfwidth(ok: np.ndarray, batches: int = BATCHES) -> float:
-    """Half-width of the 95% confidence interval of ``ok.mean()`` (``ok``: per request in arrival order, whether it
-    met a target) by the method of batch means: the shares of ``batches`` consecutive equal batches, their standard
-    error and Student's t with ``batches - 1`` degrees of freedom. NaN with fewer than two requests a batch."""
+def t_halfwidth(values) -> float:
+    """Half-width of the 95% confidence interval of the mean of nearly independent ``values`` (Student's t with
+    ``n - 1`` degrees of freedom); 0 for a single value."""
     from scipy.stats import t as student
 
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return 0.0
+    return float(student.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+
+
+def share_halfwidth(ok: np.ndarray, batches: int = BATCHES) -> float:
+    """Half-width of the 95% confidence interval of ``ok.mean()`` (``ok``: per request in arrival order, whether it
+    met a target) by the method of batch means: :func:`t_halfwidth` of the shares of ``batches`` consecutive equal
+    batches. NaN with fewer than two requests a batch."""
     ok = np.asarray(ok, dtype=float)
     k = ok.size // batches
     if k < 2:
         return float("nan")
-    means = ok[: k * batches].reshape(batches, k).mean(axis=1)
-    return float(student.ppf(0.975, batches - 1) * means.std(ddof=1) / np.sqrt(batches))
+    return t_halfwidth(ok[: k * batches].reshape(batches, k).mean(axis=1))
 
 
 def summary(plan: Plan, res: SimResult) -> list[dict]:

@@ -324,7 +324,7 @@ def format_simulation(rows: list[dict]) -> str:
 
     def share(r, key):
         ci = r.get(f"{key}_ci")
-        return f"{r[key]:.2%}" + ("" if ci is None or ci != ci else f" ± {ci:.2%}")
+        return f"{r[key]:.2%}" + ("" if ci is None else f" ± {ci:.2%}")  # None: too few requests (summary)
 
     out = []
     for r in rows:
