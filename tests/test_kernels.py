@@ -629,3 +629,94 @@ def test_no_fittable_curve_says_why(tmp_path, catalog):
     with pytest.raises(InputError) as err:
         fit_kernels(tmp_path, catalog, families={"gemm"})
     assert f"{path}: column k is missing" in str(err.value) and "no kernel curve could be fitted" in str(err.value)
+
+
+def _wide_ep_table(hw, params, dtype: str = "nvfp4"):
+    """A synthetic TensorRT-LLM ``wideep_moe_perf`` table: DeepSeek-V3's and two other expert shapes at EP4-16 under
+    power-law routing, each row timed by the fused-MoE curve ``params`` on the busiest rank's load; plus rows the reader
+    must leave out (EPLB-rebalanced, redundant slots) timed absurdly."""
+    from planner.calib.kernels import MOE_FORMATS
+    from planner.perf.routing import power_law_load
+
+    _, wb, maths = MOE_FORMATS[dtype]
+    rows = []
+    for h, inter, e in ((7168, 2048, 256), (3072, 1536, 256), (6144, 2048, 256)):
+        for ep in (4, 8, 16):
+            for t in (8, 32, 128, 512, 2048, 8192):
+                for alpha, dist, slots in ((1.01, "power_law_1.01", e), (1.2, "power_law_1.2", e),
+                                           (1.01, "power_law_1.01_eplb", e), (1.01, "power_law_1.01", e + 32)):
+                    load = power_law_load(t, e, 8, ep, alpha)
+                    sec = float(K.moe_time(params, t, h, inter, 8, e, e / ep, hw.flops(maths), hw.hbm_bw, wb,
+                                           routed_tokens=t / ep, load=load))
+                    odd = dist.endswith("_eplb") or slots != e
+                    rows.append(dict(framework="TRTLLM", version="1.3.0rc10", device="x", op_name="wideep_moe",
+                                     kernel_source="wideep_compute_cutlass", moe_dtype=dtype, moe_kernel="cutlass",
+                                     num_tokens=t, dp_num_tokens=t // ep, rank0_num_tokens=t, hidden_size=h,
+                                     inter_size=inter, topk=8, num_experts=e, num_slots=slots, moe_tp_size=1,
+                                     moe_ep_size=ep, distribution=dist, simulation_mode="accurate",
+                                     latency=(100.0 * sec if odd else sec) * 1e3))
+    return pd.DataFrame(rows)
+
+
+def test_trtllm_cutlass_moe_is_fitted_on_its_power_law_rows(tmp_path, catalog):
+    """TensorRT-LLM's expert-parallel MoE rows (power-law routed, the busiest rank measured) fit their own curve
+    (``moe/trtllm-deepep``) on the busiest rank's load, EPLB-rebalanced and redundant-slot rows left out, DeepSeek-V3's
+    experts held out; a table without a column or with an unknown format is an error naming the file."""
+    from planner.calib.kernels import fit_kernels
+    from planner.errors import InputError
+
+    hw = catalog.hardware["h200-sxm"]
+    truth = _p("moe", t0_us=50.0, compute=0.4, tile_ns=12.0, memory=0.9, sharpness=2.5, copy_ns=1.0)
+    d = tmp_path / "h200_sxm" / "moe" / "trtllm"
+    d.mkdir(parents=True)
+    _wide_ep_table(hw, truth, "fp8_block").to_parquet(d / "wideep_moe_perf.parquet")
+    (rep,) = fit_kernels(tmp_path, catalog, families={"moe"})
+    c = rep.curves["moe/trtllm-deepep/fp8_block"]
+    assert c.rows == 3 * 3 * 6 * 2  # shapes x EP sizes x token counts x exponents, no rebalanced or redundant rows
+    assert c.fit_mape < 0.02 and c.holdout_rows == 3 * 6 * 2 and c.holdout_mape < 0.05
+    assert c.params["t0_us"] == pytest.approx(50.0, rel=0.1) and c.params["compute"] == pytest.approx(0.4, rel=0.1)
+    bad = _wide_ep_table(hw, truth, "fp8_block")
+    for name, table, needle in (("slots", bad.drop(columns=["num_slots"]), "column num_slots is missing"),
+                                ("dtype", bad.assign(moe_dtype="fp6"), "moe_dtype 'fp6' is unknown")):
+        b = tmp_path / name / "h200_sxm" / "moe" / "trtllm"
+        b.mkdir(parents=True)
+        table.to_parquet(b / "wideep_moe_perf.parquet")
+        with pytest.raises(InputError) as err:
+            fit_kernels(tmp_path / name, catalog, families={"moe"})
+        assert needle in str(err.value) and str(b / "wideep_moe_perf.parquet") in str(err.value)
+
+
+@pytest.mark.parametrize("hw_id,fmt,dtype", [("h200-sxm", "fp8_block", "fp8"), ("gb200-nvl72", "fp4", "fp4")])
+def test_trtllm_takes_its_cutlass_moe_curve_only_where_cutlass_is_its_backend(catalog, hw_id, fmt, dtype):
+    """The MoE backend support matrix of TensorRT-LLM's DeepSeek deployment guide: on Hopper CUTLASS is the only
+    backend, so its expert-parallel layers (attention DP or TP alike) take the CUTLASS curve; on Blackwell the
+    recipes choose between CUTLASS and TRTLLM, and the step keeps the dispatch-fed proxy. SGLang never takes it."""
+    from planner.perf import compose as C
+
+    hw = catalog.hardware[hw_id]
+    curves = hw.efficiency.kernels.curves
+    base = hw.efficiency.kernels.model_copy(update={"curves": {k: v for k, v in curves.items()
+                                                               if not k.startswith("moe/trtllm-deepep/")}})
+    slow = curves[f"moe/sglang/{fmt}"].model_copy(update={"params": {**curves[f"moe/sglang/{fmt}"].params,
+                                                                     "compute": 0.05}})
+    kf = base.model_copy(update={"curves": {**base.curves, f"moe/trtllm-deepep/{fmt}": slow}})
+    m = catalog.models["deepseek-v3"]
+    tokens = 512.0 * 8
+    hopper = hw_id.startswith("h")
+    assert C.trtllm_cutlass_ep("trtllm", hw) is hopper and not C.trtllm_cutlass_ep("sglang", hw)
+    for dp in (8.0, 1.0):
+        args = (m, hw, dtype, tokens, 8.0, 8.0, 58.0, 1.0, 1.0, 1.0, dp)
+        with_curve, without = (float(C.moe_gemm_time(k, "trtllm", *args)) for k in (kf, base))
+        sglang = (float(C.moe_gemm_time(k, "sglang", *args)) for k in (kf, base))
+        assert (with_curve > 2.0 * without) is hopper  # the slow curve shows where it is taken
+        assert len(set(sglang)) == 1
+        if hopper:
+            p = slow.params
+            per_layer = K.moe_time(p, tokens, 7168.0, 2048.0, 8.0, 256.0, 32.0, hw.flops("fp8"), hw.hbm_bw,
+                                   1.0, routed_tokens=tokens / dp)
+            assert with_curve == pytest.approx(58.0 * float(per_layer), rel=1e-6)
+        else:
+            assert with_curve == pytest.approx(without, rel=1e-12)
+    # expert parallelism of one (the experts split by columns) keeps the fused MoE's curve
+    one = (m, hw, dtype, tokens, 1.0, 8.0, 58.0, 1.0, 1.0, 1.0, 1.0)
+    assert float(C.moe_gemm_time(kf, "trtllm", *one)) == pytest.approx(float(C.moe_gemm_time(base, "trtllm", *one)))
