@@ -305,38 +305,6 @@ def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return _moe_rows(pd.read_parquet(path), path, hw, wide=True)
 
 
-WIDE_EP_COLS = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "num_slots",
-                "moe_tp_size", "moe_ep_size", "distribution", "latency")
-
-
-def read_trtllm_wide_ep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
-    """TensorRT-LLM's expert-parallel MoE compute (``wideep_moe_perf``: the CUTLASS grouped GEMMs of one rank of an
-    expert-parallel layer, fed by its all-to-all), measured under power-law routing only. ``num_tokens`` are the EP
-    group's tokens, each rank routing its share (``num_tokens / moe_ep_size``); the measured rank is the busiest block
-    of experts, so its copies, touched experts and padded rows are :func:`moe_load`'s at the row's exponent, as for the
-    skewed single-layer rows. Rows rebalanced by EPLB (``*_eplb``, or more expert slots than experts) are left out:
-    their placement is the balancer's, not a contiguous block. Held out: DeepSeek-V3's experts (hidden 7168, 256
-    experts), fitted on the other shapes."""
-    df = pd.read_parquet(path)
-    _need(df, path, WIDE_EP_COLS)
-    alpha_all = routing_alpha(df["distribution"])
-    keep = (np.isfinite(alpha_all) & (df["num_slots"] == df["num_experts"]).to_numpy()
-            & (df["num_experts"] % df["moe_ep_size"] == 0).to_numpy())
-    df = df[keep]
-    out = {}
-    for g, fmt, wb, maths in _by_format(df, "moe_dtype", MOE_FORMATS, path, hw):
-        g = _fastest(g, [c for c in WIDE_EP_COLS if c != "latency"])
-        h, e, ep, t = (g[c].to_numpy(float) for c in ("hidden_size", "num_experts", "moe_ep_size", "num_tokens"))
-        x = {"tokens": t, "hidden": h, "inter": g["inter_size"].to_numpy(float) / g["moe_tp_size"].to_numpy(float),
-             "top_k": g["topk"].to_numpy(float), "experts": e, "local": e / ep, "routed": t / ep,
-             "F": np.full(len(g), hw.flops(maths)), "W": np.full(len(g), hw.hbm_bw), "wb": np.full(len(g), wb)}
-        x.update(zip(("copies", "touched", "rows"), moe_load(g, routing_alpha(g["distribution"])), strict=True))
-        hold = (h == 7168) & (e == 256)
-        out[fmt] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hold, "DeepSeek-V3's experts (fitted on the other "
-                        "shapes)", _version(df), "", np.full(len(g), "skewed"))
-    return out
-
-
 def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str, Rows]:
     """GQA decode attention per KV format, split by the kernel ``engine`` runs for each query-head group
     (:func:`planner.perf.kernels.decode_attention_kernel`)."""
@@ -468,7 +436,6 @@ SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
     ("moe", "moe", "moe_perf", lambda p, hw, s, **kw: read_moe(p, hw, **kw), lambda f: _predict_moe),
     ("moe", "moe", "wideep_generation_moe_perf", lambda p, hw, s: read_wideep_moe(p, hw), lambda f: _predict_moe),
-    ("moe", "moe", "wideep_moe_perf", lambda p, hw, s: read_trtllm_wide_ep_moe(p, hw), lambda f: _predict_moe),
     ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw, p.parent.name),
      lambda f: _predict_attn),
     ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),

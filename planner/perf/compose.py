@@ -191,18 +191,6 @@ def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_
     return on_unique(run, 1, tokens, tp, layers, moe_layers, stage_has_head, fixed)[0]
 
 
-def trtllm_cutlass_ep(engine: str | None, hw) -> bool:
-    """Whether TensorRT-LLM runs its expert-parallel MoE layers on ``hw`` with the CUTLASS grouped GEMMs that its
-    ``wideep_moe_perf`` kernel rows time (``kernel_source`` ``wideep_compute_cutlass``). Its DeepSeek deployment guide's
-    MoE backend support matrix: on Hopper (H100/H200, FP8 experts) CUTLASS is the only backend; on Blackwell at EP <= 8
-    NVFP4 runs CUTLASS or TRTLLM (the latter for low latency) and FP8 DeepGEMM, and beyond 8 GPUs of an NVL72 rack
-    WIDEEP. Only the first is taken: a chip without FP4 maths (Hopper). Blackwell keeps the dispatch-fed proxy
-    (``sglang-deepep``), which the recipes' choice between CUTLASS and TRTLLM does not pin; the WIDEEP regime measured
-    end to end against this curve in ``bench/data/loho_trtllm_wide_ep.txt`` (GB200 attention-DP32 in sample 1.2-1.8x
-    slower than measured with it)."""
-    return engine == "trtllm" and getattr(hw, "vendor", "") == "nvidia" and "fp4" not in hw.dense_tflops
-
-
 def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_dtype: str, tokens, ep, stage,
                   moe_layers, imbalance, copies, fixed=1.0, dp=1.0):
     """Seconds of the fused MoE layers of one stage pass on one chip: ``tokens`` tokens of the stage routed over
@@ -215,18 +203,16 @@ def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_d
     if p is None:
         return None
     # Attention data parallelism with expert parallelism runs the dispatch-fed grouped GEMMs (DeepEP + DeepGEMM),
-    # measured as their own curve (``sglang-deepep``) where the system has it; elsewhere the fused MoE's.
-    pd_, fd_ = pick_exact(kf, "moe", "sglang-deepep", fmts)
-    # TensorRT-LLM's expert-parallel layers where its MoE backend is the CUTLASS grouped GEMM its ``wideep_moe_perf``
-    # rows measure (``trtllm-deepep``; :func:`trtllm_cutlass_ep`), whatever the attention's parallelism.
-    pc_, fc_ = pick_exact(kf, "moe", "trtllm-deepep", fmts) if trtllm_cutlass_ep(engine, hw) else (None, None)
+    # measured as their own curve (``ENGINE-deepep``) where the system has it; elsewhere the fused MoE's.
+    pd_, fd_ = pick_exact(kf, "moe", f"{engine}-deepep", fmts) if engine else (None, None)
+    if pd_ is None:
+        pd_, fd_ = pick_exact(kf, "moe", "sglang-deepep", fmts)
     a = m.architecture
     mats = 3.0 if a.ffn_gated else 2.0
     inter = s.expert_params / (mats * a.hidden_size)
     F, W, wb = hw.flops(MATHS[fmt]), hw.hbm_bw, dtype_bytes(expert_dtype)
 
     Fd = hw.flops(MATHS[fd_]) if fd_ else F
-    Fc = hw.flops(MATHS[fc_]) if fc_ else F
 
     def run(tokens, ep, stage, moe_layers, imbalance, copies, fixed, dp):
         moe_tp = np.maximum(stage / ep, 1.0)
@@ -236,8 +222,6 @@ def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_d
         t = K.moe_time(p, *args, F, W, wb, **kw)
         if pd_ is not None:
             t = np.where((dp > 1) & (ep > 1), K.moe_time(pd_, *args, Fd, W, wb, **kw), t)
-        if pc_ is not None:
-            t = np.where(ep > 1, K.moe_time(pc_, *args, Fc, W, wb, **kw), t)
         return moe_layers * t
 
     return on_unique(run, 1, tokens, ep, stage, moe_layers, imbalance, copies, fixed, dp)[0]
