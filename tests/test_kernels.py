@@ -615,7 +615,6 @@ def test_partial_terms_time_the_decode_attention_by_its_curve(catalog):
     assert times["fp8"][1] == pytest.approx(times["bf16"][1])
 
 
-
 def test_no_fittable_curve_says_why(tmp_path, catalog):
     """A kernel folder whose only file is malformed is an error that names the file and what is wrong with it (the
     first note), not 'no files'."""
