@@ -252,3 +252,57 @@ def test_the_p99_tpot_of_an_aggregated_closed_loop_is_its_first_waves(clients):
     assert predicted == pytest.approx(simulated, rel=0.025)
     # with a spread of its own (drafts), the two excesses add in quadrature
     assert float(_tpot_p99(1.0, 0.05, share)) > predicted
+
+
+def _routed_loop(clients: int, workers: int, policy: str, length: int = 200, rounds: int = 60, seed: int = 0):
+    """Per request, the sequences beside it on its decode worker averaged over its decode, in a step-by-step
+    simulation of a closed loop of ``clients`` whose requests (lengths uniform in [0.8 L, L]) a router places on
+    ``workers`` workers (``random`` or ``round_robin``), past a warm-up of two lengths."""
+    rng = np.random.default_rng(seed)
+    left = rng.integers(1, length + 1, clients)
+    worker = rng.integers(0, workers, clients)
+    start = np.full(clients, -1)
+    beside = np.zeros(clients)
+    turn, out = 0, []
+    for t in range(rounds * length):
+        beside += np.bincount(worker, minlength=workers)[worker] - 1
+        left -= 1
+        for c in np.flatnonzero(left == 0):
+            if start[c] >= 2 * length:
+                out.append(beside[c] / (t + 1 - start[c]))
+            left[c] = rng.integers(int(0.8 * length), length + 1)
+            worker[c] = rng.integers(workers) if policy == "random" else turn % workers
+            turn += 1
+            start[c], beside[c] = t + 1, 0.0
+    return np.array(out)
+
+
+@pytest.mark.parametrize(("clients", "workers"), [(32, 2), (64, 4), (8, 2)])
+def test_a_random_router_spreads_the_sequences_beside_a_request_as_the_closed_form_says(clients, workers):
+    """SGLang's router with ``--decode-policy random`` (AMD's MoRI launcher) puts each request on a decode worker at
+    random: the sequences beside a request, averaged over its decode, spread by ``sqrt(2/3 (n - 1) q (1 - q))``
+    (``q = 1 / workers``), held against a step-by-step simulation of the loop within 10%; a round-robin router keeps
+    them within a fraction of that."""
+    from planner.perf.latency import random_route_sd
+
+    # four seeds pooled: requests that overlap in time see the same counts, so one run's spread is noisy (+-15%)
+    sim = np.concatenate([_routed_loop(clients, workers, "random", rounds=80, seed=s) for s in range(4)])
+    assert len(sim) > 2000
+    assert np.mean(sim) == pytest.approx((clients - 1) / workers, rel=0.05)
+    assert np.std(sim) == pytest.approx(float(random_route_sd(clients, workers)), rel=0.10)
+    assert np.std(_routed_loop(clients, workers, "round_robin")) < 0.5 * np.std(sim)
+    assert float(random_route_sd(clients, 1)) == 0.0
+
+
+def test_only_runs_routed_at_random_get_the_routers_tail(tmp_path, catalog):
+    """A MoRI-SGLang run (random decode router) of two decode workers has a p99 TPOT above its median without drafts;
+    the same run under Dynamo (round robin) has none, and the medians are the same."""
+    mori = dict(RUN, hardware="mi355x", framework="mori-sglang", precision="fp8", prefill_tp=8, prefill_ep=8,
+                prefill_dp_attention=False, prefill_num_workers=1, decode_tp=8, decode_ep=8, decode_dp_attention=False,
+                decode_num_workers=2, num_prefill_gpu=8, num_decode_gpu=16, conc=64)
+    rr = dict(mori, framework="dynamo-sglang")
+    out = predict_measured(load_measured(_write(tmp_path, [mori, rr]), catalog), catalog)
+    med, p99 = out["predicted_tpot_ms"].to_numpy(), out["predicted_tpot_p99_ms"].to_numpy()
+    assert med[0] == pytest.approx(med[1])
+    assert p99[1] == pytest.approx(med[1])
+    assert 1.01 < p99[0] / med[0] < 1.3

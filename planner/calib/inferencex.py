@@ -62,6 +62,18 @@ def mtp_drafts(engine: str, vendor: str, dp_attention: bool) -> float:
     return 1.0
 
 
+RANDOM_DECODE_ROUTERS = frozenset({"mori-sglang"})
+"""Frameworks whose disaggregated runs send each request to a decode worker at random: AMD's MoRI launcher that the
+InferenceX script ``dsr1_fp8_mi355x_sglang-disagg.sh`` checks out (billishyahao/sglang_disagg
+``sglang_disagg_server.sh``) starts SGLang's router with ``--decode-policy random``. Dynamo's frontend routes round
+robin by default and the InferenceX Dynamo scripts do not change it, TensorRT-LLM's disaggregated server likewise."""
+
+
+def random_decode_route(framework) -> bool:
+    """Whether a run of ``framework`` places its requests on decode workers at random (:data:`RANDOM_DECODE_ROUTERS`)."""
+    return str(framework) in RANDOM_DECODE_ROUTERS
+
+
 def kv_format(engine: str, hw) -> str:
     if engine in ("trtllm", "atom"):
         return "fp8"

@@ -150,14 +150,15 @@ at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; Inferenc
 1.05, 1.11, 1.15, 1.14 (medians)."""
 
 
-def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> dict:
+def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share, routed=0.0) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
     :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is
     lognormal around the mean with the spread of the prompts it decodes beside (a closed loop of ``batch`` clients, lengths as the benchmark draws them) and of the
     drafts its steps accept, and the p99 request of the first wave decodes beside :data:`WAVE_PROMPTS` times the
     steady state's prompts (``input_share`` of the mean step): the two excesses over the mean add in quadrature
-    (independent); ITL is a plain step or one carrying a prefill chunk (per emission)."""
+    (independent), with ``routed``, the p99 request's excess from the sequences a random router put beside it
+    (:func:`_routing_excess`); ITL is a plain step or one carrying a prefill chunk (per emission)."""
     from planner.perf.latency import itl_quantiles, tpot_cv
     from planner.perf.variants import spec_spread
 
@@ -168,18 +169,37 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share) -> di
     shape = np.shape(st.step_s)
     return {k: np.array(np.broadcast_to(v, shape), dtype=float) for k, v in (
         ("ttft_p99", np.maximum(t_mean, t_wave + setup.eff.first_wave_s)),
-        ("tpot_p99", _tpot_p99(st.step_s, cv, input_share)), ("itl_p50", i50), ("itl_p99", i99),
+        ("tpot_p99", _tpot_p99(st.step_s, cv, input_share, routed)), ("itl_p50", i50), ("itl_p99", i99),
         ("ttft_steady", t_mean), ("ttft_wave", t_wave))}
 
 
-def _tpot_p99(step_s, cv, input_share):
-    """p99 TPOT of a closed loop: the lognormal spread's excess over the mean ``step_s`` and the first wave's
-    (``(WAVE_PROMPTS - 1) input_share``) in quadrature."""
+def _tpot_p99(step_s, cv, input_share, routed=0.0):
+    """p99 TPOT of a closed loop: the lognormal spread's excess over the mean ``step_s``, the first wave's
+    (``(WAVE_PROMPTS - 1) input_share``) and the random router's (``routed``) in quadrature."""
     from planner.perf.latency import lognormal_quantile
 
     spread = lognormal_quantile(step_s, cv, 0.99) / step_s - 1.0
     wave = (WAVE_PROMPTS - 1.0) * np.clip(np.asarray(input_share, dtype=float), 0.0, 1.0)
-    return step_s * (1.0 + np.sqrt(np.maximum(spread, 0.0) ** 2 + wave ** 2))
+    routed = np.maximum(np.asarray(routed, dtype=float), 0.0)
+    return step_s * (1.0 + np.sqrt(np.maximum(spread, 0.0) ** 2 + wave ** 2 + routed ** 2))
+
+
+def _routing_excess(setup: Setup, g: pd.DataFrame, Ld, B, I, O, st, workers, cap) -> np.ndarray | float:
+    """Relative TPOT excess of the p99 request of a disaggregated closed loop whose router places requests on its
+    ``workers`` decode workers at random (:func:`planner.calib.inferencex.random_decode_route`): the sequences
+    beside it, averaged over its decode, are ``B`` plus a normal spread of :func:`planner.perf.latency.random_route_sd`
+    (at most what the worker's KV ``cap`` holds), and its TPOT is the decode step at its p99 over the step at ``B``."""
+    from planner.calib.inferencex import random_decode_route
+    from planner.perf.latency import ndtri, random_route_sd
+
+    if "n_framework" not in g.columns:
+        return 0.0
+    rnd = g["n_framework"].map(random_decode_route).to_numpy(bool) & (np.asarray(workers, dtype=float) > 1.0)
+    if not rnd.any():
+        return 0.0
+    sd = random_route_sd(B * workers, workers)
+    hi = np.where(rnd, np.minimum(B + float(ndtri(0.99)) * sd, np.maximum(cap, B)), B)
+    return np.where(rnd, disagg_decode(setup, *Ld, hi, I, O).step_s / st.step_s - 1.0, 0.0)
 
 
 def _role_setup(setup: Setup, g: pd.DataFrame, role: str) -> Setup:
@@ -311,7 +331,8 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
     if tails is not None:
         # the first wave drains through the prefill pool at its capacity
         base = ttft(pre, *Lp, I, 1.0, transfer_s=kv_transfer_time(setup, I, same), decode_step_s=st.step_s)
-        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0))
+        routed = _routing_excess(setup, g, Ld, B, I, O, st, d_workers, kv_cap)
+        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0, routed))
     return t1, st.step_s
 
 

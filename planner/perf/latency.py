@@ -18,7 +18,8 @@ Poisson (open arrivals; about ``B`` of them over its ``O`` steps, each of a rand
 TPOT spent on prompts has a coefficient of variation ``sqrt((1 + cv_in^2) / B)``. Speculative decoding adds the
 spread of accepted drafts per step, averaged over the request's steps. The request's TPOT is lognormal with
 that mean and spread, and with speculative decoding a request's own acceptance differs from the mean
-(:data:`SPEC_REQUEST_SPREAD`).
+(:data:`SPEC_REQUEST_SPREAD`). A router that places requests on decode workers at random adds the spread of the
+sequences beside a request (:func:`random_route_sd`).
 
 **ITL** (the gap between two streamed emissions) is a plain step or, for the share of steps that carry a
 prefill chunk, a chunk step; with speculative decoding one emission carries the step's accepted tokens.
@@ -529,6 +530,22 @@ def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_v
     steps = np.maximum(np.asarray(output_tokens, dtype=float) / np.asarray(tokens_mean, dtype=float), 1.0)
     cv2_spec = np.asarray(tokens_var, dtype=float) / np.asarray(tokens_mean, dtype=float) ** 2 / steps
     return np.sqrt(cv2_int + cv2_spec + np.asarray(request_cv, dtype=float) ** 2)
+
+
+def random_route_sd(decoding, workers) -> np.ndarray:
+    """Standard deviation of the sequences beside a request on its decode worker, averaged over the request's decode,
+    when a router sends each request to one of ``workers`` decode workers at random (SGLang's router with
+    ``--decode-policy random``) and ``decoding`` requests decode across them (a closed loop: each client's next
+    request is placed afresh). Over the request's decode each other client spends the rest ``u`` of the request it
+    has in progress (``u`` uniform: lengths alike) and then the start of its next, each on the request's worker with
+    probability ``q = 1 / workers`` independently, so the share of the decode it spends beside the request is
+    ``u I1 + (1 - u) I2``: mean ``q``, variance ``E[u^2 + (1 - u)^2] q (1 - q) = 2/3 q (1 - q)``; the ``decoding - 1``
+    clients are independent. A round-robin or load-aware router keeps each worker within about one request of its
+    share instead (0 here). ``tests/test_latency.py`` holds it against a step-by-step simulation of such a loop."""
+    n = np.asarray(decoding, dtype=float)
+    w = np.maximum(np.asarray(workers, dtype=float), 1.0)
+    q = 1.0 / w
+    return np.where(w > 1.0, np.sqrt(2.0 / 3.0 * np.maximum(n - 1.0, 0.0) * q * (1.0 - q)), 0.0)
 
 
 def itl_quantiles(plain_s, chunk_s, chunk_share, qs=(0.5, 0.9, 0.99)) -> list[np.ndarray]:
