@@ -15,7 +15,10 @@ from those:
 
 Each fraction is the geometric mean over the two kernel families that run the format (dense GEMM and fused MoE;
 one where the system has only one), with this engine's curves where it has them (else another engine's, as
-:meth:`planner.catalog.kernel_fits.KernelFits.curve` picks). Memory: the weight-streaming rate of a decode-sized
+:meth:`planner.catalog.kernel_fits.KernelFits.curve` picks). Where the roofline step times the fused MoE layers by the
+system's own curve (``KernelFits.terms`` holds ``moe``, every NVIDIA block today) the compute factors time only the
+other GEMMs (attention projections, dense layers, shared experts), so they take the dense GEMM curve's fraction alone
+(the MoE curve's, far lower, once set B200's FP8 factor to 0.31 where its GEMMs reach 0.58). Memory: the weight-streaming rate of a decode-sized
 bf16 GEMM over the datasheet bandwidth.
 """
 
@@ -65,8 +68,12 @@ def kernel_fractions(hw: HardwareSpec, engine: str | None) -> dict[str, float]:
     if hw.efficiency.kernels is None:
         return {}
     out: dict[str, float] = {}
+    # where the step times the fused MoE layers by the system's own curve, the compute factors time the other GEMMs
+    # alone: the dense GEMM curve's fraction, not its mean with the MoE curve's
+    moe_timed = "moe" in (hw.efficiency.kernels.terms or [])
     for factor, fmt in FORMAT_FACTORS.items():
-        vals = [v for v in (_gemm_fraction(hw, engine, fmt), _moe_fraction(hw, engine, fmt)) if v and v > 0]
+        gemm, moe = _gemm_fraction(hw, engine, fmt), _moe_fraction(hw, engine, fmt)
+        vals = [gemm] if moe_timed and gemm and gemm > 0 else [v for v in (gemm, moe) if v and v > 0]
         if vals:
             out[factor] = math.exp(sum(math.log(v) for v in vals) / len(vals))
     p, _ = pick(hw.efficiency.kernels, "gemm", engine, ("bf16",))
