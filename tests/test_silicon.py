@@ -53,6 +53,25 @@ def test_gemm_and_moe_fractions_combine_geometrically(catalog):
     assert S.kernel_fractions(hw, "sglang")["compute_fp4"] == pytest.approx((g * mo) ** 0.5, rel=1e-9)
 
 
+def test_where_the_moe_curve_times_the_experts_the_compute_factor_is_the_gemm_curves(catalog):
+    """With the fused MoE layers timed by the system's own curve (``terms: [moe]``), the compute factors time only
+    the other GEMMs: the dense GEMM curve's fraction alone, not its mean with the MoE curve's; a format without a GEMM
+    curve keeps the MoE curve's fraction."""
+    curves = {"gemm/sglang/fp4": _ideal_gemm(0.4),
+              "moe/sglang/fp4": _curve("moe", t0_us=0.0, compute=0.9, tile_ns=0.0, memory=1.0, sharpness=30.0,
+                                       copy_ns=0.0),
+              "moe/sglang/fp8": _curve("moe", t0_us=0.0, compute=0.5, tile_ns=0.0, memory=1.0, sharpness=30.0,
+                                       copy_ns=0.0)}
+    hw = _with_kernels(catalog.hardware["b200-sxm"], curves)
+    timed = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={
+        "kernels": hw.efficiency.kernels.model_copy(update={"terms": ["moe"]})})})
+    g, mo = S._gemm_fraction(hw, "sglang", "fp4"), S._moe_fraction(hw, "sglang", "fp4")
+    assert S.kernel_fractions(hw, "sglang")["compute_fp4"] == pytest.approx((g * mo) ** 0.5, rel=1e-9)
+    f = S.kernel_fractions(timed, "sglang")
+    assert f["compute_fp4"] == pytest.approx(g, rel=1e-9)
+    assert f["compute_fp8"] == pytest.approx(S._moe_fraction(hw, "sglang", "fp8"), rel=1e-9)
+
+
 def test_relative_scales_by_the_kernel_ratio_and_is_the_identity_on_itself(catalog):
     b200 = _with_kernels(catalog.hardware["b200-sxm"], {"gemm/trtllm/fp4": _ideal_gemm(0.4)})
     b300 = _with_kernels(catalog.hardware["b300-sxm"], {"gemm/trtllm/fp4": _ideal_gemm(0.3)})
