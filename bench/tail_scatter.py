@@ -18,7 +18,11 @@ explain the first wave?).
 <= 16 clients per engine, hardware and month, and (with ``--cache``) the leave-one-hardware-out p99 TTFT median APE per
 vendor and era with the delay and without (the figures docs/validation.md quotes for it).
 
-    python bench/tail_scatter.py [--data FILE] [--cache DIR] [--fit-p99 b200-sxm,sglang] [--by-date]
+``--router``: the runs whose router places requests on decode workers at random (MoRI-SGLang, two decode workers):
+predicted / measured p99-to-median TPOT ratio, median and median APE, with the router's spread
+(``calib/predict.py::_routing_excess``) and without, with and without drafts (in sample; held out with ``--cache``).
+
+    python bench/tail_scatter.py [--data FILE] [--cache DIR] [--fit-p99 b200-sxm,sglang] [--by-date] [--router]
 """
 
 from __future__ import annotations
@@ -113,6 +117,35 @@ def delay_by_date(norm, raw: list[dict], pred: pd.DataFrame, cat, cache: Path | 
     print((100 * t).round(1).to_string())
 
 
+def router_tails(norm, cat, cache: Path | None) -> None:
+    """Predicted / measured p99-to-median TPOT of the randomly routed multi-worker runs, with the router's spread and
+    without (see the module docstring)."""
+    import loho
+
+    from planner.calib import predict as PR
+    from planner.calib.inferencex import random_decode_route
+
+    rows = norm[norm["n_framework"].map(random_decode_route) & (norm["d_workers"] > 1)]
+    measured = rows["m_tpot_p99"] / rows["m_tpot"]
+    real = PR._routing_excess
+    print(f"\nRandomly routed runs of several decode workers ({len(rows)}), predicted / measured p99-to-median TPOT "
+          f"({'held out' if cache else 'in sample'}):\n")
+    for label, excess in (("with the router's spread", real), ("without", lambda *a, **k: 0.0)):
+        PR._routing_excess = excess
+        try:
+            if cache:
+                parts = [loho._fold((norm, cat, hw, cache)) for hw in sorted(rows["n_hw"].unique())]
+                p = pd.concat([allhw.set_axis(idx) for _, idx, _, allhw, _, _ in parts]).loc[rows.index]
+            else:
+                p = predict_normalised(rows, cat)
+        finally:
+            PR._routing_excess = real
+        r = p["predicted_tpot_p99_ms"] / p["predicted_tpot_ms"] / measured
+        for drafts, sel in (("without drafts", rows["n_spec"] == 0), ("with drafts", rows["n_spec"] > 0)):
+            print(f"  {label}, {drafts} ({int(sel.sum())}): median {r[sel].median():.3f}, "
+                  f"APE {100 * (r[sel] - 1).abs().median():.1f}%")
+
+
 def fit_p99(norm, cat, hw: str, eng: str) -> None:
     g = norm[(norm["n_hw"] == hw) & (norm["n_engine"] == eng)]
     base = cat.hardware[hw].efficiency.for_engine(eng)
@@ -146,6 +179,8 @@ def main() -> None:
     ap.add_argument("--fit-p99", default=None, help="HW,ENGINE: refit that pair's TTFT factors with p99 TTFT too")
     ap.add_argument("--by-date", action="store_true",
                     help="the first wave's delay against the runs' dates (in sample; per vendor and era with --cache)")
+    ap.add_argument("--router", action="store_true",
+                    help="the randomly routed runs' p99-to-median TPOT with the router's spread and without")
     a = ap.parse_args()
     cat = load_catalog()
     raw = json.loads(a.data.read_text())
@@ -171,6 +206,8 @@ def main() -> None:
         fit_p99(norm, cat, *a.fit_p99.split(","))
     if a.by_date:
         delay_by_date(norm, raw, pred, cat, a.cache)
+    if a.router:
+        router_tails(norm, cat, a.cache)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ one where the system has only one), with this engine's curves where it has them 
 :meth:`planner.catalog.kernel_fits.KernelFits.curve` picks). Where the roofline step times the fused MoE layers by the
 system's own curve (``KernelFits.terms`` holds ``moe``, every NVIDIA block today) the compute factors time only the
 other GEMMs (attention projections, dense layers, shared experts), so they take the dense GEMM curve's fraction alone
-(the MoE curve's, far lower, once set B200's FP8 factor to 0.31 where its GEMMs reach 0.58). Memory: the weight-streaming rate of a decode-sized
-bf16 GEMM over the datasheet bandwidth.
+(the MoE curve's, far lower, once set B200's FP8 factor to 0.31 where its GEMMs reach 0.58). Memory: the
+weight-streaming rate of a decode-sized bf16 GEMM over the datasheet bandwidth.
 """
 
 from __future__ import annotations

@@ -541,7 +541,7 @@ def random_route_sd(decoding, workers) -> np.ndarray:
     probability ``q = 1 / workers`` independently, so the share of the decode it spends beside the request is
     ``u I1 + (1 - u) I2``: mean ``q``, variance ``E[u^2 + (1 - u)^2] q (1 - q) = 2/3 q (1 - q)``; the ``decoding - 1``
     clients are independent. A round-robin or load-aware router keeps each worker within about one request of its
-    share instead (0 here). ``tests/test_latency.py`` holds it against a step-by-step simulation of such a loop."""
+    share instead (0 here). ``tests/test_inferencex.py`` holds it against a step-by-step simulation of such a loop."""
     n = np.asarray(decoding, dtype=float)
     w = np.maximum(np.asarray(workers, dtype=float), 1.0)
     q = 1.0 / w
