@@ -11,7 +11,7 @@ from those:
 - **relative** (a hardware transferred from a measured relative): the relative's fitted factor times the ratio of
   the two systems' kernel fractions, so the engine behaviour the fit absorbed carries over and the silicon
   difference comes from the kernels (B300's FP4 tensor peak is 1.56x B200's on the datasheet; its measured FP4
-  GEMMs and fused MoE run 1.07-1.11x faster; `python bench/kernel_silicon.py`).
+  GEMMs run 1.08-1.16x faster; `python bench/kernel_silicon.py`).
 
 Each fraction is the geometric mean over the two kernel families that run the format (dense GEMM and fused MoE;
 one where the system has only one), with this engine's curves where it has them (else another engine's, as
