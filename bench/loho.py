@@ -27,7 +27,8 @@ same cached fold fits (InferenceX TPOT 16.7% with it, 17.1% without; silicon 17.
 
 Prints, per file, the TPOT / TTFT (and output tokens/s per GPU where recorded) median and p90 APE of both, overall
 and per held-out system, and the wall time; for a file that records tails (InferenceX: p99 TTFT, p99 TPOT, ITL),
-their errors under the catalog's all-hardware transfer too, from the same folds. ``--engines``: leave one serving engine out instead (its rows predicted
+their errors under the catalog's all-hardware transfer too, from the same folds. Under the all-hardware transfer it also counts the disaggregated rows predicted in a prefill-starved regime
+(:func:`starved`) and the TPOT median without them. ``--engines``: leave one serving engine out instead (its rows predicted
 with the factors fitted on the other engines' rows: each hardware's default block).
 """
 
@@ -106,6 +107,19 @@ def hybrid(res, rel: str, block):
         "by_engine": {e: F.group_prior(res.by_hw[rel], eff) for e, eff in block.by_engine.items()}})
 
 
+def starved(norm: pd.DataFrame, pred: pd.DataFrame) -> str:
+    """Disaggregated rows the held-out model puts in a prefill-starved regime (predicted TTFT over 3x the measured and
+    TPOT over 20% fast: the transferred prefill rate is short of what the decode pool needs, so the model queues the
+    clients in front of prefill and decodes a fraction of the batch), and the TPOT median APE without them."""
+    n = norm.loc[pred.index]
+    err = pred["predicted_tpot_ms"] / n["m_tpot"] - 1.0
+    flip = (n["n_mode"] == "disagg") & (pred["predicted_ttft_ms"] / n["m_ttft"] > 3.0) & (err < -0.2)
+    by_hw = ", ".join(f"{h} {c}" for h, c in n[flip].groupby("n_hw").size().items())
+    return (f"prefill-starved disaggregated rows: {int(flip.sum())} of {int((n['n_mode'] == 'disagg').sum())} "
+            f"({by_hw or 'none'}); TPOT median APE {100 * err.abs().median():.1f}% with them, "
+            f"{100 * err[~flip].abs().median():.1f}% without")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", action="append", type=Path)
@@ -148,6 +162,12 @@ def main() -> None:
         print(f"  {hw} held out: inherits from {rel or 'the all-hardware fit'}")
     for rule, k in (("sibling", 2), ("all-hardware", 3), ("hybrid: sibling's silicon, all-hardware engines", 5)):
         frames = per_file_frames(sets, norm, pd.concat([r[k].set_axis(r[1]) for r in results]))
+        if k == 3:
+            allhw = pd.concat([r[k].set_axis(r[1]) for r in results])
+            for src in sorted(norm["src"].unique()):
+                rows = allhw.loc[norm.index[norm["src"] == src].intersection(allhw.index)]
+                if (norm.loc[rows.index, "n_mode"] == "disagg").any():
+                    print(f"\n{src}, transfer {rule}: {starved(norm, rows)}")
         for name, f in frames.items():
             print(f"\n## {name}, leave one hardware out, transfer: {rule}\n")
             print(format_table(summary_rows(f, None), []))
