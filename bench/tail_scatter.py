@@ -8,7 +8,9 @@ Three figures quoted in ``docs/validation.md`` (Tails section):
    keeps; folds missing there are fitted, 29 min for all): the p99 TTFT median APE with and without them.
 3. **The first wave**: for aggregated runs with at least 8 clients per attention rank, the per-prompt cost at which
    the wave drains, measured (``(p99 - median TTFT) / (0.9 (clients per rank - 1))``) against the model's, per hardware,
-   engine and prompt length.
+   engine and prompt length; and for every run whose p99 TTFT is a first-wave drain (at least 8 s and 5x the median),
+   the model's wave (``predicted_ttft_wave_ms``, without the one-time delay) over the measured p99, per hardware and mode
+   (the 0.78 of ``bench/data/prefill_term_experiment.txt``).
 
 ``--fit-p99 HW,ENGINE`` also refits that pair's TTFT factors on its InferenceX rows with and without the p99 TTFT
 residuals beside the medians, and prints both fits' p99 TTFT median APE (does a different split of the fitted factors
@@ -73,6 +75,17 @@ def first_wave(norm: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
     out = a.groupby(["n_hw", "n_engine", "isl"])[["measured_ms", "model_ms"]].median()
     out["ratio"] = out["measured_ms"] / out["model_ms"]
     return out.round(2)
+
+
+def wave_drain(norm: pd.DataFrame, pred: pd.DataFrame, min_ms: float = 8000.0, dominant: float = 5.0) -> pd.DataFrame:
+    """Runs whose measured p99 TTFT is at least ``min_ms`` and ``dominant`` times the median (the clients' first wave
+    draining through the prefill ranks): the model's wave over the measured p99, median per hardware and mode."""
+    p99 = norm["m_ttft_p99"]
+    sel = p99.notna() & (p99 >= min_ms) & (p99 >= dominant * norm["m_ttft"])
+    r = (pred.loc[sel[sel].index, "predicted_ttft_wave_ms"] / p99[sel]).rename("wave / measured p99")
+    out = r.groupby([norm.loc[r.index, "n_hw"], norm.loc[r.index, "n_mode"]]).agg(["size", "median"])
+    out.loc[("all", ""), :] = [len(r), r.median()]
+    return out.round(3)
 
 
 def loho_without_stalls(norm, cat, cache: Path, stall_rows: set[int]) -> tuple[float, float]:
@@ -197,6 +210,8 @@ def main() -> None:
     pred = predict_normalised(norm, cat)
     print("\nFirst wave, per-prompt drain (ms), aggregated runs with >= 8 clients per rank (in sample):\n")
     print(first_wave(norm, pred).to_string())
+    print("\nFirst-wave drains (p99 TTFT >= 8 s and >= 5x the median), the model's wave / measured p99 (in sample):\n")
+    print(wave_drain(norm, pred).to_string())
     if a.cache:
         stalls = set(np.flatnonzero(rep["stall"].to_numpy()))
         with_, without = loho_without_stalls(norm, cat, a.cache, stalls)
