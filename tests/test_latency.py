@@ -93,19 +93,48 @@ def test_md1_closed_form_itself():
 
 
 def test_mean_wait():
-    # one server: Pollaczek-Khinchine; several: Erlang's C times the M/M/c conditional wait times Cosmetatos'
-    # factor for deterministic service (1 for exponential service: M/M/c exactly)
+    # one server: Pollaczek-Khinchine; several: M/M/c exactly for exponential service, and for deterministic service
+    # the exact M/D/c wait (probability and mean), within the table's interpolation
     from planner.perf.latency import erlang_c, mean_wait_factor
     from planner.perf.queueing import queue_wait
+    from planner.perf.waits import md_c_wait
 
     assert float(queue_wait(0.75, 1, 0.2)) == pytest.approx(0.75 * 0.2 / 0.5, rel=1e-6)
     for c in (2, 3, 8):
         pw, th = wait_tail(0.75, c, 0.2, 1.0)
         assert float(pw * th) == pytest.approx(float(erlang_c(c, 0.75)) * 0.2 / (c * 0.25), rel=1e-6)
-        pw, th = wait_tail(0.75, c, 0.2, 0.0)
         k = 0.25 * (c - 1) * (math.sqrt(4 + 5 * c) - 2) / (16 * 0.75 * c)
-        assert float(mean_wait_factor(c, 0.75, 0.0)) == pytest.approx(0.5 * (1 + k))
-        assert float(pw * th) == pytest.approx(float(erlang_c(c, 0.75)) * 0.5 * (1 + k) * 0.2 / (c * 0.25), rel=1e-6)
+        assert float(mean_wait_factor(c, 0.75, 0.0)) == pytest.approx(0.5 * (1 + k))  # Cosmetatos, still for reference
+        pw, th = wait_tail(0.75, c, 0.2, 0.0)
+        p_exact, mean_exact = md_c_wait(c, 0.75)
+        assert float(pw) == pytest.approx(float(erlang_c(c, 0.75)))  # P(wait): Erlang's C (insensitive to service)
+        assert float(th) == pytest.approx(mean_exact / p_exact * 0.2, rel=0.01)  # who waits, waits M/D/c's mean
+
+
+def test_md_c_wait_is_exact():
+    """The M/D/c wait (``waits.md_c_wait``) reproduces M/D/1's closed forms (P(wait) = rho, mean rho D / (2 (1 - rho)))
+    and a simulated M/D/8 and M/D/64; the shipped table is its output."""
+    from planner.perf.mdc_table import MDC_MEAN, MDC_P
+    from planner.perf.waits import MDC_SERVERS, _md_c_row, md_c_wait
+
+    for rho in (0.3, 0.7, 0.9):
+        p, m = md_c_wait(1, rho)
+        assert p == pytest.approx(rho, rel=1e-6)
+        assert m == pytest.approx(rho / (2 * (1 - rho)), rel=1e-4)
+    rng = np.random.default_rng(3)
+    for c, rho in ((8, 0.79), (64, 0.79)):
+        n = 400_000
+        arr = np.cumsum(rng.exponential(1.0 / (rho * c), size=n))
+        start, _ = fcfs(arr, np.ones(n), c)
+        w = (start - arr)[n // 10:]
+        p, m = md_c_wait(c, rho)
+        waited = w[w > 1e-12]
+        assert float(np.mean(w > 1e-12)) == pytest.approx(p, rel=0.1)
+        assert float(np.mean(waited)) == pytest.approx(m / p, rel=0.05)  # the mean wait of those who wait
+    k = MDC_SERVERS.index(8)
+    pr, er = _md_c_row(8)
+    assert np.asarray(MDC_P[k]) == pytest.approx(pr, rel=1e-5, abs=1e-6)
+    assert np.asarray(MDC_MEAN[k]) == pytest.approx(er, rel=1e-5, abs=1e-6)
 
 
 def test_erlang_c_exact():

@@ -1,7 +1,7 @@
 """Waiting in an M/G/c queue: the probability of waiting (Erlang's C, exact up to 256 servers, Halfin and Whitt's
 limit beyond), the decay of the wait's tail (the Cramer-Lundberg root of the queue with service ``S / c``) and its
-mean (Pollaczek-Khinchine for one server, Cosmetatos' M/D/c correction between M/D/c and M/M/c, Allen-Cunneen
-above). :mod:`planner.perf.latency` builds TTFT's distribution from them; the references are in
+mean (Pollaczek-Khinchine for one server; with several, the exact M/D/c wait of those who wait (:func:`md_c_wait`,
+tabulated in ``mdc_table.py``) mixed with M/M/c's below exponential service, Allen-Cunneen above). :mod:`planner.perf.latency` builds TTFT's distribution from them; the references are in
 :func:`wait_tail` and :func:`mean_wait_factor`.
 """
 
@@ -134,8 +134,133 @@ def decay_rate(rho, cs2=0.0) -> np.ndarray:
     return out
 
 
+MDC_LOGIT = np.linspace(-6.0, math.log(0.98 / 0.02), 40)
+"""Log-odds grid of the exact M/D/c table (:func:`md_c_ratios`): utilisation 0.0025-0.98; above it the ratios run
+linearly to their heavy-traffic limits (1 and 1/2) at 1."""
+_MDC: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _md_c_max(c: int, rho: float) -> np.ndarray:
+    """``P(M <= s)``, s = 0, 1, ..., of ``M``, the all-time maximum of the walk with steps ``A - c`` (``A`` Poisson of mean
+    ``rho c``): the queue beyond the ``c`` servers of M/D/c at the ends of successive service times (Lindley). Solved on
+    levels up to where its geometric tail (ratio ``1 / z``, ``ln z = rho (z - 1)``) is below e^-40, as the linear
+    system ``F(s) = sum_x P(A = x) F(s + c - x)`` with ``F = 0`` below 0 and 1 beyond the last level."""
+    from scipy.linalg import solve
+    from scipy.stats import poisson
+
+    a = rho * c
+    xmax = int(a + 12.0 * math.sqrt(a) + 20.0)
+    pa = poisson.pmf(np.arange(xmax + 1), a)
+    z = max(4.0 / rho, 4.0)  # Newton from the right of the root of ln z = rho (z - 1), z > 1 (concave: monotone)
+    for _ in range(200):
+        nz = z - (math.log(z) - rho * (z - 1.0)) / (1.0 / z - rho)
+        if abs(nz - z) <= 1e-14 * z:
+            z = nz
+            break
+        z = nz
+    k = int(min(40.0 / max(math.log(z), 1e-6), 20000.0)) + c + 10
+    x = np.arange(k)[:, None] + c - np.arange(k)[None, :]
+    a_mat = np.where((x >= 0) & (x <= xmax), pa[np.clip(x, 0, xmax)], 0.0)
+    lim = np.arange(k) + c - k
+    b = np.where(lim >= 0, np.cumsum(pa)[np.clip(lim, 0, xmax)], 0.0)
+    return np.clip(solve(np.eye(k) - a_mat, b), 0.0, 1.0)
+
+
+def md_c_wait(c: int, rho: float, nodes: int = 16) -> tuple[float, float]:
+    """(P(wait), mean wait in service times) of the M/D/c queue, exactly: first come, first served, customer ``n``
+    starts when customer ``n - c`` has been in service one service time ``D``, so it waits at most ``kD + u`` (``0 <= u
+    < D``) unless ``(m + 1) c`` or more arrivals fall in some window ``(m + 1) D - (kD + u)`` before it (``m >= k``):
+    ``P(W <= kD + u) = sum_y P(Poisson(lambda (D - u)) = y) P(M <= (k + 1) c - 1 - y)`` (:func:`_md_c_max`; Crommelin's
+    M/D/c, 1932, in this form). The mean integrates it over ``u`` by Gauss-Legendre per ``k``. ``tests/test_latency.py``
+    holds it against M/D/1's closed forms and a simulated M/D/c."""
+    from scipy.stats import poisson
+
+    f = _md_c_max(c, rho)
+    a = rho * c
+
+    def cdf(n: int, m: float) -> float:
+        y = np.arange(n)
+        i = n - 1 - y
+        return float(np.sum(poisson.pmf(y, m) * np.where(i < f.size, f[np.minimum(i, f.size - 1)], 1.0)))
+
+    xs, ws = np.polynomial.legendre.leggauss(nodes)
+    us, ws = 0.5 * (xs + 1.0), 0.5 * ws
+    pw = max(1.0 - cdf(c, a), 0.0)
+    mean = 0.0
+    for k in range(100000):
+        t = float(sum(w * (1.0 - cdf((k + 1) * c, a * (1.0 - u))) for u, w in zip(us, ws, strict=True)))
+        mean += max(t, 0.0)
+        if t < 1e-13 or t < 1e-10 * mean:
+            break
+    return pw, mean
+
+
+MDC_SERVERS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+"""Server counts of the exact M/D/c table (``planner/perf/mdc_table.py``); between them the ratios are interpolated in
+``log c``, beyond the last the last row holds (the ratios flatten as ``c`` grows)."""
+
+
+def _md_c_row(c: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P(wait), mean wait) of M/D/c over M/M/c's on :data:`MDC_LOGIT`, computed (:func:`md_c_wait`); where M/M/c
+    hardly waits (Erlang's C below 1e-9) the ratios are rounding, and take the first sound node's value."""
+    grid = 1.0 / (1.0 + np.exp(-MDC_LOGIT))
+    mmc = erlang_c(np.full(grid.shape, float(c)), grid)
+    vals = np.array([md_c_wait(c, float(r)) for r in grid])
+    ok = mmc >= 1e-9
+    first = int(np.argmax(ok)) if ok.any() else grid.size - 1
+    pr = np.clip(vals[:, 0] / np.maximum(mmc, 1e-300), 0.0, 1.0)
+    er = np.clip(vals[:, 1] * c * (1.0 - grid) / np.maximum(mmc, 1e-300), 0.0, 1.0)
+    pr[:first], er[:first] = pr[first], er[first]
+    return pr, er
+
+
+def md_c_ratios(servers, rho) -> tuple[np.ndarray, np.ndarray]:
+    """(P(wait), mean wait) of M/D/c over M/M/c's (Erlang's C and ``C D / (c (1 - rho))``) at ``servers`` >= 2: the
+    exact table (``planner/perf/mdc_table.py``, rows :data:`MDC_SERVERS`) interpolated in ``log c`` and in the log-odds
+    of ``rho`` (the first node's value below the grid; above 0.98, linearly to the heavy-traffic limits 1 and 1/2 at
+    ``rho`` = 1)."""
+    from planner.perf.mdc_table import MDC_MEAN, MDC_P
+
+    c = np.clip(np.asarray(servers, dtype=float), MDC_SERVERS[0], MDC_SERVERS[-1])
+    rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
+    c, rho = np.broadcast_arrays(c, rho)
+    lc = np.log(np.asarray(MDC_SERVERS, dtype=float))
+    pos = np.interp(np.log(c), lc, np.arange(lc.size))
+    i = np.minimum(pos.astype(np.int64), lc.size - 2)
+    f = pos - i
+    t = np.clip(np.log(np.maximum(rho, 1e-300)) - np.log1p(-rho), MDC_LOGIT[0], MDC_LOGIT[-1])
+    gpos = (t - MDC_LOGIT[0]) / (MDC_LOGIT[1] - MDC_LOGIT[0])
+    j = np.minimum(gpos.astype(np.int64), MDC_LOGIT.size - 2)
+    g = gpos - j
+    top = 1.0 / (1.0 + math.exp(-MDC_LOGIT[-1]))
+    h = np.clip((rho - top) / (1.0 - top), 0.0, 1.0)
+    out = []
+    for table, limit in ((np.asarray(MDC_P), 1.0), (np.asarray(MDC_MEAN), 0.5)):
+        at = ((1 - f) * ((1 - g) * table[i, j] + g * table[i, j + 1])
+              + f * ((1 - g) * table[i + 1, j] + g * table[i + 1, j + 1]))
+        out.append((1.0 - h) * at + h * limit)
+    return out[0], out[1]
+
+
+def write_md_c_table(path) -> None:
+    """Write ``planner/perf/mdc_table.py`` (``python -c "from planner.perf.waits import write_md_c_table as w;
+    w('planner/perf/mdc_table.py')"``, ~10 s)."""
+    from pathlib import Path
+
+    rows = [_md_c_row(c) for c in MDC_SERVERS]
+    lines = ['"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns ``MDC_LOGIT`` of',
+             ":mod:`planner.perf.waits`; written by ``waits.write_md_c_table`` (do not edit; ``tests/test_latency.py`` "
+             'recomputes rows)."""', "", "MDC_P = ["]
+    lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[0]) + "]," for r in rows]
+    lines += ["]", "", "MDC_MEAN = ["]
+    lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[1]) + "]," for r in rows]
+    lines += ["]"]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
 def mean_wait_factor(servers, rho, cs2) -> np.ndarray:
-    """The mean wait of an M/G/c queue over that of M/M/c: Cosmetatos' correction for deterministic service,
+    """The mean wait of an M/G/c queue over that of M/M/c (:func:`wait_tail` takes it above exponential service; below,
+    exact M/D/c's replaced it, and it is kept as the published approximation the tests compare): Cosmetatos' correction for deterministic service,
     ``(1 + K) / 2`` with ``K = (1 - rho) (c - 1) (sqrt(4 + 5 c) - 2) / (16 rho c)`` (Cosmetatos, Operational
     Research Quarterly 27(3), 1976; at most 1), interpolated linearly in ``cs2`` to M/M/c's 1, and Allen-Cunneen's
     ``(1 + cs2) / 2`` above it."""
@@ -151,8 +276,9 @@ def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     """(probability of waiting, mean wait of a request that waits) of an M/G/c queue at utilisation ``rho``
     with mean service ``work`` on ``servers`` servers; the tail is ``P(W > t) = P_W e^{-t / theta}``. One server:
     it decays at the Cramer-Lundberg rate ``u* / work`` (exact in the tail of M/D/1 and M/M/1), weighted so that the
-    mean is Pollaczek-Khinchine's. Several: ``P_W`` is Erlang's C and ``theta`` gives the mean of
-    :func:`mean_wait_factor` times M/M/c's. Against simulation of M/D/c and M/G/c at 1-256 servers and
+    mean is Pollaczek-Khinchine's. Several: ``P_W`` is Erlang's C and ``theta`` M/M/c's conditional wait, below
+    exponential service (``cs2 < 1``) mixed linearly in ``cs2`` with exact M/D/c's (:func:`md_c_ratios`), above it
+    scaled by Allen-Cunneen's ``(1 + cs2) / 2`` (:func:`mean_wait_factor`). Against simulation of M/D/c and M/G/c at 1-256 servers and
     utilisation 0.3-0.9 the p90 and p99 stay within about 15% (``tests/test_latency.py``)."""
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c = np.maximum(np.asarray(servers, dtype=float), 1.0)
@@ -162,6 +288,14 @@ def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     pw = erlang_c(c, rho)
     # several servers: Erlang's C and the mean
     th = mean_wait_factor(c, rho, cs2) * work / (c * (1.0 - rho))
+    det = (np.rint(c) >= 2.0) & (cs2 < 1.0) & (rho > 0)
+    if det.any():
+        # below exponential service, the mean wait of those who wait: exact M/D/c's (md_c_ratios) and M/M/c's mixed
+        # linearly in cs2 (Cosmetatos' mean over Erlang's C made that tail 13% short at 64 servers and 0.79)
+        pr, er = md_c_ratios(c[det], rho[det])
+        w = np.clip(cs2[det], 0.0, 1.0)
+        th = np.array(th, dtype=float)
+        th[det] = (w + (1.0 - w) * er / np.maximum(pr, 1e-300)) * work[det] / (c[det] * (1.0 - rho[det]))
     one = np.rint(c) <= 1.0
     if one.any():
         # one server: the Cramer-Lundberg decay, the mean matched (Erlang's C is rho)
