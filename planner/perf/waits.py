@@ -1,7 +1,8 @@
 """Waiting in an M/G/c queue: the probability of waiting (Erlang's C, exact up to 256 servers, Halfin and Whitt's
 limit beyond), the decay of the wait's tail (the Cramer-Lundberg root of the queue with service ``S / c``) and its
 mean (Pollaczek-Khinchine for one server; with several, the exact M/D/c wait of those who wait (:func:`md_c_wait`,
-tabulated in ``mdc_table.py``) mixed with M/M/c's below exponential service, Allen-Cunneen above). :mod:`planner.perf.latency` builds TTFT's distribution from them; the references are in
+tabulated in ``mdc_table.py`` by ``bench/mdc_table.py``) mixed with M/M/c's below exponential service,
+Allen-Cunneen above). :mod:`planner.perf.latency` builds TTFT's distribution from them; the references are in
 :func:`wait_tail` and :func:`mean_wait_factor`.
 """
 
@@ -242,20 +243,17 @@ def md_c_ratios(servers, rho) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def write_md_c_table(path) -> None:
-    """Write ``planner/perf/mdc_table.py`` (``python -c "from planner.perf.waits import write_md_c_table as w;
-    w('planner/perf/mdc_table.py')"``, ~10 s)."""
-    from pathlib import Path
-
+def md_c_table_source() -> str:
+    """The source of ``planner/perf/mdc_table.py`` (``python bench/mdc_table.py`` writes it, ~10 s)."""
     rows = [_md_c_row(c) for c in MDC_SERVERS]
     lines = ['"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns ``MDC_LOGIT`` of',
-             ":mod:`planner.perf.waits`; written by ``waits.write_md_c_table`` (do not edit; ``tests/test_latency.py`` "
+             ":mod:`planner.perf.waits`; written by ``python bench/mdc_table.py`` (do not edit; ``tests/test_latency.py`` "
              'recomputes rows)."""', "", "MDC_P = ["]
     lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[0]) + "]," for r in rows]
     lines += ["]", "", "MDC_MEAN = ["]
     lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[1]) + "]," for r in rows]
     lines += ["]"]
-    Path(path).write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def mean_wait_factor(servers, rho, cs2) -> np.ndarray:
