@@ -1,5 +1,6 @@
-"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns ``MDC_LOGIT`` of
-:mod:`planner.perf.waits`; written by ``python bench/mdc_table.py`` (do not edit; ``tests/test_latency.py`` recomputes rows)."""
+"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns
+``MDC_LOGIT`` of :mod:`planner.perf.waits`; written by ``python bench/mdc_table.py`` (do not edit;
+``tests/test_latency.py`` recomputes rows)."""
 
 MDC_P = [
     [0.999184, 0.998952, 0.998656, 0.998278, 0.997797, 0.997188, 0.996421, 0.99546, 0.994265, 0.992796, 0.991012, 0.988879, 0.986383, 0.983536, 0.980389, 0.977053, 0.973695, 0.970541, 0.967851, 0.965889, 0.964866, 0.964903, 0.965999, 0.968036, 0.970792, 0.974001, 0.977396, 0.980751, 0.983896, 0.986725, 0.989191, 0.991287, 0.993033, 0.994465, 0.995625, 0.996556, 0.997297, 0.997884, 0.998347, 0.99871],

@@ -138,14 +138,13 @@ def decay_rate(rho, cs2=0.0) -> np.ndarray:
 MDC_LOGIT = np.linspace(-6.0, math.log(0.98 / 0.02), 40)
 """Log-odds grid of the exact M/D/c table (:func:`md_c_ratios`): utilisation 0.0025-0.98; above it the ratios run
 linearly to their heavy-traffic limits (1 and 1/2) at 1."""
-_MDC: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def _md_c_max(c: int, rho: float) -> np.ndarray:
-    """``P(M <= s)``, s = 0, 1, ..., of ``M``, the all-time maximum of the walk with steps ``A - c`` (``A`` Poisson of mean
-    ``rho c``): the queue beyond the ``c`` servers of M/D/c at the ends of successive service times (Lindley). Solved on
-    levels up to where its geometric tail (ratio ``1 / z``, ``ln z = rho (z - 1)``) is below e^-40, as the linear
-    system ``F(s) = sum_x P(A = x) F(s + c - x)`` with ``F = 0`` below 0 and 1 beyond the last level."""
+    """``P(M <= s)``, s = 0, 1, ..., of ``M``, the all-time maximum of the walk with steps ``A - c`` (``A`` Poisson of
+    mean ``rho c``): the queue beyond the ``c`` servers of M/D/c at the ends of successive service times (Lindley).
+    Solved on levels up to where its geometric tail (ratio ``1 / z``, ``ln z = rho (z - 1)``) is below e^-40, as the
+    linear system ``F(s) = sum_x P(A = x) F(s + c - x)`` with ``F = 0`` below 0 and 1 beyond the last level."""
     from scipy.linalg import solve
     from scipy.stats import poisson
 
@@ -175,6 +174,9 @@ def md_c_wait(c: int, rho: float, nodes: int = 16) -> tuple[float, float]:
     M/D/c, 1932, in this form). The mean integrates it over ``u`` by Gauss-Legendre per ``k``. ``tests/test_latency.py``
     holds it against M/D/1's closed forms and a simulated M/D/c."""
     from scipy.stats import poisson
+
+    if not (c >= 1 and 0.0 < rho < 1.0):
+        raise ValueError(f"md_c_wait needs c >= 1 servers and 0 < rho < 1 (a stable queue), got c={c}, rho={rho}")
 
     f = _md_c_max(c, rho)
     a = rho * c
@@ -246,9 +248,9 @@ def md_c_ratios(servers, rho) -> tuple[np.ndarray, np.ndarray]:
 def md_c_table_source() -> str:
     """The source of ``planner/perf/mdc_table.py`` (``python bench/mdc_table.py`` writes it, ~10 s)."""
     rows = [_md_c_row(c) for c in MDC_SERVERS]
-    lines = ['"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns ``MDC_LOGIT`` of',
-             ":mod:`planner.perf.waits`; written by ``python bench/mdc_table.py`` (do not edit; ``tests/test_latency.py`` "
-             'recomputes rows)."""', "", "MDC_P = ["]
+    lines = ['"""Exact M/D/c waiting over M/M/c (P(wait) and mean wait), rows ``MDC_SERVERS`` and columns',
+             "``MDC_LOGIT`` of :mod:`planner.perf.waits`; written by ``python bench/mdc_table.py`` (do not edit;",
+             '``tests/test_latency.py`` recomputes rows)."""', "", "MDC_P = ["]
     lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[0]) + "]," for r in rows]
     lines += ["]", "", "MDC_MEAN = ["]
     lines += ["    [" + ", ".join(f"{v:.6g}" for v in r[1]) + "]," for r in rows]
@@ -258,10 +260,10 @@ def md_c_table_source() -> str:
 
 def mean_wait_factor(servers, rho, cs2) -> np.ndarray:
     """The mean wait of an M/G/c queue over that of M/M/c (:func:`wait_tail` takes it above exponential service; below,
-    exact M/D/c's replaced it, and it is kept as the published approximation the tests compare): Cosmetatos' correction for deterministic service,
-    ``(1 + K) / 2`` with ``K = (1 - rho) (c - 1) (sqrt(4 + 5 c) - 2) / (16 rho c)`` (Cosmetatos, Operational
-    Research Quarterly 27(3), 1976; at most 1), interpolated linearly in ``cs2`` to M/M/c's 1, and Allen-Cunneen's
-    ``(1 + cs2) / 2`` above it."""
+    exact M/D/c's replaced it, and it is kept as the published approximation the tests compare): Cosmetatos'
+    correction for deterministic service, ``(1 + K) / 2`` with ``K = (1 - rho) (c - 1) (sqrt(4 + 5 c) - 2) / (16 rho
+    c)`` (Cosmetatos, Operational Research Quarterly 27(3), 1976; at most 1), interpolated linearly in ``cs2`` to
+    M/M/c's 1, and Allen-Cunneen's ``(1 + cs2) / 2`` above it."""
     c = np.maximum(np.asarray(servers, dtype=float), 1.0)
     rho = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
     cs2 = np.asarray(cs2, dtype=float)
@@ -276,8 +278,8 @@ def wait_tail(rho, servers, work, cs2=0.0) -> tuple[np.ndarray, np.ndarray]:
     it decays at the Cramer-Lundberg rate ``u* / work`` (exact in the tail of M/D/1 and M/M/1), weighted so that the
     mean is Pollaczek-Khinchine's. Several: ``P_W`` is Erlang's C and ``theta`` M/M/c's conditional wait, below
     exponential service (``cs2 < 1``) mixed linearly in ``cs2`` with exact M/D/c's (:func:`md_c_ratios`), above it
-    scaled by Allen-Cunneen's ``(1 + cs2) / 2`` (:func:`mean_wait_factor`). Against simulation of M/D/c and M/G/c at 1-256 servers and
-    utilisation 0.3-0.9 the p90 and p99 stay within about 15% (``tests/test_latency.py``)."""
+    scaled by Allen-Cunneen's ``(1 + cs2) / 2`` (:func:`mean_wait_factor`). Against simulation of M/D/c and M/G/c at
+    1-256 servers and utilisation 0.3-0.9 the p90 and p99 stay within about 15% (``tests/test_latency.py``)."""
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c = np.maximum(np.asarray(servers, dtype=float), 1.0)
     cs2 = np.asarray(cs2, dtype=float)
