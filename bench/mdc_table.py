@@ -2,9 +2,11 @@
 (``planner.perf.waits.md_c_ratios``; ~10 s). Run after changing ``MDC_SERVERS``, ``MDC_LOGIT`` or ``md_c_wait``.
 
 ``--check``: the figures docs/performance-model.md quotes. Pure M/D/c queues simulated (the simulator's first-come,
-first-served queue, 3 seeds x 400,000 arrivals, the first tenth dropped) against the exact wait (``md_c_wait``) and
-against the approximation it replaced (Erlang's C with Cosmetatos' mean): probability of waiting, mean wait of those
-who wait and p99 wait, in service times.
+first-served queue, 3 seeds x 400,000 arrivals, the first tenth dropped) against the exact wait (``md_c_wait``,
+``md_c_quantile``) and against the approximations: Erlang's C with Cosmetatos' mean, Erlang's C with the exact mean and
+an exponential tail, and the formula now (the same with a gamma tail of the exact decay rate): probability of waiting,
+mean wait of those who wait and p99 wait, in service times; then the p99 and p99.9 of the last two against the exact
+quantiles over a grid of server counts and utilisations.
 
     python bench/mdc_table.py [--check]
 """
@@ -22,9 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.analysis.simulate import fcfs  # noqa: E402
-from planner.perf.waits import erlang_c, md_c_table_source, md_c_wait, mean_wait_factor, wait_tail  # noqa: E402
+from planner.perf.waits import (  # noqa: E402
+    erlang_c,
+    md_c_quantile,
+    md_c_table_source,
+    md_c_wait,
+    mean_wait_factor,
+    wait_quantile,
+    wait_tail,
+)
 
 CASES = ((8, 0.79), (64, 0.79), (64, 0.85), (64, 0.9))
+GRID_SERVERS = (2, 3, 4, 8, 16, 32, 64, 128, 256)
+GRID_RHO = (0.5, 0.6, 0.7, 0.79, 0.85, 0.9, 0.95, 0.98)
 
 
 def p99(pw: float, th: float) -> float:
@@ -33,9 +45,9 @@ def p99(pw: float, th: float) -> float:
 
 
 def check() -> None:
-    print("| servers | utilisation | simulated P(wait) / mean of waits / p99 | exact M/D/c | Erlang C + Cosmetatos | "
-          "the formula now (Erlang C + exact mean) |")
-    print("|---:|---:|---|---|---|---|")
+    print("| servers | utilisation | simulated P(wait) / mean of waits / p99 | exact M/D/c (p99 by md_c_quantile) | "
+          "Erlang C + Cosmetatos | Erlang C + exact mean, exponential | the formula now (gamma of the exact decay) |")
+    print("|---:|---:|---|---|---|---|---|")
     for c, rho in CASES:
         ws = []
         for seed in range(3):
@@ -49,10 +61,27 @@ def check() -> None:
         p, m = md_c_wait(c, rho)
         pc = float(erlang_c(c, rho))
         tc = float(mean_wait_factor(c, rho, 0.0)) / (c * (1.0 - rho))
-        pn, tn = (float(v) for v in wait_tail(rho, c, 1.0, 0.0))
+        pn, tn, kn = (float(v) for v in wait_tail(rho, c, 1.0, 0.0, shape=True))
         print(f"| {c} | {rho} | {waited.size / w.size:.4f} / {waited.mean():.4f} / {np.quantile(w, 0.99):.4f} | "
-              f"{p:.4f} / {m / p:.4f} / {p99(p, m / p):.4f} | {pc:.4f} / {tc:.4f} / {p99(pc, tc):.4f} | "
-              f"{pn:.4f} / {tn:.4f} / {p99(pn, tn):.4f} |")
+              f"{p:.4f} / {m / p:.4f} / {md_c_quantile(c, rho, 0.99):.4f} | {pc:.4f} / {tc:.4f} / {p99(pc, tc):.4f} | "
+              f"{pn:.4f} / {tn:.4f} / {p99(pn, tn):.4f} | {pn:.4f} / {tn:.4f} / "
+              f"{float(wait_quantile(pn, tn, kn, 0.01)):.4f} (k {kn:.2f}) |")
+    # the grid: the p99 and p99.9 wait of the formula now and of the exponential of the same mean against the exact
+    rel_now, rel_exp = [], []
+    for c in GRID_SERVERS:
+        for rho in GRID_RHO:
+            pn, tn, kn = (float(v) for v in wait_tail(rho, c, 1.0, 0.0, shape=True))
+            for q in (0.99, 0.999):
+                exact = md_c_quantile(c, rho, q)
+                if exact < 0.02:  # hardly a wait (under 2% of a service): relative errors mean nothing
+                    continue
+                rel_now.append(float(wait_quantile(pn, tn, kn, 1.0 - q)) / exact - 1.0)
+                rel_exp.append(tn * math.log(pn / (1.0 - q)) / exact - 1.0 if pn > 1.0 - q else -1.0)
+    for name, r in (("the formula now (gamma)", rel_now), ("exponential of the exact mean", rel_exp)):
+        a = np.abs(r)
+        print(f"\n{name}: p99 and p99.9 wait against exact M/D/c over {len(r)} cases (servers {GRID_SERVERS}, "
+              f"utilisation {GRID_RHO}): median |error| {np.median(a):.1%}, 90th percentile {np.quantile(a, 0.9):.1%}, "
+              f"range {min(r):+.1%} to {max(r):+.1%}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ random (a random split of a Poisson stream is Poisson). Each replica is simulate
 Step times come from the plan (the performance model's numbers for each pool at its batch); the simulation
 checks the queueing, the routing, the slot limits and the tails, not the step physics.
 
+**Warm-up**: the replicas start empty, so each workload's stream begins a few of its pools' relaxation times before
+the requests it measures (:func:`warm_up`; at least a tenth of them, at most as many again); the measured requests
+see the steady state the plan's formulas describe.
+
 **Sampling error**: the requests of a loaded queue are not independent (a long prompt delays the ones behind it for
 a whole busy period), so a share of requests within a target scatters across seeds far more than ``n`` independent
 draws would (a long-context plan at 50,000 requests: 88.6% to 96.0% over four seeds). Each share therefore carries
@@ -31,6 +35,7 @@ in arrival order cut into :data:`BATCHES` consecutive batches whose shares are n
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,7 +115,9 @@ def _accept_for(tokens_per_step: float, spec: int) -> float:
 def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int) -> np.ndarray:
     """Per request, its steps times the mean tokens per step over its tokens (1 without drafts): the factor its
     TPOT differs from the mean by, from its own acceptance (drawn around the mean with the spread across requests,
-    :data:`planner.perf.latency.SPEC_REQUEST_SPREAD`) and the drafts each of its steps accepts."""
+    :data:`planner.perf.latency.SPEC_REQUEST_SPREAD`) and the drafts each of its steps accepts. The plan's TPOT is the
+    mean over requests, so the factor is scaled to mean 1 over the spread of acceptance (a request's TPOT goes as
+    ``1 / m(own)``, convex: unscaled, its mean ran 0.3% above the plan's and the simulated p90 with it)."""
     if spec <= 0 or tokens_per_step <= 1.0:
         return np.ones(len(out_tokens))
     from planner.perf.latency import SPEC_REQUEST_SPREAD, spec_step_spread
@@ -125,7 +132,11 @@ def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int)
     steps_mean = out_tokens / mean
     # steps to emit O tokens (renewal count): mean O / m, variance O var / m^3
     steps = np.maximum(rng.normal(steps_mean, np.sqrt(out_tokens * var / mean ** 3)), 1.0)
-    return steps * mean0 / out_tokens
+    # E[m(a) / m(own)] over own ~ N(a, spread) clipped as drawn: Gauss-Hermite (probabilists') nodes
+    z, wz = np.polynomial.hermite_e.hermegauss(24)
+    jensen = float(np.sum(wz * mean0 / np.interp(np.clip(a + SPEC_REQUEST_SPREAD * z, 0.0, 0.999), grid, gm))
+                   / np.sum(wz))
+    return steps * mean0 / out_tokens / jensen
 
 
 def _lengths(rng, spread, n: int) -> np.ndarray:
@@ -152,8 +163,31 @@ def simulate(plan: Plan, requests: int = 100_000, seed: int = 0) -> SimResult:
     cols: dict[str, list] = {k: [] for k in ("workload", "pool", "decode_pool", "ttft", "tpot")}
     itl: dict = {}
     for w, n in zip(plan.workloads, counts, strict=True):
-        _simulate_workload(plan, w, int(n), rng, cols, itl)
+        _simulate_workload(plan, w, int(n), rng, cols, itl, warm=warm_up(plan, w, int(n)))
     return SimResult(*(np.concatenate(cols[k]) if cols[k] else np.array([]) for k in cols), itl)
+
+
+WARM_RELAXATIONS = 2.0
+"""Each workload's stream starts this many of its slowest pool's relaxation times before the requests it measures
+(see :func:`warm_up`)."""
+
+
+def warm_up(plan: Plan, w, n: int) -> int:
+    """Requests simulated before the ``n`` that are measured, so that the queues are near their steady state (the one
+    the plan's formulas describe) when measuring starts: a replica starts empty, and its queue fills over a few
+    relaxation times, each about a request's hold on its resource (a prefill rank's work, a batch slot's admission
+    to last token) over ``1 - u`` at utilisation ``u``; without it a pool of a rare workload (a long-context one
+    with ~80 requests a replica) measured its start-up and its p99 TTFT came out 28% short of the steady state
+    (``bench/percentiles.py``). At least a tenth of ``n``, at most ``n``."""
+    relax = 0.0
+    for p in plan.pools:
+        if p.workload != w.name:
+            continue
+        pr, lt = p.predicted, p.predicted.latency
+        decode = w.output_tokens * pr.tpot_s
+        hold = {"prefill": lt.prefill_work_s, "decode": decode}.get(p.role, lt.ttft_base_s + decode)
+        relax = max(relax, hold / max(1.0 - min(pr.utilisation, 0.95), 0.05))
+    return int(min(n, max(n // 10, math.ceil(WARM_RELAXATIONS * relax * w.requests_per_s))))
 
 
 def _carried(p) -> float:
@@ -165,17 +199,19 @@ def _pick(rng, pools, n) -> np.ndarray:
     return rng.choice(len(pools), size=n, p=share / share.sum())
 
 
-def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict) -> None:
-    arrivals = np.cumsum(rng.exponential(1.0 / w.requests_per_s, size=n))
-    x = _lengths(rng, w.input_spread, n)
-    out = np.maximum(np.round(_lengths(rng, w.output_spread, n) * w.output_tokens), 1.0)
+def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict, warm: int = 0) -> None:
+    """Simulate ``warm + n`` requests of workload ``w`` through its pools and record the last ``n``."""
+    total = n + warm
+    arrivals = np.cumsum(rng.exponential(1.0 / w.requests_per_s, size=total))
+    x = _lengths(rng, w.input_spread, total)
+    out = np.maximum(np.round(_lengths(rng, w.output_spread, total) * w.output_tokens), 1.0)
     entry = [p for p in plan.pools if p.workload == w.name and p.role in ("aggregated", "prefill")]
     decode = [p for p in plan.pools if p.workload == w.name and p.role == "decode"]
     if not entry:
         raise InputError(f"workload {w.name}: the plan has no pool that takes its prompts")
-    which = _pick(rng, entry, n)
-    ttft, tpot = np.zeros(n), np.zeros(n)
-    dec_of = np.full(n, "", dtype=object)
+    which = _pick(rng, entry, total)
+    ttft, tpot = np.zeros(total), np.zeros(total)
+    dec_of = np.full(total, "", dtype=object)
     handover: list[tuple[np.ndarray, np.ndarray]] = []
     for k, p in enumerate(entry):
         idx = np.flatnonzero(which == k)
@@ -190,7 +226,7 @@ def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict) -> Non
                 tpot[mine] = t2
                 plain, ch = p.predicted.latency.itl.p50, p.predicted.latency.itl.p99
                 acc = itl.setdefault((w.name, p.id), [plain, max(plain, ch), []])
-                acc[2].append(chunk)
+                acc[2].append(chunk[mine >= warm])
             else:
                 handover.append((mine, t1))
     if handover:
@@ -217,10 +253,10 @@ def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict) -> Non
                 dec_of[req] = p.id
             itl.setdefault((w.name, p.id), [p.predicted.tpot_s * p.tokens_per_step] * 2 + [[np.zeros(1)]])
     cols["workload"].append(np.full(n, w.name, dtype=object))
-    cols["pool"].append(np.array([entry[k].id for k in which], dtype=object))
-    cols["decode_pool"].append(dec_of)
-    cols["ttft"].append(ttft)
-    cols["tpot"].append(tpot)
+    cols["pool"].append(np.array([entry[k].id for k in which[warm:]], dtype=object))
+    cols["decode_pool"].append(dec_of[warm:])
+    cols["ttft"].append(ttft[warm:])
+    cols["tpot"].append(tpot[warm:])
 
 
 def _replica(rng, p, arrivals: np.ndarray, x: np.ndarray, out: np.ndarray, mean_out: float):

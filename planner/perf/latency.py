@@ -9,8 +9,11 @@ Production and Operations Management 2(2), 1993, sections 2-4): a request waits 
 probability ``P_W = C(c, rho)`` (Erlang's C formula, which the probability of delay is nearly insensitive to),
 and a waiting request waits an exponential time of mean ``(1 + cs2) / 2 * E[S] / (c (1 - rho))`` (the M/M/c
 conditional wait scaled by the Allen-Cunneen factor; exact for M/M/c, exact in mean for M/D/1 and Kingman's
-heavy-traffic limit for one server). The mean ``P_W * theta`` is the Allen-Cunneen M/G/c wait. ``tests/test_latency.py`` holds the approximation
-against the exact M/M/c tail and the exact M/D/1 wait distribution (Erlang's formula).
+heavy-traffic limit for one server). The mean ``P_W * theta`` is the Allen-Cunneen M/G/c wait. With several servers
+and less variable service than exponential, the mean and the shape of the wait of those who wait come from the exact
+M/D/c queue (a gamma law with its mean and tail decay, :func:`planner.perf.waits.wait_tail`).
+``tests/test_latency.py`` holds the approximation against the exact M/M/c tail, the exact M/D/1 wait distribution
+(Erlang's formula) and the exact M/D/c quantiles.
 
 **TPOT** of one request is the mean of its output steps. Each step costs the plain decode step plus, on an
 aggregated replica, the chunks of other prompts it carries; the prompts that arrive while a request decodes are
@@ -41,6 +44,8 @@ from planner.perf.waits import (  # noqa: F401  (re-exported: the queue's waits 
     max_wait_tail,
     mean_wait_factor,
     slot_tail,
+    wait_quantile,
+    wait_survival,
     wait_tail,
 )
 
@@ -174,29 +179,34 @@ def _nodes(x, p, n: int) -> tuple[np.ndarray, np.ndarray]:
 def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot=None) -> np.ndarray:
     """P(TTFT > ``limit``) of requests at a pool whose mean-length prompt has TTFT ``base`` without waiting and
     prefill ``work``, at utilisation ``rho`` (elementwise over rows; ``x``, ``p`` the length nodes, one set for
-    all rows or one row each). ``slot``: (probability, mean) of the wait for a batch slot (:func:`slot_tail`),
+    all rows or one row each). ``slot``: (probability, mean, shape) of the wait for a batch slot (:func:`slot_tail`),
     overlapping the prefill queue's wait (the larger of the two, :func:`planner.perf.waits.max_wait_tail`)."""
     base = np.atleast_1d(np.asarray(base, dtype=float))
     n = base.shape[0]
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
     lim = np.broadcast_to(np.asarray(limit, dtype=float), (n,))
-    pw, th = wait_tail(np.broadcast_to(rho, (n,)), np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
+    pw, th, k = wait_tail(np.broadcast_to(rho, (n,)), np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)),
+                          shape=True)
     X, Pr = _nodes(x, p, n)
     s = lim[:, None] - (base[:, None] + work[:, None] * (X - 1.0))
     sp = np.maximum(s, 0.0)
     if slot is None:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            tail = np.where(th[:, None] > 0, pw[:, None] * np.exp(-sp / th[:, None]), 0.0)
+        tail = pw[:, None] * wait_survival(sp, th[:, None], k[:, None])
     else:
-        p2, t2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in slot)
-        tail = max_wait_tail(sp, pw[:, None], th[:, None], p2, t2)
+        p2, t2, k2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in _slot3(slot))
+        tail = max_wait_tail(sp, pw[:, None], th[:, None], p2, t2, k[:, None], k2)
     tail = np.where(s < 0, 1.0, tail)
     return np.sum(Pr * tail, axis=1)
 
 
+def _slot3(slot):
+    """(probability, mean, shape) of a slot wait given with or without its shape (exponential without)."""
+    return tuple(slot) if len(slot) == 3 else (slot[0], slot[1], 1.0)
+
+
 def _slot_at(rho, servers, work, slots):
-    """(probability, mean) of the slot wait at prefill utilisation ``rho`` for ``slots = (batch, hold, cs2_out)``
-    (the slot utilisation is the arrival rate ``rho c / work`` times ``hold / batch``), or None."""
+    """(probability, mean, shape) of the slot wait at prefill utilisation ``rho`` for ``slots = (batch, hold,
+    cs2_out)`` (the slot utilisation is the arrival rate ``rho c / work`` times ``hold / batch``), or None."""
     if slots is None:
         return None
     batch, hold, cs2_out = (np.asarray(v, dtype=float) for v in slots)
@@ -214,13 +224,12 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
     q = np.broadcast_to(np.asarray(q, dtype=float), (n,))
     work = np.broadcast_to(np.asarray(work, dtype=float), (n,))
     rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
-    pw, th = wait_tail(rho, np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)))
+    pw, th, k = wait_tail(rho, np.broadcast_to(servers, (n,)), work, np.broadcast_to(cs2, (n,)), shape=True)
     X, Pr = _nodes(x, p, n)
     slot = _slot_at(rho, servers, work, slots)
     mean = base + (pw * th if slot is None else max_mean(pw, th, slot[0], slot[1]))
     if X.shape[1] == 1 and slot is None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            extra = np.where((pw > 0) & (th > 0), th * np.log(np.maximum(pw / np.maximum(1.0 - q, 1e-300), 1.0)), 0.0)
+        extra = wait_quantile(pw, th, k, np.maximum(1.0 - np.where(np.isnan(q), 0.5, q), 1e-300))
         b = base + work * (X[:, 0] - 1.0)
         return np.where(np.isnan(q), mean, b + extra)
     b = base[:, None] + work[:, None] * (X - 1.0)
@@ -242,7 +251,7 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
     def g(t, k):
         r = sel[k]
         ex = ttft_exceedance(t, base[r], work[r], rho[r], srv[r], X_[r], P_[r], c2[r],
-                             None if sl is None else (sl[0][r], sl[1][r]))
+                             None if sl is None else (sl[0][r], sl[1][r], sl[2][r]))
         return target[k] - np.log(np.maximum(ex, 1e-300))
 
     a, b = lo[sel].copy(), hi[sel].copy()
@@ -287,7 +296,7 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
         if (~m).any():
             k = ~m
             ex = ttft_exceedance(ll[k], bb[k], ww[k], r[k], cc[k], X[sel][k], Pr[sel][k], cs[k],
-                                 None if slot is None else (slot[0][k], slot[1][k]))
+                                 None if slot is None else (slot[0][k], slot[1][k], slot[2][k]))
             out[k] = np.log(np.maximum(ex, 1e-300)) - np.log(np.maximum(1.0 - qq[k], 1e-300))
         return out
 
