@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.analysis.simulate import fcfs, slot_wait  # noqa: E402
 from planner.perf.latency import ttft_quantile  # noqa: E402
-from planner.perf.waits import slot_tail  # noqa: E402
+from planner.perf.waits import slot_tail, wait_quantile  # noqa: E402
 
 HOLD_S = 9.4
 TANDEM = {  # (batch, prefill ranks, prefill work s, TTFT base s, prefill utilisation, slot hold s)
@@ -46,8 +46,8 @@ def main() -> None:
         for rho in (0.6, 0.7, 0.8, 0.85):
             arr = np.cumsum(rng.exponential(HOLD_S / (rho * b), n))
             w = (slot_wait(arr, np.full(n, HOLD_S), b) - arr)[n // 10:]
-            pw, th = slot_tail(rho, b, HOLD_S, 0.0)
-            q = [float(th * np.log(max(pw / (1 - x), 1.0))) for x in (0.9, 0.99)]
+            pw, th, k = slot_tail(rho, b, HOLD_S, 0.0)
+            q = [float(wait_quantile(pw, th, k, 1 - x)) for x in (0.9, 0.99)]
             print(f"| {b} | {rho} | {np.mean(w > 1e-9):.3f} / {float(pw):.3f} | {np.quantile(w, 0.9):.3f} / {q[0]:.3f} | "
                   f"{np.quantile(w, 0.99):.3f} / {q[1]:.3f} |")
     print("\n| pool | TTFT p50 / p90 / p99 s simulated | formula |")
