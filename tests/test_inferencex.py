@@ -296,7 +296,8 @@ def test_a_random_router_spreads_the_sequences_beside_a_request_as_the_closed_fo
 
 def test_only_runs_routed_at_random_get_the_routers_tail(tmp_path, catalog):
     """A MoRI-SGLang run (random decode router) of two decode workers has a p99 TPOT above its median without drafts;
-    the same run under Dynamo (round robin) has none, and the medians are the same."""
+    the same run under Dynamo (round robin) has none beyond the batch's context spread (well under 1% at 64
+    sequences), and the medians are the same."""
     mori = dict(RUN, hardware="mi355x", framework="mori-sglang", precision="fp8", prefill_tp=8, prefill_ep=8,
                 prefill_dp_attention=False, prefill_num_workers=1, decode_tp=8, decode_ep=8, decode_dp_attention=False,
                 decode_num_workers=2, num_prefill_gpu=8, num_decode_gpu=16, conc=64)
@@ -304,5 +305,5 @@ def test_only_runs_routed_at_random_get_the_routers_tail(tmp_path, catalog):
     out = predict_measured(load_measured(_write(tmp_path, [mori, rr]), catalog), catalog)
     med, p99 = out["predicted_tpot_ms"].to_numpy(), out["predicted_tpot_p99_ms"].to_numpy()
     assert med[0] == pytest.approx(med[1])
-    assert p99[1] == pytest.approx(med[1])
-    assert 1.01 < p99[0] / med[0] < 1.3
+    assert 1.0 <= p99[1] / med[1] < 1.005
+    assert 1.01 + p99[1] / med[1] - 1.0 < p99[0] / med[0] < 1.3

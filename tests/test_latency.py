@@ -363,3 +363,16 @@ def test_slot_and_prefill_waits_overlap_as_the_simulator_runs_them(slots, decode
     sim = np.percentile(start + base - arrivals, [90, 99])
     f = [float(ttft_quantile(q, base, work, rate * work, 1.0, slots=(slots, base + decode_s, 0.0))[0]) for q in (0.9, 0.99)]
     assert np.allclose(f, sim, rtol=0.08)
+
+
+def test_context_spread_in_tpot():
+    """One sequence's context over a request's decode is its prompt plus half its output; the batch's mean context
+    averages ``B`` of them, so the context term adds ``(elasticity x spread)^2 / B`` to TPOT's squared coefficient of
+    variation."""
+    from planner.perf.latency import context_cv, tpot_cv
+
+    assert float(context_cv(1000.0, 0.0, 0.04, 0.0)) == pytest.approx(0.2)
+    assert float(context_cv(1000.0, 1000.0, 0.0, 0.16)) == pytest.approx(0.4 * 500.0 / 1500.0)
+    base = float(tpot_cv(0.0, 4.0, 0.0, 500.0))
+    with_ctx = float(tpot_cv(0.0, 4.0, 0.0, 500.0, context=0.2))
+    assert base == 0.0 and with_ctx == pytest.approx(0.1)

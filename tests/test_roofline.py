@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from planner.catalog.schemas import IDEAL
@@ -435,3 +437,18 @@ def test_an_attention_dp_step_waits_for_the_rank_with_the_prompt(catalog):
     tp8 = decode_step(s, 8, 8, 1, 1, 512.0, 2048.0, **kw)
     tp8b = decode_step(replace(s, adp_prefill_balance=True), 8, 8, 1, 1, 512.0, 2048.0, **kw)
     assert float(tp8.step_s) == pytest.approx(float(tp8b.step_s), rel=1e-12)
+
+
+def test_context_share_is_the_steps_elasticity_to_context(catalog):
+    """``StepTimes.context_share`` (the attention's share of the binding resource, what the TPOT spread from the
+    batch's contexts scales with) matches the step's numerical elasticity to its context for a memory-bound dense
+    decode (Llama 70B, ideal H100, batch 32), and grows from short to long context."""
+    s = ideal(catalog, "llama-3.1-70b", "h100-sxm")
+    shares = []
+    for ctx in (1000.0, 32_000.0):
+        st = decode_step(s, 8, 1, 1, 1, 32, ctx)
+        up, dn = (float(decode_step(s, 8, 1, 1, 1, 32, ctx * f).step_s) for f in (1.01, 1 / 1.01))
+        elasticity = math.log(up / dn) / (2 * math.log(1.01))
+        assert float(st.context_share) == pytest.approx(elasticity, abs=0.03)
+        shares.append(float(st.context_share))
+    assert 0.0 < shares[0] < shares[1] < 1.0

@@ -150,7 +150,7 @@ at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; Inferenc
 1.05, 1.11, 1.15, 1.14 (medians)."""
 
 
-def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share, routed=0.0) -> dict:
+def _closed_tails(setup: Setup, st, batch, I, O, t_mean, t_wave, input_share, routed=0.0) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
     :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is
@@ -159,11 +159,12 @@ def _closed_tails(setup: Setup, st, batch, O, t_mean, t_wave, input_share, route
     steady state's prompts (``input_share`` of the mean step): the two excesses over the mean add in quadrature
     (independent), with ``routed``, the p99 request's excess from the sequences a random router put beside it
     (:func:`_routing_excess`); ITL is a plain step or one carrying a prefill chunk (per emission)."""
-    from planner.perf.latency import itl_quantiles, tpot_cv
+    from planner.perf.latency import context_cv, itl_quantiles, tpot_cv
     from planner.perf.variants import spec_spread
 
     m, v, r = spec_spread(setup, np.broadcast_to(np.asarray(setup.spec_tokens, dtype=float), np.shape(st.step_s)), O)
-    cv = tpot_cv(input_share, batch, BENCH_LENGTH_CV2, O, m, v, closed=True, request_cv=r)
+    ctx = st.context_share * context_cv(I, O, BENCH_LENGTH_CV2, BENCH_LENGTH_CV2)
+    cv = tpot_cv(input_share, batch, BENCH_LENGTH_CV2, O, m, v, closed=True, request_cv=r, context=ctx)
     plain, chunk, share = st.itl_steps
     i50, i99 = itl_quantiles(plain, chunk, share, (0.5, 0.99))
     shape = np.shape(st.step_s)
@@ -293,7 +294,7 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
         unit = prefill_time(setup, *L, I, 1.0) + np.ceil(I / setup.prefill_chunk_tokens) * plain
         base = ttft(setup, *L, I, 1.0, step_s=st.step_s)
         share = np.clip(1.0 - plain / np.asarray(st.tokens_per_step) / st.step_s, 0.0, 1.0)
-        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * (per_rank - 1.0) * unit + adm, share))
+        tails.update(_closed_tails(setup, st, B, I, O, t1, base + WAVE_SHARE * (per_rank - 1.0) * unit + adm, share))
     return t1, st.step_s
 
 
@@ -332,7 +333,7 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
         # the first wave drains through the prefill pool at its capacity
         base = ttft(pre, *Lp, I, 1.0, transfer_s=kv_transfer_time(setup, I, same), decode_step_s=st.step_s)
         routed = _routing_excess(setup, g, Ld, B, I, O, st, d_workers, kv_cap)
-        tails.update(_closed_tails(setup, st, B, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0, routed))
+        tails.update(_closed_tails(setup, st, B, I, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0, routed))
     return t1, st.step_s
 
 

@@ -523,13 +523,26 @@ def spec_request_cv(spec_tokens, accept, spread: float | None = None):
     return np.where(k > 0, (np.log(up) - np.log(dn)) / (2.0 * h) * spread, 0.0)
 
 
+def context_cv(input_tokens, output_tokens, cv2_in, cv2_out) -> np.ndarray:
+    """Coefficient of variation of one sequence's context averaged over a request's decode, its prompt plus half its
+    output (``I + O / 2``), with prompt and output lengths of squared coefficients of variation ``cv2_in`` and
+    ``cv2_out`` (independent)."""
+    i, o = np.asarray(input_tokens, dtype=float), np.asarray(output_tokens, dtype=float)
+    var = np.asarray(cv2_in, dtype=float) * i * i + np.asarray(cv2_out, dtype=float) * o * o / 4.0
+    return np.sqrt(np.maximum(var, 0.0)) / np.maximum(i + o / 2.0, 1.0)
+
+
 def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_var=0.0, closed: bool = False,
-            request_cv=0.0):
+            request_cv=0.0, context=0.0):
     """Coefficient of variation of one request's TPOT (see the module docstring): ``input_share`` of the mean
     TPOT is other prompts' chunks, about ``B`` of them arriving over the request's decode (Poisson, or exactly
     ``B - 1`` in a closed loop of ``B`` clients, where only their lengths vary), and speculative decoding
     yields ``tokens_mean`` tokens a step with variance ``tokens_var``, averaged over ``O / tokens_mean`` steps, around
-    a request's own mean that varies across requests by ``request_cv`` (:func:`spec_request_cv`)."""
+    a request's own mean that varies across requests by ``request_cv`` (:func:`spec_request_cv`). ``context``: the
+    step's elasticity to the batch's mean context (:attr:`planner.perf.setup.StepTimes.context_share`) times one
+    sequence's context spread (:func:`context_cv`); the batch's mean context over the request's decode averages ``B``
+    independent sequences (the request's own among them), so it adds ``context^2 / B``: at one sequence a long
+    prompt's own KV reads set its TPOT."""
     B = np.maximum(np.asarray(batch, dtype=float), 1.0)
     share = np.clip(np.asarray(input_share, dtype=float), 0.0, 1.0)
     cv2_in = np.asarray(cv2_in, dtype=float)
@@ -538,7 +551,8 @@ def tpot_cv(input_share, batch, cv2_in, output_tokens, tokens_mean=1.0, tokens_v
     cv2_int = share * share * count_var / prompts
     steps = np.maximum(np.asarray(output_tokens, dtype=float) / np.asarray(tokens_mean, dtype=float), 1.0)
     cv2_spec = np.asarray(tokens_var, dtype=float) / np.asarray(tokens_mean, dtype=float) ** 2 / steps
-    return np.sqrt(cv2_int + cv2_spec + np.asarray(request_cv, dtype=float) ** 2)
+    cv2_ctx = np.asarray(context, dtype=float) ** 2 / B
+    return np.sqrt(cv2_int + cv2_spec + np.asarray(request_cv, dtype=float) ** 2 + cv2_ctx)
 
 
 def random_route_sd(decoding, workers) -> np.ndarray:

@@ -219,6 +219,20 @@ class StepTimes:
         return plain, chunk, np.asarray(self.chunk_share, dtype=float)
 
     @property
+    def context_share(self) -> np.ndarray:
+        """d ln(step) / d ln(context), approximately: the attention's share of the resource that binds the step
+        (its KV reads of the memory time, or its FLOPs of the compute time), times that resource's share of the
+        step (overheads, communication and drafting do not grow with the context)."""
+        comp, mem = np.asarray(self.compute_s, dtype=float), np.asarray(self.memory_s, dtype=float)
+        core = np.maximum(comp, mem)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            att = np.where(mem >= comp, np.asarray(self.attn_memory_s, dtype=float) / mem,
+                           np.asarray(self.attn_compute_s, dtype=float) / comp)
+            per_step = np.asarray(self.step_s, dtype=float) * np.asarray(self.tokens_per_step, dtype=float)
+            out = np.nan_to_num(att, nan=0.0) * np.clip(core / per_step, 0.0, 1.0)
+        return np.clip(np.nan_to_num(out, nan=0.0), 0.0, 1.0)
+
+    @property
     def bound(self) -> np.ndarray:
         comm = self.comm_s
         return np.where(

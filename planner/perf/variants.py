@@ -17,7 +17,7 @@ from planner.catalog.schemas import (
     ModelSpec,
 )
 from planner.perf import params as P
-from planner.perf.latency import spec_request_cv, spec_step_spread, tpot_cv, workload_tail
+from planner.perf.latency import context_cv, spec_request_cv, spec_step_spread, tpot_cv, workload_tail
 from planner.perf.layout import (
     draft_bytes_per_chip,
     expert_copies,
@@ -187,8 +187,9 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
             continue
         if h not in by_hit:
             st = agg_decode(setup, *L, B, I, O, new_tokens=I_new, plain=plain) if role == "aggregated" else decode_only
-            by_hit[h] = (st.step_s, np.asarray(st.bound), st.itl_steps)
-        step, bound, itl = by_hit[h]
+            by_hit[h] = (st.step_s, np.asarray(st.bound), st.itl_steps,
+                         st.context_share * context_cv(I, O, cv2_in, tail.cv2_out))
+        step, bound, itl, ctx = by_hit[h]
         variants = [("hbm", step, free >= 0, 0.0)]
         if tier in ("none", "nvme"):
             # Spill what does not fit to host DRAM; every step reads it over the host link.
@@ -214,7 +215,8 @@ def _variants_of(setup: Setup, grid: dict[str, np.ndarray], w: Workload, role: s
                 **base,
                 "host_kv_bytes_per_chip": spill,
                 "kv_bytes_per_chip": kv - spill,
-                **_tails(setup, tpot, step, itl, tpot_cv(share, B, cv2_in, O, *spread[:2], request_cv=spread[2])),
+                **_tails(setup, tpot, step, itl, tpot_cv(share, B, cv2_in, O, *spread[:2], request_cv=spread[2],
+                                                         context=ctx)),
                 "ttft_base_s": tb,
                 "queue_work_s": work,
                 "queue_servers": servers,
