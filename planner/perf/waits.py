@@ -265,13 +265,20 @@ def _md_c_row(c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pr, er, kk
 
 
+_MDC: np.ndarray | None = None
+"""The exact M/D/c tables (``mdc_table.py``) as one array (P, mean, shape), read once."""
+
+
 def md_c_ratios(servers, rho) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(P(wait), mean wait) of M/D/c over M/M/c's (Erlang's C and ``C D / (c (1 - rho))``) and the shape of the wait of
     those who wait (``k`` of :func:`_md_c_row`) at ``servers`` >= 2: the exact table (``planner/perf/mdc_table.py``,
     rows :data:`MDC_SERVERS`) interpolated in ``log c`` and in the log-odds of ``rho`` (the first node's value below
     the grid; above 0.98, linearly to the heavy-traffic limits 1, 1/2 and 1 (exponential) at ``rho`` = 1)."""
-    from planner.perf.mdc_table import MDC_MEAN, MDC_P, MDC_SHAPE
+    global _MDC
+    if _MDC is None:
+        from planner.perf.mdc_table import MDC_MEAN, MDC_P, MDC_SHAPE
 
+        _MDC = np.stack([np.asarray(t, dtype=float) for t in (MDC_P, MDC_MEAN, MDC_SHAPE)])
     c = np.clip(np.asarray(servers, dtype=float), MDC_SERVERS[0], MDC_SERVERS[-1])
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0 - 1e-12)
     c, rho = np.broadcast_arrays(c, rho)
@@ -285,11 +292,9 @@ def md_c_ratios(servers, rho) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     g = gpos - j
     top = 1.0 / (1.0 + math.exp(-MDC_LOGIT[-1]))
     h = np.clip((rho - top) / (1.0 - top), 0.0, 1.0)
-    out = []
-    for table, limit in ((np.asarray(MDC_P), 1.0), (np.asarray(MDC_MEAN), 0.5), (np.asarray(MDC_SHAPE), 1.0)):
-        at = ((1 - f) * ((1 - g) * table[i, j] + g * table[i, j + 1])
-              + f * ((1 - g) * table[i + 1, j] + g * table[i + 1, j + 1]))
-        out.append((1.0 - h) * at + h * limit)
+    t = _MDC
+    at = ((1 - f) * ((1 - g) * t[:, i, j] + g * t[:, i, j + 1]) + f * ((1 - g) * t[:, i + 1, j] + g * t[:, i + 1, j + 1]))
+    out = (1.0 - h) * at + h * np.array([1.0, 0.5, 1.0]).reshape((3,) + (1,) * np.ndim(h))
     return out[0], out[1], out[2]
 
 
@@ -365,12 +370,89 @@ def wait_tail(rho, servers, work, cs2=0.0, shape: bool = False):
     return (pw, th, k) if shape else (pw, th)
 
 
+_HALF_LN_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _lgamma(a: np.ndarray) -> np.ndarray:
+    """ln Gamma(a), ``a > 0``, elementwise: shifted up by six by ``Gamma(a) = Gamma(a + 6) / (a (a + 1) ... (a +
+    5))``, then Stirling's series to its ``z^-7`` term (error below 1e-10 at ``z >= 6``). NumPy only (scipy's import
+    costs the planning path a second)."""
+    a = np.asarray(a, dtype=float)
+    z = a + 6.0
+    shift = np.log(a * (a + 1.0) * (a + 2.0) * (a + 3.0) * (a + 4.0) * (a + 5.0))
+    iz = 1.0 / z
+    iz2 = iz * iz
+    series = iz * (1.0 / 12.0 - iz2 * (1.0 / 360.0 - iz2 * (1.0 / 1260.0 - iz2 / 1680.0)))
+    return (z - 0.5) * np.log(z) - z + _HALF_LN_2PI + series - shift
+
+
+def _gammaincc(a: np.ndarray, x: np.ndarray, series_terms: int = 28, fraction_terms: int = 16) -> np.ndarray:
+    """The regularised upper incomplete gamma function ``Q(a, x)``, ``a >= 1``, ``x >= 0``, elementwise: below ``x =
+    a + 1`` one minus the power series of ``P(a, x) = x^a e^-x / Gamma(a + 1) sum_n x^n / ((a + 1) ... (a + n))``,
+    above it Legendre's continued fraction ``Q = x^a e^-x / Gamma(a) / (x + 1 - a - 1 (1 - a) / (x + 3 - a - 2 (2 -
+    a) / ...))`` evaluated backwards from a fixed depth: at ``a <= 7`` (the waits' shapes stay below 6.3) 28 terms of
+    the series and 16 of the fraction are within 1e-10 of scipy's (``tests/test_latency.py``)."""
+    a, x = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(x, dtype=float))
+    x = np.maximum(x, 0.0)
+    out = np.empty(a.shape)
+    with np.errstate(divide="ignore", under="ignore", over="ignore", invalid="ignore"):
+        lo = x < a + 1.0
+        if lo.any():
+            al, xl = a[lo], x[lo]
+            term = np.ones_like(xl)
+            total = np.ones_like(xl)
+            buf = np.empty_like(xl)
+            for n in range(1, series_terms + 1):  # in place: the planning path calls this thousands of times
+                np.add(al, float(n), out=buf)
+                np.divide(xl, buf, out=buf)
+                term *= buf
+                total += term
+                if n % 6 == 0 and float(term.max()) < 1e-13:  # every term after falls faster (x < a + 1)
+                    break
+            log_front = al * np.log(np.where(xl > 0, xl, 1.0)) - xl - _lgamma(al) - np.log(al)
+            p = np.where(xl > 0, np.exp(log_front) * total, 0.0)
+            out[lo] = np.clip(1.0 - p, 0.0, 1.0)
+        hi = ~lo
+        if hi.any():
+            ah, xh = a[hi], x[hi]
+            frac = np.zeros_like(xh)
+            base = xh + 1.0 - ah
+            buf = np.empty_like(xh)
+            for n in range(fraction_terms, 0, -1):
+                np.add(base, 2.0 * n, out=buf)
+                buf -= frac
+                np.subtract(float(n), ah, out=frac)
+                frac *= float(n)
+                frac /= buf
+            cf = 1.0 / (base - frac)
+            out[hi] = np.clip(np.exp(ah * np.log(xh) - xh - _lgamma(ah)) * cf, 0.0, 1.0)
+    return out
+
+
+def _gammainccinv(a: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``y`` with ``Q(a, y) = r`` (``a >= 1``, ``0 < r <= 1``): Newton on ``ln Q``, which is concave and falling in
+    ``y`` (the gamma law is log-concave at ``a >= 1``), so the first step lands right of the root and the rest
+    climb down to it monotonically."""
+    a, r = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(r, dtype=float))
+    target = np.log(np.clip(r, 1e-300, 1.0))
+    y = np.maximum(a * (1.0 - target), 1e-9)
+    lg = _lgamma(a)
+    for _ in range(60):
+        q = np.maximum(_gammaincc(a, y), 1e-300)
+        dens = np.exp((a - 1.0) * np.log(y) - y - lg)
+        step = (np.log(q) - target) * q / np.maximum(dens, 1e-300)
+        y_new = np.maximum(y + step, 1e-12)
+        if np.all(np.abs(y_new - y) <= 1e-12 * np.maximum(y, 1.0)):
+            y = y_new
+            break
+        y = y_new
+    return np.where(r >= 1.0, 0.0, y)
+
+
 def wait_survival(s, th, k=1.0) -> np.ndarray:
     """``P(W > s | W > 0)`` of a wait of a request that waits, gamma of mean ``th`` and shape ``k``
     (:func:`wait_tail`): ``Q(k, k s / th)``, the regularised upper incomplete gamma function (``e^{-s / th}`` at ``k``
     = 1, taken directly); 0 where ``th`` is 0."""
-    from scipy.special import gammaincc
-
     s, th, k = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (s, th, k)))
     pos = th > 0
     x = np.where(pos, np.maximum(s, 0.0) / np.where(pos, th, 1.0), 0.0)
@@ -379,14 +461,12 @@ def wait_survival(s, th, k=1.0) -> np.ndarray:
         g = pos & (np.abs(k - 1.0) > 1e-12)
         if g.any():
             out = np.array(out, dtype=float)
-            out[g] = gammaincc(k[g], k[g] * x[g])
+            out[g] = _gammaincc(k[g], k[g] * x[g])
     return np.where(pos, out, 0.0)
 
 
 def wait_quantile(pw, th, k, miss) -> np.ndarray:
     """The wait exceeded with probability ``miss`` (``P_W Q(k, k t / th) = miss``), 0 where ``P_W <= miss``."""
-    from scipy.special import gammainccinv
-
     pw, th, k, miss = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (pw, th, k, miss)))
     live = (pw > miss) & (th > 0)
     r = np.where(live, np.minimum(miss / np.where(live, pw, 1.0), 1.0), 1.0)
@@ -395,7 +475,7 @@ def wait_quantile(pw, th, k, miss) -> np.ndarray:
     g = live & (np.abs(k - 1.0) > 1e-12)
     x = np.array(expo, dtype=float)
     if g.any():
-        x[g] = gammainccinv(k[g], r[g]) / k[g]
+        x[g] = _gammainccinv(k[g], r[g]) / k[g]
     return np.where(live, th * x, 0.0)
 
 
