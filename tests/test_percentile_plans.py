@@ -88,21 +88,24 @@ def test_bundled_plans_meet_their_quantiles_in_simulation(name):
             assert row["goodput"] >= row["slo_goodput"] - 0.01, row
 
 
-def test_a_rare_workloads_pool_is_measured_in_its_steady_state():
-    """multi-workload's long-context pool gets ~80 requests a replica at 100,000 requests: simulated from empty, its
-    p99 TTFT pooled over five seeds was 28% short of the steady state the plan's formula (and a replica simulated
-    alone for 300,000 requests) gives; the warm-up (``simulate.warm_up``) puts it within 15%."""
+def test_a_rare_workloads_pool_is_measured_after_a_warm_up():
+    """multi-workload's long-context pool gets ~80 requests a replica a seed at 100,000 requests: each workload's stream
+    starts a few relaxation times early (``simulate.warm_up``, at least a tenth of its requests, at most as many
+    again), only its own ``n`` requests are recorded, and the pool's mean TTFT over ten seeds (~13,000 requests) is
+    the plan's within 10% (7.7 s against 7.9 s; from empty it measured its start-up, 7.3 s; the p99 check with
+    one replica alone over 300,000 requests is ``bench/percentiles.py``'s)."""
     from planner.analysis.simulate import warm_up
 
     plan = read_plan(ROOT / "plans" / "multi-workload")
     w = next(x for x in plan.workloads if x.name == "long-context")
     assert 1_000 // 10 <= warm_up(plan, w, 1_000) <= 1_000
     pool = max((p for p in plan.pools if p.workload == "long-context"), key=lambda p: p.replicas)
-    runs = [simulate(plan, requests=100_000, seed=s) for s in range(5)]
+    runs = [simulate(plan, requests=100_000, seed=s) for s in range(10)]
+    share = w.requests_per_s / sum(x.requests_per_s for x in plan.workloads)
+    for r in runs:
+        assert int(np.sum(r.workload.astype(str) == "long-context")) == round(100_000 * share)
     t = np.concatenate([r.ttft[r.pool.astype(str) == pool.id] for r in runs])
-    assert t.size == pytest.approx(5 * 100_000 * w.requests_per_s / sum(x.requests_per_s for x in plan.workloads)
-                                   * 0.98, rel=0.1)
-    assert float(np.quantile(t, 0.99)) == pytest.approx(pool.predicted.latency.ttft.p99, rel=0.15)
+    assert float(np.mean(t)) == pytest.approx(pool.predicted.latency.ttft_mean_s, rel=0.10)
 
 
 def test_batch_means_interval_covers_the_mm1_wait_share():
