@@ -26,11 +26,13 @@ sys.path.insert(0, str(ROOT))
 from planner.analysis.simulate import fcfs  # noqa: E402
 from planner.perf.waits import (  # noqa: E402
     erlang_c,
+    md_c_cdf,
     md_c_quantile,
     md_c_table_source,
     md_c_wait,
     mean_wait_factor,
     wait_quantile,
+    wait_survival,
     wait_tail,
 )
 
@@ -77,6 +79,15 @@ def check() -> None:
                     continue
                 rel_now.append(float(wait_quantile(pn, tn, kn, 1.0 - q)) / exact - 1.0)
                 rel_exp.append(tn * math.log(pn / (1.0 - q)) / exact - 1.0 if pn > 1.0 - q else -1.0)
+    # near the atom: P(W > x theta) at small x, where the gamma's flat start and Erlang's C overstate the exact wait
+    print("\n| servers | utilisation | x | P(W > x theta): exact / gamma (Erlang's C) / exponential (Erlang's C) |")
+    print("|---:|---:|---:|---|")
+    for c, rho in ((4, 0.6), (64, 0.85)):
+        pn, tn, kn = (float(v) for v in wait_tail(rho, c, 1.0, 0.0, shape=True))
+        for x in (0.1, 0.5, 1.0, 2.0):
+            ex = 1.0 - md_c_cdf(c, rho, x * tn)
+            print(f"| {c} | {rho} | {x} | {ex:.4f} / {pn * float(wait_survival(x * tn, tn, kn)):.4f} / "
+                  f"{pn * math.exp(-x):.4f} |")
     for name, r in (("the formula now (gamma)", rel_now), ("exponential of the exact mean", rel_exp)):
         a = np.abs(r)
         print(f"\n{name}: p99 and p99.9 wait against exact M/D/c over {len(r)} cases (servers {GRID_SERVERS}, "

@@ -202,11 +202,8 @@ def md_c_wait(c: int, rho: float, nodes: int = 16) -> tuple[float, float]:
     return pw, mean
 
 
-def md_c_quantile(c: int, rho: float, q: float) -> float:
-    """The wait (in service times) of the M/D/c queue at quantile ``q``, exactly (the distribution of
-    :func:`md_c_wait`, ``P(W <= kD + u)``, inverted by bisection; 0 where ``q`` is below the share that never waits)."""
-    from scipy.optimize import brentq
-
+def _md_c_cdf_of(c: int, rho: float):
+    """``t -> P(W <= t)`` (``t`` in service times) of the M/D/c queue (:func:`md_c_wait`'s distribution)."""
     _md_c_check(c, rho)
     f = _md_c_max(c, rho)
     a = rho * c
@@ -214,6 +211,21 @@ def md_c_quantile(c: int, rho: float, q: float) -> float:
     def cdf(t: float) -> float:
         k = math.floor(t)
         return _md_c_window(f, (k + 1) * c, a * (1.0 - (t - k)))
+
+    return cdf
+
+
+def md_c_cdf(c: int, rho: float, t: float) -> float:
+    """``P(W <= t)`` of the M/D/c queue, ``t`` in service times, exactly."""
+    return _md_c_cdf_of(c, rho)(t)
+
+
+def md_c_quantile(c: int, rho: float, q: float) -> float:
+    """The wait (in service times) of the M/D/c queue at quantile ``q``, exactly (the distribution of
+    :func:`md_c_wait`, ``P(W <= kD + u)``, inverted by bisection; 0 where ``q`` is below the share that never waits)."""
+    from scipy.optimize import brentq
+
+    cdf = _md_c_cdf_of(c, rho)
 
     if cdf(0.0) >= q:
         return 0.0
