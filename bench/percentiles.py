@@ -11,6 +11,7 @@
 
     python bench/percentiles.py [--loho] [--jobs 2] [--plans-only | --runs-only]
     python bench/percentiles.py --spread   # the acceptance spread across requests against the speculative runs
+    python bench/percentiles.py --warm-up  # the simulator's warm-up on multi-workload's rare long-context pool
 """
 
 from __future__ import annotations
@@ -213,6 +214,30 @@ def _queue_utilisation(plan, p) -> float:
     return u
 
 
+def warm_up_check(seeds: int = 10) -> None:
+    """multi-workload's long-context pool with the most replicas (~80 requests a replica a seed at 100,000 requests):
+    its mean and p90 TTFT over ``seeds`` seeds simulated with the warm-up (``simulate.warm_up``) and from empty, beside
+    the plan's prediction."""
+    import planner.analysis.simulate as sim
+    from planner.export.bundle import read_plan
+
+    plan = read_plan(ROOT / "plans" / "multi-workload")
+    pool = max((p for p in plan.pools if p.workload == "long-context"), key=lambda p: p.replicas)
+    lt = pool.predicted.latency
+    print(f"multi-workload {pool.id} ({pool.replicas} replicas): predicted mean {lt.ttft_mean_s:.2f} s, "
+          f"p90 {lt.ttft.p90:.2f} s")
+    kept = sim.warm_up
+    try:
+        for name, rule in (("warmed up", kept), ("from empty", lambda plan, w, n: 0)):
+            sim.warm_up = rule
+            t = np.concatenate([r.ttft[r.pool.astype(str) == pool.id]
+                                for r in (sim.simulate(plan, requests=100_000, seed=s) for s in range(seeds))])
+            print(f"  {name}: {t.size:,} requests over {seeds} seeds, mean {t.mean():.2f} s, "
+                  f"p90 {np.quantile(t, 0.9):.2f} s")
+    finally:
+        sim.warm_up = kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loho", action="store_true", help="Also leave each hardware out of the fit (minutes).")
@@ -221,7 +246,12 @@ def main() -> None:
     ap.add_argument("--runs-only", action="store_true")
     ap.add_argument("--spread", action="store_true",
                     help="Scan the spread of draft acceptance across requests against the speculative runs, then stop.")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="The simulator's warm-up against starting empty on a rare workload's pool, then stop.")
     a = ap.parse_args()
+    if a.warm_up:
+        warm_up_check()
+        return
     if a.spread:
         spread_scan()
         return

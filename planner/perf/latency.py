@@ -193,15 +193,10 @@ def ttft_exceedance(limit, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0
     if slot is None:
         tail = pw[:, None] * wait_survival(sp, th[:, None], k[:, None])
     else:
-        p2, t2, k2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in _slot3(slot))
+        p2, t2, k2 = (np.broadcast_to(np.asarray(v, dtype=float), (n,))[:, None] for v in slot)
         tail = max_wait_tail(sp, pw[:, None], th[:, None], p2, t2, k[:, None], k2)
     tail = np.where(s < 0, 1.0, tail)
     return np.sum(Pr * tail, axis=1)
-
-
-def _slot3(slot):
-    """(probability, mean, shape) of a slot wait given with or without its shape (exponential without)."""
-    return tuple(slot) if len(slot) == 3 else (slot[0], slot[1], 1.0)
 
 
 def _slot_at(rho, servers, work, slots):

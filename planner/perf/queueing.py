@@ -15,8 +15,8 @@ LABELS = ("workload", "model", "role", "hardware", "engine", "weights_dtype", "w
 
 def queue_wait(rho, servers, work_s):
     """Mean wait in queue of an M/D/c system (Poisson arrivals, deterministic service of ``work_s`` on
-    ``servers`` parallel servers) at utilisation ``rho``: Erlang's C times the M/M/c conditional wait, halved for
-    deterministic service (Allen-Cunneen; exact M/D/1 for one server). With variable service (M/G/c, squared
+    ``servers`` parallel servers) at utilisation ``rho``: Erlang's C times the exact M/D/c mean wait of those who wait
+    (:func:`planner.perf.waits.wait_tail`; Pollaczek-Khinchine for one server). With variable service (M/G/c, squared
     coefficient of variation ``cs2``) pass ``work_s * (1 + cs2)``: the wait scales by ``(1 + cs2)`` while the
     utilisation stays that of the mean work."""
     from planner.perf.latency import wait_tail
