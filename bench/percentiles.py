@@ -11,6 +11,7 @@
 
     python bench/percentiles.py [--loho] [--jobs 2] [--plans-only | --runs-only]
     python bench/percentiles.py --spread   # the acceptance spread across requests against the speculative runs
+    python bench/percentiles.py --noise    # the step-time noise against the runs without drafts
     python bench/percentiles.py --warm-up  # the simulator's warm-up on multi-workload's rare long-context pool
 """
 
@@ -59,6 +60,32 @@ def spread_scan() -> None:
             print(f"| {sd:.2f} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | median |log| {allk:.3f} |")
     finally:
         lat.SPEC_REQUEST_SPREAD = kept
+
+
+def noise_scan() -> None:
+    """The step-time noise (``STEP_NOISE``) against the measured p99 / median TPOT of the runs without drafts: the
+    median of predicted over measured ratio per output/input length (the medians' own error cancels)."""
+    import planner.perf.latency as lat
+
+    cat = load_catalog()
+    meas = load_measured(RUNS, cat, measured=True)
+    norm = meas.norm
+    off = norm["n_spec"].fillna(0.0).to_numpy(float) == 0
+    lengths = meas.raw["isl"].astype(str) + "/" + meas.raw["osl"].astype(str)
+    mr = (norm["m_tpot_p99"] / norm["m_tpot"]).to_numpy(float)
+    keys = sorted(lengths[off].unique())
+    print("| noise | " + " | ".join(f"{k}: pred/meas p99/median" for k in keys) + " | all without drafts |")
+    print("|---|" + "---|" * (len(keys) + 1))
+    kept = lat.STEP_NOISE
+    try:
+        for sd in (0.0, 0.3, 0.4, 0.5, 0.6, 0.7):
+            lat.STEP_NOISE = sd
+            p = predict_normalised(norm, cat)
+            r = (p["predicted_tpot_p99_ms"] / p["predicted_tpot_ms"]).to_numpy(float) / mr
+            cells = [np.nanmedian(r[off & (lengths == k).to_numpy()]) for k in keys]
+            print(f"| {sd:.2f} | " + " | ".join(f"{c:.4f}" for c in cells) + f" | {np.nanmedian(r[off]):.4f} |")
+    finally:
+        lat.STEP_NOISE = kept
 
 
 def runs(loho: bool, jobs: int) -> None:
@@ -246,6 +273,8 @@ def main() -> None:
     ap.add_argument("--runs-only", action="store_true")
     ap.add_argument("--spread", action="store_true",
                     help="Scan the spread of draft acceptance across requests against the speculative runs, then stop.")
+    ap.add_argument("--noise", action="store_true",
+                    help="Scan the step-time noise against the runs without drafts, then stop.")
     ap.add_argument("--warm-up", action="store_true",
                     help="The simulator's warm-up against starting empty on a rare workload's pool, then stop.")
     a = ap.parse_args()
@@ -254,6 +283,9 @@ def main() -> None:
         return
     if a.spread:
         spread_scan()
+        return
+    if a.noise:
+        noise_scan()
         return
     if not a.plans_only:
         if not RUNS.exists():

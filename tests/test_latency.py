@@ -284,8 +284,8 @@ def test_a_requests_own_acceptance_spreads_its_tpot():
     assert float(spec_request_cv(1.0, 0.8, spread=0.08)) == pytest.approx(0.08 / 1.8, rel=1e-3)
     cvs = [float(spec_request_cv(float(k), (0.875, 0.616), spread=0.08)) for k in (0, 1, 2, 3)]
     assert cvs[0] == 0.0 and cvs[1] < cvs[2] < cvs[3]
-    base = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5))
-    both = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5, request_cv=0.1))
+    base = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5, noise=0.0))
+    both = float(tpot_cv(0.0, 64.0, 0.0, 1000.0, 2.0, 0.5, request_cv=0.1, noise=0.0))
     assert both == pytest.approx(np.hypot(base, 0.1))
     assert base < 0.02  # within a request, 500 steps average the draws out
 
@@ -373,9 +373,24 @@ def test_context_spread_in_tpot():
 
     assert float(context_cv(1000.0, 0.0, 0.04, 0.0)) == pytest.approx(0.2)
     assert float(context_cv(1000.0, 1000.0, 0.0, 0.16)) == pytest.approx(0.4 * 500.0 / 1500.0)
-    base = float(tpot_cv(0.0, 4.0, 0.0, 500.0))
-    with_ctx = float(tpot_cv(0.0, 4.0, 0.0, 500.0, context=0.2))
+    base = float(tpot_cv(0.0, 4.0, 0.0, 500.0, noise=0.0))
+    with_ctx = float(tpot_cv(0.0, 4.0, 0.0, 500.0, context=0.2, noise=0.0))
     assert base == 0.0 and with_ctx == pytest.approx(0.1)
+
+
+def test_step_noise_averages_over_a_requests_steps():
+    """The step-time noise leaves a request's TPOT a spread of ``STEP_NOISE / sqrt(steps)``, steps = ``O`` over the
+    tokens a step yields, added in quadrature to the other sources; eight times the output, ``sqrt(8)`` less."""
+    from planner.perf.latency import STEP_NOISE, step_noise_cv, tpot_cv
+
+    assert float(step_noise_cv(1000.0)) == pytest.approx(STEP_NOISE / np.sqrt(1000.0))
+    assert float(step_noise_cv(1000.0, 2.0, noise=0.4)) == pytest.approx(0.4 / np.sqrt(500.0))
+    assert float(step_noise_cv(8000.0)) == pytest.approx(float(step_noise_cv(1000.0)) / np.sqrt(8.0))
+    assert float(step_noise_cv(0.5)) == pytest.approx(STEP_NOISE)  # at least one step
+    assert float(tpot_cv(0.0, 4.0, 0.0, 1000.0)) == pytest.approx(STEP_NOISE / np.sqrt(1000.0))
+    other = float(tpot_cv(0.3, 16.0, 0.1, 1000.0, 2.0, 0.5, context=0.2, noise=0.0))
+    assert float(tpot_cv(0.3, 16.0, 0.1, 1000.0, 2.0, 0.5, context=0.2)) == pytest.approx(
+        np.hypot(other, STEP_NOISE / np.sqrt(500.0)))
 
 
 def test_incomplete_gamma_without_scipy():

@@ -14,7 +14,8 @@ random (a random split of a Poisson stream is Poisson). Each replica is simulate
   steps (``x`` times the mean prompt's share of the step, as the performance model prices it), so a request's
   TPOT is the plain step plus the prompts that actually arrived while it decoded, over its tokens. With
   speculative decoding each step yields 1 + the accepted drafts (each accepted with the probability that gives
-  the plan's tokens per step), drawn per request.
+  the plan's tokens per step), drawn per request; and each request's steps carry the engine's step-time noise
+  averaged over them (:data:`planner.perf.latency.STEP_NOISE`).
 - **ITL**: the steps a request sees are plain or carry a prefill chunk, in the share the prompts around it make.
 
 Step times come from the plan (the performance model's numbers for each pool at its batch); the simulation
@@ -139,6 +140,18 @@ def _spec_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int)
     return steps * mean0 / out_tokens / jensen
 
 
+def _request_factor(rng, out_tokens: np.ndarray, tokens_per_step: float, spec: int) -> np.ndarray:
+    """Per request, the factor its TPOT differs from the pool's mean by: its drafts (:func:`_spec_factor`) times the
+    step-time noise averaged over its steps (lognormal of mean 1 and coefficient of variation
+    :func:`planner.perf.latency.step_noise_cv`, as the plan's TPOT quantiles take it)."""
+    from planner.perf.latency import step_noise_cv
+
+    cv = step_noise_cv(out_tokens, max(tokens_per_step, 1.0))
+    s2 = np.log1p(cv * cv)
+    noise = np.exp(rng.normal(-s2 / 2.0, np.sqrt(s2)))
+    return _spec_factor(rng, out_tokens, tokens_per_step, spec) * noise
+
+
 def _lengths(rng, spread, n: int) -> np.ndarray:
     """``n`` lengths over their mean, drawn from a workload's spread (all 1 without one)."""
     if spread is None:
@@ -238,7 +251,7 @@ def _simulate_workload(plan: Plan, w, n: int, rng, cols: dict, itl: dict, warm: 
         for k, p in enumerate(decode):
             sel = np.flatnonzero(dsel == k)
             rep = rng.integers(0, p.replicas, size=sel.size)
-            spec = _spec_factor(rng, out[mine[sel]], p.tokens_per_step, p.spec_tokens)
+            spec = _request_factor(rng, out[mine[sel]], p.tokens_per_step, p.spec_tokens)
             step = p.predicted.tpot_s * spec
             for r in range(p.replicas):
                 s2 = sel[rep == r]
@@ -283,7 +296,7 @@ def _replica(rng, p, arrivals: np.ndarray, x: np.ndarray, out: np.ndarray, mean_
     end = first + out * tpot_mean
     lo, hi = np.searchsorted(s_sorted, first, side="left"), np.searchsorted(s_sorted, end, side="right")
     prompts = cum[hi] - cum[lo]
-    spec = _spec_factor(rng, out, p.tokens_per_step, p.spec_tokens)
+    spec = _request_factor(rng, out, p.tokens_per_step, p.spec_tokens)
     tpot = (plain + prompts * per_prompt / out) * spec
     # the share of its steps that carry a chunk: the design's share (B prompts over a request's O steps at full
     # batch) scaled by the prompts it actually saw
