@@ -71,10 +71,10 @@ def test_no_checkpoint_is_exit_1_naming_the_pool_and_given_one_exports(tmp_path,
     src = tmp_path / "plan"
     shutil.copytree(ROOT / "plans" / "llama-70b-chat", src)
     doc = json.loads((src / "plan.json").read_text())
-    # the SGLang pools (an aggregated pool, or a prefill/decode pair, which must move together) made NVFP4 on B200
-    pools = [p for p in doc["pools"] if p["engine"] == "sglang"]
+    # every pool (aggregated pools, or prefill/decode pairs, which must move together) made SGLang NVFP4 on B200
+    pools = doc["pools"]
     for p in pools:
-        p.update({"weights_dtype": "fp4", "hardware": "b200-sxm"})
+        p.update({"weights_dtype": "fp4", "hardware": "b200-sxm", "engine": "sglang"})
     (src / "plan.json").write_text(json.dumps(doc))
     code = _run(["export", src, "--target", "sglang", "--out", tmp_path / "out"])
     err = capsys.readouterr().err

@@ -531,6 +531,6 @@ def test_context_stays_within_the_checkpoint_or_says_how_it_is_extended(catalog,
         assert ov["max_position_embeddings"] == 131072 and ov["rope_scaling"]["factor"] == 4.0
     tr = launch.command(long, "trtllm")
     assert tr[tr.index("--max_seq_len") + 1] == "40960" and "capped" in launch.context_note(long, "trtllm")
-    llama = next(x for x in deployments(read_plan(ROOT / "plans" / "llama-70b-chat"), catalog) if x.engine == "sglang")
+    llama = deployments(read_plan(ROOT / "plans" / "llama-70b-chat"), catalog)[0]
     a = launch.command(llama, "sglang")
     assert a[a.index("--context-length") + 1] == "131072" and launch.context_note(llama, "sglang") is None

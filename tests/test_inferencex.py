@@ -297,13 +297,18 @@ def test_a_random_router_spreads_the_sequences_beside_a_request_as_the_closed_fo
 def test_only_runs_routed_at_random_get_the_routers_tail(tmp_path, catalog):
     """A MoRI-SGLang run (random decode router) of two decode workers has a p99 TPOT above its median without drafts;
     the same run under Dynamo (round robin) has none beyond the batch's context spread (well under 1% at 64
-    sequences), and the medians are the same."""
+    sequences) and the step-time noise over its steps, and the medians are the same."""
+    import planner.perf.latency as lat
+
     mori = dict(RUN, hardware="mi355x", framework="mori-sglang", precision="fp8", prefill_tp=8, prefill_ep=8,
                 prefill_dp_attention=False, prefill_num_workers=1, decode_tp=8, decode_ep=8, decode_dp_attention=False,
                 decode_num_workers=2, num_prefill_gpu=8, num_decode_gpu=16, conc=64)
     rr = dict(mori, framework="dynamo-sglang")
-    out = predict_measured(load_measured(_write(tmp_path, [mori, rr]), catalog), catalog)
+    meas = load_measured(_write(tmp_path, [mori, rr]), catalog)
+    out = predict_measured(meas, catalog)
     med, p99 = out["predicted_tpot_ms"].to_numpy(), out["predicted_tpot_p99_ms"].to_numpy()
     assert med[0] == pytest.approx(med[1])
-    assert 1.0 <= p99[1] / med[1] < 1.005
+    noise = float(lat.lognormal_quantile(1.0, lat.step_noise_cv(RUN["osl"] * 0.9), 0.99)) - 1.0
+    assert noise > 0.02  # ~1K tokens: 0.5 / sqrt(920) a request, 2.33 of them at p99
+    assert 1.0 + noise <= p99[1] / med[1] < 1.005 + noise
     assert 1.01 + p99[1] / med[1] - 1.0 < p99[0] / med[0] < 1.3

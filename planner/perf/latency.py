@@ -373,10 +373,10 @@ def _root_table(servers, sigma, q, cs2) -> np.ndarray:
     return out
 
 
-_CLOSE = 1e-5
-"""A load is taken once its miss ``g`` is this close below zero: the exceedance within 1e-5 of ``1 - q`` (relative)
-or the mean TTFT within 10 us of its limit (the load then within ~1e-5 of the root; 1e-7 took a third more
-evaluations, ~8% of the candidate stage, and moved no plan)."""
+_CLOSE = 1e-7
+"""A load is taken once its miss ``g`` is this close below zero: the exceedance within 1e-7 of ``1 - q`` (relative)
+or the mean TTFT within 0.1 us of its limit (1e-5 saved a third of the evaluations, but where the exceedance barely
+moves with the load, as at light load, it left loads 1e-3 from the root: ``tests/test_candidates.py``)."""
 
 
 def _illinois(g, hi: np.ndarray, tol: float = 1e-8, near: bool = False, lo=None) -> np.ndarray:
