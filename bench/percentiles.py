@@ -127,9 +127,9 @@ MIN_PERIODS = 100
 """Relaxation times of a pool's queues pooled over its replicas and the seeds (:func:`_periods`) below which its
 simulated p99 is not estimated either: a loaded queue's waits are correlated over about one relaxation time (a long
 prompt delays every request behind it for a busy period), so its requests hold that many independent draws, not
-their count (multi-workload's long-context prefill pool at utilisation 0.90: 1,424 requests pooled, 40 relaxation
-times, p99 19,414 ms with the seeds at 11,738-21,802 ms, where one replica simulated alone for 300,000 requests gives
-26,317 ms against the plan's 27,897 ms)."""
+their count (multi-workload's long-context prefill pool at utilisation 0.92: 1,404 requests pooled over the seeds,
+31 relaxation times, p99 18,881 ms with the seeds at 12,016-21,601 ms, where one replica simulated alone for 300,000
+requests gives 31,900 ms against the plan's 34,002 ms)."""
 
 
 def _periods(plan, p, n: int) -> float:
