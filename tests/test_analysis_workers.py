@@ -26,7 +26,8 @@ def rs(catalog):
 @pytest.fixture(scope="module")
 def tight(catalog):
     """three-models with chat's TPOT at 30 ms, where it binds: 10% looser saves $13.52/h on the catalog of 2026-11-28
-    (34 ms until the batch limits got steps of 1.5x, which absorb 10% at 34 ms; 36 ms on the catalog of 2026-11-26; at
+    (34 ms until the candidates got rows at the batch that meets the TPOT target, which absorb 10% at 34 ms; 36 ms on
+    the catalog of 2026-11-26; at
     the bundled 40 ms whole nodes absorb every 10% relaxation and no SLO question saves)."""
     from planner.catalog.scenario import Scenario
 

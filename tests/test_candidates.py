@@ -169,6 +169,7 @@ def test_streamed_pool_answers_every_level_like_the_whole_pool(catalog, name):
     for, exactly the table the whole pool gives, with the same drop counts at the scenario's level; it holds a
     small fraction of the rows."""
     from planner.perf.candidates import evaluate_candidates, scenario_slos, select_candidates
+    from planner.perf.refine import refine_targets
     from planner.pipeline.plan import slo_levels
 
     p = ROOT / "catalogs" / "scenarios" / f"{name}.yaml"
@@ -176,7 +177,9 @@ def test_streamed_pool_answers_every_level_like_the_whole_pool(catalog, name):
     slos = scenario_slos(rs.scenario.workloads)
     levels = slo_levels(slos, True)
     assert len(levels) == 1 + 2 * len(slos)
-    full, streamed = evaluate_candidates(rs), evaluate_candidates(rs, None, levels)
+    # the whole pool refined at the levels' TPOT targets, as the streamed one is by default
+    full = evaluate_candidates(rs, refine=refine_targets(levels, rs.scenario.workloads))
+    streamed = evaluate_candidates(rs, None, levels)
     assert streamed.evaluated == full.evaluated and streamed.fit == len(full.rows)
     assert len(streamed.rows) < 0.2 * len(full.rows)
     for i, lv in enumerate(levels):

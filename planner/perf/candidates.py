@@ -65,16 +65,17 @@ from planner.perf.pruning import (  # noqa: F401  (re-exported)
     usable_share,
 )
 from planner.perf.queueing import BOUNDS, LABELS, planned_load, queue_wait  # noqa: F401  (re-exported)
+from planner.perf.refine import refine_targets, refined_grids
 from planner.perf.roofline import Setup
 from planner.perf.setup import engine_options
 from planner.perf.variants import PREFIX_TIERS, evaluate_point, variants  # noqa: F401  (re-exported)
 
-BATCH_PER_RANK = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-"""Batch limits per attention rank the candidates try (engines take any ``--max-running-requests`` /
-``max_batch_size``): doubling up to 16, then steps of 1.5x. Doubling alone left a pool whose TPOT quantile sat just
-over its target at one batch to run at half of it: on the bundled scenarios the half steps cut llama-70b-chat's cost
-29%, deepseek-sglang-pd's 18%, the llama-70b day plans' 10-11% (`bench/bench_plan.py` for the candidate rows and
-time); thirds below 16 (3, 6, 12) moved no bundled plan."""
+BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""Batch limits per attention rank the grid tries (engines take any ``--max-running-requests`` /
+``max_batch_size``). Between two of them, each decode and aggregated layout also gets a row at the largest batch
+that meets each TPOT target (:mod:`planner.perf.refine`): doubling alone left a pool whose TPOT quantile sat just over
+its target at one step to run at half of it (llama-70b-chat cost 1.74x what it costs with the refined rows, the
+llama-70b day plans 1.13x); steps of 1.5x instead took 1.5x the rows and still cost llama-70b-chat 1.23x."""
 ROLES = ("aggregated", "prefill", "decode")
 
 
@@ -132,22 +133,6 @@ def engine_choices(rs: ResolvedScenario, hw: HardwareSpec, engine: str | None = 
     elif engine is None:
         engines = engines[:1]
     return [EngineChoice(e, hw.efficiency.for_engine(e.id), e.id in hw.efficiency.by_engine) for e in engines]
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 GRID_COLUMNS = ("tp", "ep", "pp", "attn_dp", "redundant", "expert_copies", "moe_imbalance", "spec", "tbo", "b_rank",
@@ -227,7 +212,8 @@ def kv_options(allowed, engine: EngineSpec) -> list[str]:
 def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
                         levels: list[dict[str, tuple[float, float]]] | None = None,
                         shares: dict[str, tuple[float, float]] | None = None,
-                        hardware: list[str] | None = None) -> CandidatePool:
+                        hardware: list[str] | None = None,
+                        refine: dict[str, tuple[float, ...]] | None = None) -> CandidatePool:
     """Evaluate every role x hardware x engine x layout x batch x dtype x tier x decoding row of a
     scenario; keep those that fit in memory.
 
@@ -245,15 +231,21 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     any value in it needs.
 
     ``hardware``: evaluate only these of the scenario's hardware (ids; a part of the pool that
-    :func:`merge_pools` joins to the others)."""
+    :func:`merge_pools` joins to the others).
+
+    ``refine``: per workload, the TPOT limits (seconds) at which each decode and aggregated layout also gets a row at
+    the largest batch that meets the limit between two grid steps (:mod:`planner.perf.refine`); default every
+    level's (:func:`planner.perf.refine.refine_targets`), or the workload's own without levels. A pool streamed for
+    some levels and one evaluated whole select the same rows where both were refined alike."""
     sc = rs.scenario
     shares = prefix_shares(sc.workloads) if shares is None else shares
     engine = engine or sc.engine
     cols: dict[str, list] = {}
     labels: dict[str, list] = {k: [] for k in LABELS}
     categories: dict[str, list] = {"bound": list(BOUNDS)}
-    evaluated = dropped = fit = 0
+    counts = {"evaluated": 0, "dropped": 0, "fit": 0}
     slo_drops = {"tpot_slo": 0, "ttft_slo": 0}
+    refine = refine_targets(levels, sc.workloads) if refine is None else refine
     groups = [(m, [w for w in sc.workloads if rs.model_for(w.name).id == m.id]) for m in rs.models]
     mine = [h for h in rs.hardware if hardware is None or h.id in hardware]
     for hw, choice, (model, wls) in ((h, c, g) for h in mine for c in engine_choices(rs, h, engine) for g in groups):
@@ -263,38 +255,26 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         one = (gcols["b_rank"] == 1) & (gcols["spec"] == 0)
         by_role = {"prefill": {k: v[one] for k, v in gcols.items()}}
         # each row's footprint as a small integer, for the dominance test's per-footprint maxima
-        foot = np.unique(gcols["slots"], return_inverse=True)[1].reshape(-1)
-        foot_of = {"prefill": foot[one]}
+        slots = np.unique(gcols["slots"])
         setups = [(wdt, mode, kdt, Setup.make(model, hw, weights=wdt, kv=kdt, eff=choice.eff,
                                               engine=choice.engine.id, **engine_options(choice.engine)))
                   for (wdt, mode), kdt in itertools.product(weight_options(rs, model, hw, choice.engine),
                                                             kv_options(sc.kv_cache, choice.engine))]
         roles = [r for r in roles_for(sc.serving) if r == "aggregated" or choice.engine.features.disaggregation]
+        base = {"model": model.id, "hardware": hw.id, "engine": choice.engine.id,
+                "factors": "fitted" if choice.fitted else "hardware default"}
         done: list[_Part] = []  # this grid's evaluated rows, emitted below in the loops' order
         for wi, w in enumerate(wls):
-            parts: list[_Part] = []
-            for si, (wdt, mode, kdt, setup) in enumerate(setups):
-                memo: dict = {}  # the disaggregated decode step, shared by the aggregated and decode roles
-                for ri, role in enumerate(roles):
-                    g = by_role.get(role, gcols)
-                    size = len(g["batch"])
-                    for vi, (tags, var, rows) in enumerate(variants(setup, g, w, role, memo)):
-                        m = size if rows is None else len(rows)  # var's columns are over the grid's ``rows``
-                        ok = np.broadcast_to(var.pop("ok_memory"), (m,))
-                        evaluated += size
-                        n = int(ok.sum())
-                        dropped += size - n
-                        fit += n
-                        if n == 0:
-                            continue
-                        at = np.flatnonzero(ok)  # positions in var's columns
-                        gat = at if rows is None else rows[at]  # the same rows' positions in the grid
-                        tags = {**tags, "workload": w.name, "model": model.id, "role": role, "hardware": hw.id,
-                                "engine": choice.engine.id, "weights_dtype": wdt, "weights_mode": mode,
-                                "kv_dtype": kdt, "factors": "fitted" if choice.fitted else "hardware default"}
-                        parts.append(_Part((si, wi, ri, vi), tags, var, g, m, at, gat))
+            parts = _grid_parts(setups, roles, {**dict.fromkeys(roles, gcols), **by_role}.get, slots, w, wi, base, 0,
+                                counts)
+            tail = workload_tail(w)
+            if refine.get(w.name):
+                # a row per layout at the largest batch that meets each TPOT target between two grid steps
+                seen = [(pt.tags["role"], pt.gat, pt.column("tpot_s"), pt.column("tpot_cv")) for pt in parts]
+                extra = refined_grids(gcols, seen, tail.tpot_q, refine[w.name], len(BATCH_PER_RANK))
+                parts += _grid_parts(setups, roles, extra.get, slots, w, wi, base, REFINED_KEY, counts)
             if levels:
-                for k, v in _filter_parts(parts, foot, foot_of, w.name, workload_tail(w), levels, sc.utilisation_cap,
+                for k, v in _filter_parts(parts, w.name, tail, levels, sc.utilisation_cap,
                                           lambda role, hw=hw, e=choice.engine.id: _derate(rs, hw, e, role),
                                           shares.get(w.name)).items():
                     slo_drops[k] += v
@@ -303,7 +283,8 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
         _collect(done, cols, labels, categories, rs.prices[hw.id])
     if not labels["bound"]:
         cols = {}  # no row kept
-    pool = CandidatePool(pd.DataFrame(), evaluated, dropped, sc.utilisation_cap, tuple(levels or ()), fit,
+    pool = CandidatePool(pd.DataFrame(), counts["evaluated"], counts["dropped"], sc.utilisation_cap,
+                         tuple(levels or ()), counts["fit"],
                          slo_drops if levels else {}, dict(shares), mixes_allowed(sc),
                          scenario_tails(sc.workloads))
     if not cols:
@@ -315,7 +296,44 @@ def evaluate_candidates(rs: ResolvedScenario, engine: str | None = None,
     return pool
 
 
-def _filter_parts(parts: list[_Part], foot, foot_of: dict, workload: str, tail: Tail, levels, utilisation_cap: float, derate,
+REFINED_KEY = 100
+"""Offset of the refined rows' variant index in a part's key: they follow the grid's rows of the same format, workload
+and role, in both a streamed pool and one evaluated whole."""
+
+
+def _grid_parts(setups, roles, grid_of, slots: np.ndarray, w: Workload, wi: int, base: dict, offset: int,
+                counts: dict) -> list[_Part]:
+    """The parts of workload ``w`` (``wi``-th of its model) evaluated on each role's grid (``grid_of(role)``, None to
+    skip the role), for every weight and KV format in ``setups``; ``counts`` gains the rows evaluated, dropped for
+    memory and fitting. ``offset``: added to the variant index of each part's key."""
+    parts: list[_Part] = []
+    for si, (wdt, mode, kdt, setup) in enumerate(setups):
+        memos: dict = {}  # per grid, the disaggregated decode step its aggregated and decode roles share
+        for ri, role in enumerate(roles):
+            g = grid_of(role)
+            if g is None:
+                continue
+            memo = memos.setdefault(id(g), {})
+            size = len(g["batch"])
+            foot = np.searchsorted(slots, g["slots"])
+            for vi, (tags, var, rows) in enumerate(variants(setup, g, w, role, memo)):
+                m = size if rows is None else len(rows)  # var's columns are over the grid's ``rows``
+                ok = np.broadcast_to(var.pop("ok_memory"), (m,))
+                n = int(ok.sum())
+                counts["evaluated"] += size
+                counts["dropped"] += size - n
+                counts["fit"] += n
+                if n == 0:
+                    continue
+                at = np.flatnonzero(ok)  # positions in var's columns
+                gat = at if rows is None else rows[at]  # the same rows' positions in the grid
+                tags = {**tags, **base, "workload": w.name, "role": role, "weights_dtype": wdt, "weights_mode": mode,
+                        "kv_dtype": kdt}
+                parts.append(_Part((si, wi, ri, offset + vi), tags, var, g, m, at, gat, foot))
+    return parts
+
+
+def _filter_parts(parts: list[_Part], workload: str, tail: Tail, levels, utilisation_cap: float, derate,
                   share) -> dict[str, int]:
     """Filter and prune each (role, prefix tier) of a workload on one grid in one pass over its rows of every weight
     and KV format and KV tier: part of one group of the dominance test (PRUNE_KEYS), so what a level's selection
@@ -327,7 +345,7 @@ def _filter_parts(parts: list[_Part], foot, foot_of: dict, workload: str, tail: 
         by_group.setdefault((part.tags["role"], part.tags["prefix_tier"]), []).append(part)
     for (role, _), group in by_group.items():
         sub = {k: np.concatenate([part.column(k) for part in group]) for k in FILTER_COLUMNS}
-        sub["footprint"] = np.concatenate([foot_of.get(role, foot)[part.gat] for part in group])
+        sub["footprint"] = np.concatenate([part.foot[part.gat] for part in group])
         sel, drops = _stream_filter(sub, role, tail, workload, levels, utilisation_cap, derate(role), share)
         for k, v in drops.items():
             drops_total[k] += v
@@ -377,6 +395,8 @@ class _Part:
     m: int
     at: np.ndarray
     gat: np.ndarray
+    foot: np.ndarray
+    """Each row of ``g``'s footprint (its slots) as a small integer, for the dominance test's per-footprint maxima."""
 
     def column(self, k: str) -> np.ndarray:
         return _take(self.var[k], (self.m,), self.at) if k in self.var else self.g[k][self.gat]
@@ -526,14 +546,6 @@ def margin_derate(rs: ResolvedScenario, rows: pd.DataFrame) -> np.ndarray:
     return out
 
 
-
-
-
-
-
-
-
-
 def select_candidates(pool: CandidatePool, slos: dict[str, tuple[float, float]], *, prune: bool = True,
                       tails: dict[str, Tail] | None = None, keep: set[tuple] | None = None) -> CandidateTable:
     """Rows meeting each workload's ``(ttft_s, tpot_s)`` SLO, at the quantiles of its :class:`Tail` (``tails``,
@@ -626,33 +638,5 @@ def scenario_tails(workloads: list[Workload]) -> dict[str, Tail]:
 
 def scenario_slos(workloads: list[Workload]) -> dict[str, tuple[float, float]]:
     return {w.name: (w.slo.ttft_s, w.slo.tpot_s) for w in workloads}
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
