@@ -50,8 +50,12 @@ def test_grouping_keys_separate_structure_from_parameters():
     a, b, c = (copy.deepcopy(base) for _ in range(3))
     set_path(b, "workloads.chat.requests_per_s", 999)
     set_path(c, "workloads.chat.slo.tpot_ms", 12)
+    d = copy.deepcopy(base)
+    set_path(d, "workloads.chat.slo.ttft_ms", 900)
     assert keys_of(a) == keys_of(b)  # traffic is a mutable parameter: same pool, same model
-    assert keys_of(a)[0] == keys_of(c)[0] and keys_of(a)[1] != keys_of(c)[1]  # SLO: same pool, new model
+    assert keys_of(a)[0] == keys_of(d)[0] and keys_of(a)[1] != keys_of(d)[1]  # TTFT: same pool, new model
+    # TPOT: a pool of its own (its rows at the batch that meets the target, as a plan of the point has them)
+    assert keys_of(a)[0] != keys_of(c)[0]
 
 
 def test_persistent_resolve_matches_fresh_build():

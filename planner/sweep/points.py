@@ -197,7 +197,9 @@ def validate_point(doc: dict, catalog: Catalog, path: Path, inputs: dict) -> Res
 
 def _blank(doc: dict, slos: bool) -> dict:
     """The scenario with mutable inputs replaced by what the structure depends on (whether they are
-    set, and whether a working set is zero); with ``slos`` the SLOs blanked too."""
+    set, and whether a working set is zero); with ``slos`` the SLOs blanked too, except the TPOT target and its
+    quantile: the candidates get a row at the largest batch that meets it (``planner.perf.refine``), so points
+    with another TPOT evaluate their own pool, as a plan of that point does."""
     d = copy.deepcopy(doc)
     for w in d.get("workloads", []):
         w.pop("requests_per_s", None)
@@ -205,7 +207,8 @@ def _blank(doc: dict, slos: bool) -> dict:
         if "working_set_gb" in pc:
             pc["working_set_gb"] = bool(pc["working_set_gb"])
         if slos:
-            w.pop("slo", None)
+            slo = w.pop("slo", None) or {}
+            w["slo"] = {k: v for k, v in slo.items() if k in ("tpot_ms", "quantile", "tpot_quantile")}
     d["prices"] = sorted((d.get("prices") or {}).keys())
     lim = d.get("limits") or {}
     for f in FAMILIES:  # the limits a re-solve varies in place (mutable parameters): only whether they are set counts
