@@ -214,7 +214,11 @@ def test_manifests_carry_production_defaults(exported):
         pdbs = [o for o in yaml.safe_load_all((dest / "k8s" / "disruption.yaml").read_text()) if o]
         pools = {pod["metadata"]["labels"]["planner.io/pool"] for obj in serving for pod in _pods(obj)}
         assert {b["spec"]["selector"]["matchLabels"]["planner.io/pool"] for b in pdbs} == pools
-        monitors = [o for o in yaml.safe_load_all((dest / "k8s" / "monitoring.yaml").read_text()) if o]
+        mon = dest / "k8s" / "monitoring.yaml"
+        if not mon.exists():  # no engine of the plan publishes metrics the catalog knows (ATOM): nothing to watch
+            assert all(p.engine == "atom" for p in read_plan(ROOT / "plans" / name).pools), name
+            continue
+        monitors = [o for o in yaml.safe_load_all(mon.read_text()) if o]
         paths = {m["spec"]["selector"]["matchLabels"]["planner.io/engine"]: m["spec"]["podMetricsEndpoints"][0]["path"]
                  for m in monitors}
         assert paths.get("trtllm", "/prometheus/metrics") == "/prometheus/metrics"
@@ -224,17 +228,23 @@ def test_manifests_carry_production_defaults(exported):
 
 
 def test_alerts_use_the_plan_targets_and_engine_metrics(exported, catalog):
-    plan = read_plan(ROOT / "plans" / "llama-70b-chat")
-    rules = yaml.safe_load((exported["llama-70b-chat"] / "k8s" / "alerts.yaml").read_text())["spec"]["groups"][0]["rules"]
-    w = plan.workloads[0]
-    exprs = " ".join(r["expr"] for r in rules)
-    assert f"> {w.slo_ttft_s:g}" in exprs and f"> {w.slo_tpot_s:g}" in exprs
-    # every pool whose engine publishes latency histograms is watched (ATOM publishes none the catalog knows)
-    engines = [catalog.get_engine(e) for e in sorted({p.engine for p in plan.pools})]
-    watched = [e for e in engines if e.metrics is not None and e.metrics.ttft_histogram]
-    assert watched
-    for eng in watched:
-        assert eng.metrics.ttft_histogram in exprs
+    """Every pool whose engine publishes latency histograms is watched at its workload's targets (ATOM publishes
+    none the catalog knows: llama-70b-chat's plan, one ATOM pool, has no latency alert)."""
+    checked = 0
+    for name, dest in exported.items():
+        plan = read_plan(ROOT / "plans" / name)
+        engines = [catalog.get_engine(e) for e in sorted({p.engine for p in plan.pools})]
+        watched = [e for e in engines if e.metrics is not None and e.metrics.ttft_histogram]
+        if not watched:
+            continue
+        rules = yaml.safe_load((dest / "k8s" / "alerts.yaml").read_text())["spec"]["groups"][0]["rules"]
+        exprs = " ".join(r["expr"] for r in rules)
+        for w in plan.workloads:
+            assert f"> {w.slo_ttft_s:g}" in exprs and f"> {w.slo_tpot_s:g}" in exprs, (name, w.name)
+        for eng in watched:
+            assert eng.metrics.ttft_histogram in exprs
+        checked += 1
+    assert checked >= 3
 
 
 def test_export_json_lists_every_file(exported):
