@@ -17,6 +17,8 @@ _DT = float(_LOGIT[1] - _LOGIT[0])
 EXACT_SERVERS = 256
 """Erlang's C is exact (tabulated) up to this many servers; beyond, the Halfin-Whitt limit."""
 _ERLANG = np.full((EXACT_SERVERS + 1, _LOGIT.size), np.nan)
+_FILLED = np.zeros(EXACT_SERVERS + 1, dtype=bool)
+"""Which of the table's rows are computed (rows are filled on first use)."""
 _HW_BETA = np.linspace(0.0, 40.0, 4001)
 _HW: np.ndarray | None = None
 
@@ -31,6 +33,7 @@ def _erlang_rows(cs: np.ndarray) -> None:
         for k in range(1, int(c) + 1):
             b = a * b / (k + a * b)
         _ERLANG[int(c)] = np.log(np.maximum(b / (1.0 - rho * (1.0 - b)), 1e-300))
+        _FILLED[int(c)] = True
 
 
 def _halfin_whitt(beta: np.ndarray) -> np.ndarray:
@@ -60,15 +63,18 @@ def erlang_c(servers, rho) -> np.ndarray:
         t = np.log(rho) - np.log1p(-rho)
     small = c <= EXACT_SERVERS
     ci = np.where(small, c, 1).astype(np.int64)
-    if np.isnan(_ERLANG[ci, 0]).any():
+    if not _FILLED[ci].all():
         rows = np.unique(ci)
-        _erlang_rows(rows[np.isnan(_ERLANG[rows, 0])])
+        _erlang_rows(rows[~_FILLED[rows]])
     pos = (np.clip(t, _LOGIT[0], _LOGIT[-1]) - _LOGIT[0]) / _DT
     i = np.minimum(pos.astype(np.int64), _LOGIT.size - 2)
     f = pos - i
-    v = (1.0 - f) * _ERLANG[ci, i] + f * _ERLANG[ci, i + 1]
-    # below the grid C ~ rho^c (every server busy); above it C -> 1
-    v = np.where(t < _LOGIT[0], _ERLANG[ci, 0] + ci * np.minimum(t - _LOGIT[0], 0.0), v)
+    at = ci * _LOGIT.size + i  # the table's flat index: two gathers from one array
+    flat = _ERLANG.reshape(-1)
+    v = (1.0 - f) * flat[at] + f * flat[at + 1]
+    below = t < _LOGIT[0]
+    if below.any():  # below the grid C ~ rho^c (every server busy); above it C -> 1
+        v[below] = _ERLANG[ci[below], 0] + ci[below] * (t[below] - _LOGIT[0])
     if not small.all():
         big = ~small
         v[big] = _halfin_whitt((1.0 - rho[big]) * np.sqrt(c[big]))
