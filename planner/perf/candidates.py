@@ -75,7 +75,8 @@ BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 ``max_batch_size``). Between two of them, each decode and aggregated layout also gets a row at the largest batch
 that meets each TPOT target (:mod:`planner.perf.refine`): doubling alone left a pool whose TPOT quantile sat just over
 its target at one step to run at half of it (llama-70b-chat cost 1.74x what it costs with the refined rows, the
-llama-70b day plans 1.13x); steps of 1.5x instead took 1.5x the rows and still cost llama-70b-chat 1.23x."""
+llama-70b day plans 1.13x); steps of 1.5x instead took 1.5x the rows and still cost llama-70b-chat 1.23x
+(``python bench/refine_check.py``)."""
 ROLES = ("aggregated", "prefill", "decode")
 
 

@@ -4,7 +4,7 @@ The candidate grid tries batch limits per attention rank in steps (:data:`planne
 A decode or aggregated layout whose TPOT quantile meets the workload's target at one step and misses it at the next
 runs, on the grid alone, at the lower step: with doubling steps up to half the throughput per replica the target
 allows, and the plan buys the difference (llama-70b-chat cost 1.74x what it costs with these rows; steps of 1.5x
-instead took 1.5x the rows and still cost 1.23x). So, per layout and target, the batch where the TPOT quantile crosses the
+instead took 1.5x the rows and still cost 1.23x; ``python bench/refine_check.py``, 2 min, every bundled scenario). So, per layout and target, the batch where the TPOT quantile crosses the
 target is read off the two grid rows around it (TPOT is nearly linear in the batch between them), rounded down to a
 whole batch per rank, and that one row is evaluated like any other: the performance model times it and the SLO
 filter keeps it only if it meets its targets, so a refined row is never assumed, only placed.
