@@ -511,8 +511,8 @@ request's ``n`` steps (``O / tokens_per_step``), leaves its TPOT a spread of ``S
 mean: the time-varying part of a step that no batch or length of the model's sets (clock and power state, host
 scheduling, garbage collection, streaming). Measured where nothing else spreads TPOT: the InferenceX runs without
 drafts have a p99 / median TPOT above the model's other sources at every load (disaggregated at 1-8 clients 1.024
-where those give 1.009), and the excess falls with the output length as ``1 / sqrt(n)`` (median excess in
-quadrature 1.7% at 1K-token outputs, 0.7% at 8K: ``sqrt(8)`` apart). 0.5 sets the median of predicted over measured
+where those give 1.009), and the excess falls with the output length as ``1 / sqrt(n)`` (the median p99 excess
+in quadrature 4.0% and 3.7% at 1K-token outputs, 1.6% at 8K: about ``sqrt(8)`` apart). 0.5 sets the median of predicted over measured
 p99 / median TPOT of those runs to 1.000 (-0.07%, -0.24% and +0.13% at 1K/1K, 1K/8K and 8K/1K; it was -3.1%, -1.3%
 and -1.6% without; ``python bench/percentiles.py --noise`` scans it). One value for every engine and hardware."""
 
