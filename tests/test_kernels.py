@@ -133,16 +133,16 @@ def test_trtllm_runs_its_generic_kernel_outside_xqa_query_head_groups():
     assert list(K.decode_attention_kernel(None, [1])) == [""]
 
 
-def _attention_rows(p, hq, hk, F, W):
+def _attention_rows(p, hq, hk, F, W, head_dim=128):
     """Synthetic decode-attention rows (ms) of ``hq / hk`` heads timed by the curve ``p``."""
     rows = []
     for b in (1, 4, 16, 64, 256):
         for step in (1, 128, 1024, 8192):
-            kv = b * step * 2 * hk * 128 * 2.0
-            t = K.attn_decode_time(p, b, kv, 4.0 * b * hq * 128 * step, F, W, b * hk)
+            kv = b * step * 2 * hk * head_dim * 2.0
+            t = K.attn_decode_time(p, b, kv, 4.0 * b * hq * head_dim * step, F, W, b * hk)
             rows.append(dict(framework="TRTLLM", version="1.0", batch_size=b, isl=1, num_heads=hq,
-                             num_key_value_heads=hk, head_dim=128, window_size=0, kv_cache_dtype="bfloat16", step=step,
-                             latency=float(t) * 1e3))
+                             num_key_value_heads=hk, head_dim=head_dim, window_size=0, kv_cache_dtype="bfloat16",
+                             step=step, latency=float(t) * 1e3))
     return rows
 
 
@@ -162,14 +162,14 @@ def test_trtllm_generic_attention_kernel_is_fitted_as_its_own_curve(tmp_path, ca
     path.parent.mkdir(parents=True)
     pd.DataFrame(rows).to_parquet(path)
     (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
-    assert set(rep.curves) == {"attn_decode/trtllm/bf16", "attn_decode/trtllm-mmha/bf16"}
-    for key, truth in (("attn_decode/trtllm/bf16", xqa), ("attn_decode/trtllm-mmha/bf16", mmha)):
+    assert set(rep.curves) == {"attn_decode/trtllm/bf16-hd128", "attn_decode/trtllm-mmha/bf16-hd128"}
+    for key, truth in (("attn_decode/trtllm/bf16-hd128", xqa), ("attn_decode/trtllm-mmha/bf16-hd128", mmha)):
         c = rep.curves[key]
         assert c.rows == 80 and c.fit_mape < 0.01, key
         assert c.params["t0_us"] == pytest.approx(truth["t0_us"], rel=0.05)
         assert c.params["memory"] == pytest.approx(truth["memory"], rel=0.05)
     # the generic kernel's CUDA-core maths binds at 64-128 heads a KV head: its compute is identified
-    assert rep.curves["attn_decode/trtllm-mmha/bf16"].params["compute"] == pytest.approx(0.006, rel=0.1)
+    assert rep.curves["attn_decode/trtllm-mmha/bf16-hd128"].params["compute"] == pytest.approx(0.006, rel=0.1)
     # composed: a model of 64 query heads per KV head on TensorRT-LLM takes the generic kernel's curve, other engines
     # (no curve of their own) borrow TensorRT-LLM's XQA curve, never its generic one
     kf = hw.efficiency.kernels.model_copy(update={"curves": {k: rep.curves[k] for k in rep.curves}})
@@ -178,11 +178,51 @@ def test_trtllm_generic_attention_kernel_is_fitted_as_its_own_curve(tmp_path, ca
         update={"attention": m.architecture.attention.model_copy(update={"kv_heads": 1})})})
     kv, fl = 64 * 2048 * 2 * 128 * 2.0, 4.0 * 64 * 64 * 128 * 2048
     args = (hw, "bf16", 64.0, kv, fl, 1.0, 1.0)
-    t_x = K.attn_decode_time(rep.curves["attn_decode/trtllm/bf16"].params, 64.0, kv, fl, F, W, 64.0)
-    t_m = K.attn_decode_time(rep.curves["attn_decode/trtllm-mmha/bf16"].params, 64.0, kv, fl, F, W, 64.0)
+    t_x = K.attn_decode_time(rep.curves["attn_decode/trtllm/bf16-hd128"].params, 64.0, kv, fl, F, W, 64.0)
+    t_m = K.attn_decode_time(rep.curves["attn_decode/trtllm-mmha/bf16-hd128"].params, 64.0, kv, fl, F, W, 64.0)
     assert float(C.attention_time(kf, "trtllm", mqa, *args)) == pytest.approx(float(t_m), rel=1e-9)
     assert float(C.attention_time(kf, "sglang", mqa, *args)) == pytest.approx(float(t_x), rel=1e-9)
-    assert kf.curve("attn_decode", "vllm", "bf16") == rep.curves["attn_decode/trtllm/bf16"].params
+    assert kf.curve("attn_decode", "vllm", "bf16-hd128") == rep.curves["attn_decode/trtllm/bf16-hd128"].params
+
+
+def test_decode_attention_is_a_curve_per_head_dimension(tmp_path, catalog):
+    """Rows of two head dimensions made with two curves (a 192-wide head's kernel pays twice the fixed latency and
+    streams slower) are fitted as two curves, each recovering its own; a model takes the curve of its head
+    dimension, else the nearest measured one above it, else below, else a curve over all head dimensions."""
+    from planner.calib.kernels import fit_kernels
+    from planner.perf import compose as C
+
+    hw = catalog.hardware["h200-sxm"]
+    F, W = hw.flops("bf16"), hw.hbm_bw
+    d128 = _p("attn_decode", t0_us=6.0, unit_us=0.01, compute=0.3, memory=0.85, red_us=4.0, fill_half=100.0)
+    d192 = _p("attn_decode", t0_us=12.0, unit_us=0.02, compute=0.3, memory=0.6, red_us=4.0, fill_half=100.0)
+    rows = [r for hq, hk in ((8, 1), (16, 2), (32, 8)) for r in _attention_rows(d128, hq, hk, F, W)]
+    rows += [dict(r, head_dim=192, latency=r["latency"]) for hq, hk in ((8, 1), (16, 2), (32, 8))
+             for r in _attention_rows(d192, hq, hk, F, W, head_dim=192)]
+    path = tmp_path / "h200_sxm" / "attention" / "sglang" / "generation_attention_perf.parquet"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(path)
+    (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
+    assert set(rep.curves) == {"attn_decode/sglang/bf16-hd128", "attn_decode/sglang/bf16-hd192"}
+    for key, truth in (("attn_decode/sglang/bf16-hd128", d128), ("attn_decode/sglang/bf16-hd192", d192)):
+        assert rep.curves[key].fit_mape < 0.01, key
+        assert rep.curves[key].params["t0_us"] == pytest.approx(truth["t0_us"], rel=0.05)
+    avail = {"bf16-hd64", "bf16-hd128", "bf16-hd192", "fp8-hd128", "bf16"}
+    assert K.head_dim_formats(avail, ("bf16",), 128) == ("bf16-hd128", "bf16-hd192", "bf16-hd64", "bf16")
+    assert K.head_dim_formats(avail, ("bf16",), 160) == ("bf16-hd192", "bf16-hd128", "bf16-hd64", "bf16")
+    assert K.head_dim_formats(avail, ("bf16",), 256)[:2] == ("bf16-hd192", "bf16-hd128")
+    assert K.head_dim_formats(avail, ("fp8", "bf16"), 64)[:3] == ("fp8-hd128", "fp8", "bf16-hd64")
+    # composed: Llama 3.1 70B (128-wide heads) takes the 128 curve; the same model with 192-wide heads the other
+    kf = hw.efficiency.kernels.model_copy(update={"curves": dict(rep.curves)})
+    m = catalog.models["llama-3.1-70b"]
+    wide = m.model_copy(update={"architecture": m.architecture.model_copy(
+        update={"attention": m.architecture.attention.model_copy(update={"head_dim": 192})})})
+    kv, fl = 64 * 2048 * 2 * 8 * 128 * 2.0, 4.0 * 64 * 64 * 128 * 2048
+    args = (hw, "bf16", 64.0, kv, fl, 8.0, 1.0)
+    units = 64.0 * 1.0
+    for model, truth in ((m, d128), (wide, d192)):
+        want = K.attn_decode_time(truth, 64.0, kv, fl, F, W, units)
+        assert float(C.attention_time(kf, "sglang", model, *args)) == pytest.approx(float(want), rel=0.02)
 
 
 def test_smooth_max_table_matches_the_exact_formula():
@@ -628,3 +668,29 @@ def test_no_fittable_curve_says_why(tmp_path, catalog):
     with pytest.raises(InputError) as err:
         fit_kernels(tmp_path, catalog, families={"gemm"})
     assert f"{path}: column k is missing" in str(err.value) and "no kernel curve could be fitted" in str(err.value)
+
+
+def test_refitting_some_families_replaces_their_curves_and_keeps_the_others(tmp_path):
+    """``calibrate kernels --family F --write`` replaces every curve of F in the block (a key the new fit no longer
+    makes, such as a curve over all head dimensions once they are split, does not linger) and keeps the other
+    families' curves as they were."""
+    import yaml
+
+    src = ROOT / "catalogs" / "hardware" / "h200-sxm.yaml"
+    (tmp_path / "hardware").mkdir()
+    doc = yaml.safe_load(src.read_text())
+    curves = doc["efficiency"]["kernels"]["curves"]
+    stale = next(k for k in curves if k.startswith("collective/"))
+    curves["collective/stale/all_reduce"] = curves[stale]
+    gemm = {k: v for k, v in curves.items() if k.startswith("gemm/")}
+    assert gemm
+    target = tmp_path / "hardware" / "h200-sxm.yaml"
+    target.write_text(yaml.safe_dump(doc, sort_keys=False))
+    p = subprocess.run([sys.executable, "-m", "planner", "--catalog", str(tmp_path), "calibrate", "kernels", "--data",
+                        str(DATA), "--family", "collective", "--write", "--jobs", "1"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    after = yaml.safe_load(target.read_text())["efficiency"]["kernels"]["curves"]
+    assert "collective/stale/all_reduce" not in after
+    assert any(k.startswith("collective/nccl/") for k in after)
+    assert {k: v for k, v in after.items() if k.startswith("gemm/")} == gemm

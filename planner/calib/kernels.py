@@ -306,8 +306,9 @@ def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
 
 
 def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str, Rows]:
-    """GQA decode attention per KV format, split by the kernel ``engine`` runs for each query-head group
-    (:func:`planner.perf.kernels.decode_attention_kernel`)."""
+    """GQA decode attention per KV format and head dimension (``bf16-hd128``: each head dimension is a kernel
+    compiled for it, :func:`planner.perf.kernels.head_dim_format`), split by the kernel ``engine`` runs for each
+    query-head group (:func:`planner.perf.kernels.decode_attention_kernel`)."""
     df = pd.read_parquet(path)
     cols = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step", "latency")
     _need(df, path, cols)
@@ -319,8 +320,7 @@ def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str
             raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
         g = _fastest(g, ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "window_size", "step"])
         path_of = K.decode_attention_kernel(engine, g["num_heads"].to_numpy(float) / g["num_key_value_heads"].to_numpy(float))
-        for kernel in sorted(set(path_of)):
-            k = g[path_of == kernel]
+        for (kernel, dim), k in g.groupby([path_of, g["head_dim"].to_numpy(int)]):
             b = k["batch_size"].to_numpy(float)
             s = k["step"].to_numpy(float)
             w = k["window_size"].to_numpy(float)
@@ -328,8 +328,8 @@ def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str
             hq, hk, d = (k[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
             x = {"batch": b, "kv_bytes": b * s * 2.0 * hk * d * KV_BYTES[kv], "flops": 4.0 * b * hq * d * s,
                  "F": np.full(len(k), hw.flops("bf16")), "W": np.full(len(k), hw.hbm_bw), "units": b * hk}
-            out[_kv_name(kv) + kernel] = Rows(x, k["latency"].to_numpy(float) * 1e-3, hq == 8, "8 query heads per GPU",
-                                              _version(df), kernel)
+            out[K.head_dim_format(_kv_name(kv), dim) + kernel] = Rows(
+                x, k["latency"].to_numpy(float) * 1e-3, hq == 8, "8 query heads per GPU", _version(df), kernel)
     return out
 
 

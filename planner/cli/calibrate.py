@@ -103,9 +103,11 @@ def calibrate_kernels(
             on = compose if compose is not None else (old.compose if old is not None else False)
             kept = term_list if term_list is not None else (list(old.terms) if old is not None else [])
             block = block.model_copy(update={"compose": on, "terms": kept})
-            if old is not None and (family or system):
-                # A partial refit (some families or systems) keeps the other curves of the block.
-                block = block.model_copy(update={"curves": {**old.curves, **block.curves},
+            if old is not None and family:
+                # A refit of some families keeps the other families' curves of the block (and replaces every curve of
+                # the refitted families, whatever their keys were).
+                others = {k: c for k, c in old.curves.items() if k.split("/", 1)[0] not in family}
+                block = block.model_copy(update={"curves": {**others, **block.curves},
                                                  "notes": list(dict.fromkeys(old.notes + block.notes))})
             replace_efficiency_block(cat.files[r.hardware], hw.efficiency.model_copy(update={"kernels": block}))
             n += 1

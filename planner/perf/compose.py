@@ -236,7 +236,13 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     at = m.architecture.attention
     fam = "mla_decode" if at.type == "mla" else "attn_decode"
     fmt = "fp8" if kv_dtype in ("fp8", "int8", "fp4", "int4") else "bf16"
-    p, _ = pick(kf, fam, engine, (fmt, "bf16", "fp8"))
+    fmts: tuple[str, ...] = (fmt, "bf16", "fp8")
+    if fam == "attn_decode":  # a curve per head dimension: the model's, else the nearest measured
+        fmts = K.head_dim_formats({k.split("/", 2)[2] for k in kf.curves if k.startswith(fam + "/")}, fmts,
+                                  at.head_dim)
+    p = pick_exact(kf, fam, engine, fmts)[0] if engine else None
+    if p is None:
+        p, _ = pick(kf, fam, engine, fmts)
     if p is None:
         return None
     calls = np.maximum(np.asarray(layers, dtype=float), 1e-9)
@@ -248,7 +254,7 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     if at.type != "mla" and engine:
         path = K.decode_attention_kernel(engine, at.heads / np.asarray(tp, dtype=float) / kv_rank)
         for kernel in set(np.atleast_1d(path)) - {""}:
-            alt, _ = pick_exact(kf, fam, engine + kernel, (fmt, "bf16", "fp8"))
+            alt, _ = pick_exact(kf, fam, engine + kernel, fmts)
             if alt is not None:
                 per_call = np.where(path == kernel, K.attn_decode_time(alt, *args), per_call)
     return calls * per_call

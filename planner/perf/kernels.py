@@ -199,6 +199,28 @@ read each KV head once per sequence; a group of 1 (multi-head attention) or abov
 multi-head attention kernel, whose CUDA-core maths makes a group of 64-128 4-5x slower)."""
 
 
+def head_dim_format(fmt: str, head_dim: int) -> str:
+    """The format key of a GQA decode-attention curve for one head dimension (``bf16-hd128``). The kernels are
+    templates compiled per head dimension, each with its own tiles and code path: on H100 SGLang's runs a
+    128-wide head at 12.5 us and a 192-wide one at 21 us with no context at all, and a 512-wide one streams its
+    cache 30x slower than HBM allows (``docs/validation.md``), so one curve over every head dimension describes none."""
+    return f"{fmt}-hd{int(head_dim)}"
+
+
+def head_dim_formats(available, fmts: tuple[str, ...], head_dim: int) -> tuple[str, ...]:
+    """Format keys to try, best first, for a model of ``head_dim`` among ``available`` keys: per format of ``fmts``
+    its curve at that head dimension, else at the nearest measured one above (the kernel pads the head to it), else
+    below, else the format's curve over all head dimensions (a catalog fitted before the split)."""
+    out: list[str] = []
+    for f in fmts:
+        dims = sorted({int(k.rsplit("-hd", 1)[1]) for k in available
+                       if k.startswith(f + "-hd") and k.rsplit("-hd", 1)[1].isdigit()})
+        above = [d for d in dims if d >= head_dim]
+        below = sorted((d for d in dims if d < head_dim), reverse=True)
+        out += [head_dim_format(f, d) for d in above + below] + [f]
+    return tuple(dict.fromkeys(out))
+
+
 def decode_attention_kernel(engine: str | None, group) -> np.ndarray:
     """Per element of ``group`` (query heads per KV head on one GPU), the kernel-path suffix of ``engine``'s
     decode attention curve: ``"-mmha"`` where TensorRT-LLM leaves XQA for its generic kernel, else ``""``."""
