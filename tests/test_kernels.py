@@ -146,10 +146,20 @@ def _attention_rows(p, hq, hk, F, W, head_dim=128):
     return rows
 
 
+def _fit_attention_rows(tmp_path, catalog, engine: str, rows: list[dict]):
+    """The kernel fit of H200's decode attention on ``rows`` written as ``engine``'s table."""
+    from planner.calib.kernels import fit_kernels
+
+    path = tmp_path / "h200_sxm" / "attention" / engine / "generation_attention_perf.parquet"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(path)
+    (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
+    return rep
+
+
 def test_trtllm_generic_attention_kernel_is_fitted_as_its_own_curve(tmp_path, catalog):
     """TensorRT-LLM rows of groups 1 and 64 are a curve of their own (``trtllm-mmha``) and do not pull the XQA curve;
     each fit recovers the curve the rows were made with."""
-    from planner.calib.kernels import fit_kernels
     from planner.perf import compose as C
 
     hw = catalog.hardware["h200-sxm"]
@@ -158,10 +168,7 @@ def test_trtllm_generic_attention_kernel_is_fitted_as_its_own_curve(tmp_path, ca
     mmha = _p("attn_decode", t0_us=9.0, unit_us=0.005, compute=0.006, memory=0.8, red_us=5.0, fill_half=60.0)
     rows = [r for hq, hk in ((8, 1), (16, 2), (32, 8), (64, 8)) for r in _attention_rows(xqa, hq, hk, F, W)]
     rows += [r for hq, hk in ((8, 8), (32, 32), (64, 1), (128, 2)) for r in _attention_rows(mmha, hq, hk, F, W)]
-    path = tmp_path / "h200_sxm" / "attention" / "trtllm" / "generation_attention_perf.parquet"
-    path.parent.mkdir(parents=True)
-    pd.DataFrame(rows).to_parquet(path)
-    (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
+    rep = _fit_attention_rows(tmp_path, catalog, "trtllm", rows)
     assert set(rep.curves) == {"attn_decode/trtllm/bf16-hd128", "attn_decode/trtllm-mmha/bf16-hd128"}
     for key, truth in (("attn_decode/trtllm/bf16-hd128", xqa), ("attn_decode/trtllm-mmha/bf16-hd128", mmha)):
         c = rep.curves[key]
@@ -189,7 +196,6 @@ def test_decode_attention_is_a_curve_per_head_dimension(tmp_path, catalog):
     """Rows of two head dimensions made with two curves (a 192-wide head's kernel pays twice the fixed latency and
     streams slower) are fitted as two curves, each recovering its own; a model takes the curve of its head
     dimension, else the nearest measured one above it, else below, else a curve over all head dimensions."""
-    from planner.calib.kernels import fit_kernels
     from planner.perf import compose as C
 
     hw = catalog.hardware["h200-sxm"]
@@ -197,12 +203,8 @@ def test_decode_attention_is_a_curve_per_head_dimension(tmp_path, catalog):
     d128 = _p("attn_decode", t0_us=6.0, unit_us=0.01, compute=0.3, memory=0.85, red_us=4.0, fill_half=100.0)
     d192 = _p("attn_decode", t0_us=12.0, unit_us=0.02, compute=0.3, memory=0.6, red_us=4.0, fill_half=100.0)
     rows = [r for hq, hk in ((8, 1), (16, 2), (32, 8)) for r in _attention_rows(d128, hq, hk, F, W)]
-    rows += [dict(r, head_dim=192, latency=r["latency"]) for hq, hk in ((8, 1), (16, 2), (32, 8))
-             for r in _attention_rows(d192, hq, hk, F, W, head_dim=192)]
-    path = tmp_path / "h200_sxm" / "attention" / "sglang" / "generation_attention_perf.parquet"
-    path.parent.mkdir(parents=True)
-    pd.DataFrame(rows).to_parquet(path)
-    (rep,) = fit_kernels(tmp_path, catalog, families={"attn_decode"})
+    rows += [r for hq, hk in ((8, 1), (16, 2), (32, 8)) for r in _attention_rows(d192, hq, hk, F, W, head_dim=192)]
+    rep = _fit_attention_rows(tmp_path, catalog, "sglang", rows)
     assert set(rep.curves) == {"attn_decode/sglang/bf16-hd128", "attn_decode/sglang/bf16-hd192"}
     for key, truth in (("attn_decode/sglang/bf16-hd128", d128), ("attn_decode/sglang/bf16-hd192", d192)):
         assert rep.curves[key].fit_mape < 0.01, key
