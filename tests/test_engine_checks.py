@@ -284,7 +284,7 @@ def test_vllm_pd_router_is_the_documented_proxy_over_the_pool_services(catalog):
     # every vLLM PD pod tells its peers the pod's own address for the NIXL handshake
     from planner.export import k8s
 
-    pod = k8s._pod(deps[0], "vllm", leader=True, multi=False, plan_name="p")
+    pod = k8s._pod(pre[0], "vllm", leader=True, multi=False, plan_name="p")
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
 

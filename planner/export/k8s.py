@@ -322,7 +322,8 @@ def prefix_routed(deps: list[Deployment]) -> bool:
 
 def bucket_ranges(weights: dict[str, int]) -> dict[str, tuple[int, int]]:
     """Backend -> ``[lo, hi)`` of the ``PREFIX_BUCKETS`` family buckets it serves: contiguous, in proportion to
-    its weight (largest remainder, so each share is within half a bucket of the weight's)."""
+    its weight (largest remainder: each backend gets its exact quota rounded down or up, so each share is within one
+    bucket of the weight's; half a bucket cannot be promised, five equal weights need 51.2 buckets each)."""
     total = sum(weights.values())
     if total <= 0:
         return {}
