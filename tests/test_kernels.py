@@ -388,6 +388,12 @@ def test_schema_refuses_unknown_families_and_unphysical_parameters():
     KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": curve})
     with pytest.raises(ValidationError, match="FAMILY/ENGINE/FORMAT"):
         KernelFits(source="test", as_of="2026-11-26", system="x", curves={"gemmx/nccl/bf16": curve})
+    attn = {**curve, "params": dict(K.PRIOR["attn_decode"])}
+    KernelFits(source="test", as_of="2026-11-26", system="x", curves={"attn_decode/sglang/fp8-hd128": attn,
+                                                                      "attn_decode/sglang/bf16": attn})
+    for typo in ("fp8-hd", "fp8-hd12x", "fp8-128", "fp8-hd0"):
+        with pytest.raises(ValidationError, match="KV_FORMAT-hdN"):
+            KernelFits(source="test", as_of="2026-11-26", system="x", curves={f"attn_decode/sglang/{typo}": attn})
     bad = {**curve, "params": {**curve["params"], "bus_eff": 9.0}}
     with pytest.raises(ValidationError, match="outside its physical range"):
         KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": bad})

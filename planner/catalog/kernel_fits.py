@@ -3,6 +3,7 @@ parameters, the physical range of each, and the catalog schema that stores them 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -95,6 +96,11 @@ class KernelFits(Strict):
             if key.count("/") != 2 or fam not in KERNEL_PARAMS:
                 raise ValueError(f"kernels.curves key {key!r} must be FAMILY/ENGINE/FORMAT with FAMILY one of "
                                  f"{', '.join(KERNEL_PARAMS)}")
+            fmt = key.split("/", 2)[2]
+            if fam == "attn_decode" and not re.fullmatch(r"[A-Za-z0-9_]+(-hd[1-9][0-9]*)?", fmt):
+                # a malformed head-dimension suffix would leave the curve unused, never an error
+                raise ValueError(f"kernels.curves key {key!r}: a decode-attention format is KV_FORMAT or "
+                                 f"KV_FORMAT-hdN (N the head dimension, e.g. fp8-hd128), not {fmt!r}")
             if set(c.params) != set(KERNEL_PARAMS[fam]):
                 raise ValueError(f"kernels.curves.{key}.params must be exactly {', '.join(KERNEL_PARAMS[fam])}")
             for k, v in c.params.items():
