@@ -76,7 +76,7 @@ def test_collective_bytes_below_the_switch_size_move_at_the_slow_protocols_rate(
 def test_moe_with_every_expert_local_and_busy_is_its_flops():
     """Balanced routing of many tokens over experts all held locally: the grouped GEMM's FLOPs over the fitted
     peak (rows a multiple of the tile, so no padding)."""
-    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_bytes=0.0)
     tokens, h, inter, k, e = 8192, 4096, 1024, 8, 64  # 1,024 copies per expert
     t = K.moe_time(p, tokens, h, inter, k, e, e, 1e15, 1e30, 2.0)
     assert t == pytest.approx(2 * tokens * k * 3 * h * inter / (1e15 * 0.5), rel=1e-6)
@@ -86,7 +86,7 @@ def test_moe_pays_per_output_tile_so_narrow_experts_run_below_their_flops():
     """Worked numbers: 64 experts of 1,024 columns, 1,024 copies each: 16 row tiles x (16 gate/up + 32 down column
     tiles) = 768 tiles an expert, 49,152 in all, at 20 ns each on top of the FLOPs; the same FLOPs in 512 experts of
     128 columns are 512 x 16 x (2 + 32) tiles, 5.7 times as many."""
-    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=20.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    p = _p("moe", t0_us=0.0, compute=0.5, tile_ns=20.0, memory=1.0, sharpness=30.0, copy_bytes=0.0)
     tokens, h, k = 8192, 4096, 8
     wide = K.moe_time(p, tokens, h, 1024, k, 64, 64, 1e15, 1e30, 2.0)
     flops = 2 * tokens * k * 3 * h * 1024
@@ -98,12 +98,28 @@ def test_moe_pays_per_output_tile_so_narrow_experts_run_below_their_flops():
 
 
 def test_moe_one_token_reads_only_the_experts_it_touches():
-    p = _p("moe", t0_us=0.0, compute=1.0, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_ns=0.0)
+    p = _p("moe", t0_us=0.0, compute=1.0, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_bytes=0.0)
     h, inter, k, e = 4096, 1024, 8, 256
     t = K.moe_time(p, 1, h, inter, k, e, e, 1e30, 1e12, 1.0)
     w = 8 * 3 * h * inter * 1.0
     act = 8 * 2.0 * (2 * h + 2 * inter)
     assert t == pytest.approx((w + act) / 1e12, rel=1e-6)
+
+
+def test_moe_buffers_every_routed_copy_local_or_not():
+    """Worked numbers: 16,384 tokens, top-8, hidden 4,096, experts of 1,536 columns, 128 GPUs of one local expert
+    each. Every one of the 131,072 routed copies has buffers of 2 x 4,096 + 5 x 1,536 = 15,872 elements; at
+    2 bytes an element over 8 TB/s that is 0.52 ms, whether the GPU holds 1 of the 128 experts or all of them
+    (a layer that is all buffers: no weights, no FLOPs). An ungated layer's copies are 2 x 4,096 + 3 x 1,536."""
+    p = _p("moe", t0_us=0.0, compute=1.0, tile_ns=0.0, memory=1.0, sharpness=30.0, copy_bytes=2.0)
+    args = (16384, 4096, 1536, 8, 128)
+    one = K.moe_time(p, *args, 1, 1e30, 8e12, 0.0)
+    local = 16384 * 8 / 128 * 2.0 * (2 * 4096 + 2 * 1536) / 8e12  # the one expert's own copies in and out
+    assert one == pytest.approx(131072 * 15872 * 2.0 / 8e12 + local, rel=1e-6)
+    assert K.moe_time(p, *args, 1, 1e30, 8e12, 0.0, routed_tokens=128) == pytest.approx(
+        128 * 8 * 15872 * 2.0 / 8e12 + local, rel=1e-6)
+    ungated = K.moe_time(p, *args, 1, 1e30, 8e12, 0.0, gated=False)
+    assert ungated == pytest.approx(131072 * (2 * 4096 + 3 * 1536) * 2.0 / 8e12 + local, rel=1e-6)
 
 
 def test_attention_decode_streams_the_cache():

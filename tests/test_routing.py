@@ -78,7 +78,7 @@ def test_skewed_rows_are_fitted_with_their_loads_and_reported_apart(tmp_path, ca
 
     hw = catalog.hardware["h200-sxm"]
     # (streaming at 60% of peak: the uniform balanced rows touch fewer experts than the plausibility floor counts)
-    truth = dict(K.PRIOR["moe"], t0_us=25.0, compute=0.6, memory=0.6, tile_ns=12.0, copy_ns=2.0)
+    truth = dict(K.PRIOR["moe"], t0_us=25.0, compute=0.6, memory=0.6, tile_ns=12.0, copy_bytes=2.0)
     d = tmp_path / "h200_sxm" / "moe" / "trtllm"
     d.mkdir(parents=True)
     table = _skewed_table(truth, hw)

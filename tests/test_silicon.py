@@ -45,7 +45,7 @@ def test_gemm_and_moe_fractions_combine_geometrically(catalog):
     hw = _with_kernels(catalog.hardware["b200-sxm"], {
         "gemm/sglang/fp4": _ideal_gemm(0.4),
         "moe/sglang/fp4": _curve("moe", t0_us=0.0, compute=0.9, tile_ns=0.0, memory=1.0, sharpness=30.0,
-                                 copy_ns=0.0)})
+                                 copy_bytes=0.0)})
     g = S._gemm_fraction(hw, "sglang", "fp4")
     mo = S._moe_fraction(hw, "sglang", "fp4")
     assert g == pytest.approx(0.4, rel=1e-3)
@@ -59,9 +59,9 @@ def test_where_the_moe_curve_times_the_experts_the_compute_factor_is_the_gemm_cu
     curve keeps the MoE curve's fraction."""
     curves = {"gemm/sglang/fp4": _ideal_gemm(0.4),
               "moe/sglang/fp4": _curve("moe", t0_us=0.0, compute=0.9, tile_ns=0.0, memory=1.0, sharpness=30.0,
-                                       copy_ns=0.0),
+                                       copy_bytes=0.0),
               "moe/sglang/fp8": _curve("moe", t0_us=0.0, compute=0.5, tile_ns=0.0, memory=1.0, sharpness=30.0,
-                                       copy_ns=0.0)}
+                                       copy_bytes=0.0)}
     hw = _with_kernels(catalog.hardware["b200-sxm"], curves)
     timed = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={
         "kernels": hw.efficiency.kernels.model_copy(update={"terms": ["moe"]})})})

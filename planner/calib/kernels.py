@@ -450,6 +450,11 @@ SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
 # --------------------------------------------------------------------------------------------------
 
 
+ROBUST_SCALE = 0.05
+"""Residual (in log of predicted over measured) beyond which the fit's soft-L1 loss grows linearly instead of
+quadratically: a kernel whose engine switches tile configuration at one size does not pull the curve."""
+
+
 def fit_curve(family: str, predict: Callable, x: dict, y: np.ndarray, start: dict | None = None) -> dict[str, float]:
     """Least-squares fit of ``family``'s parameters (within their physical bounds) on ``log(pred / y)``,
     robust (soft-L1) so that a few odd kernels do not pull the curve."""
@@ -468,7 +473,7 @@ def fit_curve(family: str, predict: Callable, x: dict, y: np.ndarray, start: dic
 
     best = None
     for z0 in ((x0 - lo) / scale, np.full(len(names), 0.5)):
-        sol = least_squares(res, np.clip(z0, 1e-6, 1 - 1e-6), bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.1,
+        sol = least_squares(res, np.clip(z0, 1e-6, 1 - 1e-6), bounds=(0.0, 1.0), loss="soft_l1", f_scale=ROBUST_SCALE,
                             x_scale=0.1, max_nfev=400)
         if best is None or sol.cost < best.cost:
             best = sol

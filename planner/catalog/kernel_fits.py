@@ -12,7 +12,7 @@ from planner.catalog.fields import AsOf, NonNegInt, Strict
 
 KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "gemm": ("t0_us", "compute", "tile_half", "memory", "sharpness", "act_bytes"),
-    "moe": ("t0_us", "compute", "tile_ns", "memory", "sharpness", "copy_ns"),
+    "moe": ("t0_us", "compute", "tile_ns", "memory", "sharpness", "copy_bytes"),
     "attn_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
     "mla_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
     "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "switch_kb", "slow_eff"),
@@ -27,7 +27,7 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
     "gemm": {"t0_us": (0.0, 100.0), "compute": (0.05, 1.0), "tile_half": (0.0, 5000.0), "memory": (0.05, 1.0),
              "sharpness": (1.0, 30.0), "act_bytes": (0.0, 24.0)},
     "moe": {"t0_us": (0.0, 500.0), "compute": (0.02, 1.0), "tile_ns": (0.0, 5000.0), "memory": (0.05, 1.0),
-            "sharpness": (1.0, 30.0), "copy_ns": (0.0, 200.0)},
+            "sharpness": (1.0, 30.0), "copy_bytes": (0.0, 100.0)},
     "attn_decode": {"t0_us": (0.0, 200.0), "unit_us": (0.0, 20.0), "compute": (0.001, 1.0), "memory": (0.05, 1.0),
                     "red_us": (0.0, 200.0), "fill_half": (0.0, 4096.0)},
     "mla_decode": {"t0_us": (0.0, 200.0), "unit_us": (0.0, 20.0), "compute": (0.001, 1.0), "memory": (0.05, 1.0),

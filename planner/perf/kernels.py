@@ -28,11 +28,18 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
     over the SMs; an expert of few columns, as tensor or expert parallelism leaves it, is many tiles of short
     reductions and runs far below the peak its FLOPs alone would take, while the same layer with wide experts
     gets close to it); the weights of touched local experts streamed once, each routed copy's activations read
-    and written in bf16 (permute in, intermediate, out); plus a cost per routed copy of *every* token entering
-    the layer (``copy_ns``: top-k, sort and align run over all tokens, also those whose experts sit elsewhere,
-    which is what makes a wide-EP layer cost more than its local FLOPs). One curve per kernel an engine runs
-    for a format (its main one under the engine's name, others as ``engine-triton`` and the like). Parameters:
-    ``t0_us, compute, tile_ns, memory, sharpness, copy_ns``.
+    and written in bf16 (permute in, intermediate, out); plus the activation buffers of *every* routed copy of
+    the tokens entering the layer, local or not: the engines size their per-copy buffers by all ``tokens x
+    top_k`` copies, write the gate/up output (``2 inter``, gated) and read it back for the activation, write the
+    activated half (``inter``), write each copy's down-projection output (``hidden``, zeros where the expert
+    sits elsewhere) and read it to sum a token's ``top_k`` copies: ``2 hidden + 5 inter`` elements a copy
+    (``2 hidden + 3 inter`` ungated) at ``copy_bytes`` bytes per element over the HBM bandwidth (bf16 at the
+    full bandwidth is 2; the top-k, sort and align over all tokens ride on it). This is what makes a wide-EP
+    layer cost more than its local FLOPs, in proportion to the layer's width: on B200 (SGLang, FP8 blocks) a
+    Qwen3-235B-sized layer (hidden 4,096, 128 experts, top-8) over 128 GPUs, one local expert each, still takes
+    775 us for 16,384 tokens, 5.9 ns a routed copy. One curve per kernel an engine runs for a format (its
+    main one under the engine's name, others as ``engine-triton`` and the like). Parameters: ``t0_us,
+    compute, tile_ns, memory, sharpness, copy_bytes``.
 ``attn_decode`` / ``mla_decode``
     One decode step of attention for a batch: the KV cache read once (GQA: ``2 kv_heads head_dim``
     elements per token; MLA: one latent of ``kv_lora + rope`` per token, shared by all heads), query
@@ -79,7 +86,7 @@ TILE_N = 128.0
 
 PRIOR: dict[str, dict[str, float]] = {
     "gemm": {"t0_us": 4.0, "compute": 0.7, "tile_half": 60.0, "memory": 0.8, "sharpness": 2.5, "act_bytes": 3.0},
-    "moe": {"t0_us": 30.0, "compute": 0.5, "tile_ns": 10.0, "memory": 0.8, "sharpness": 2.5, "copy_ns": 3.0},
+    "moe": {"t0_us": 30.0, "compute": 0.5, "tile_ns": 10.0, "memory": 0.8, "sharpness": 2.5, "copy_bytes": 2.5},
     "attn_decode": {"t0_us": 8.0, "unit_us": 0.01, "compute": 0.3, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "mla_decode": {"t0_us": 12.0, "unit_us": 0.1, "compute": 0.4, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
@@ -157,9 +164,10 @@ def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flop
     """Seconds of one fused MoE layer on one GPU holding ``local_experts`` experts of ``inter`` columns each
     (already divided by expert tensor parallelism), for ``tokens`` tokens routed over ``experts`` experts
     (``top_k`` each, uniformly; ``imbalance`` multiplies the busiest GPU's share). ``gated``: three matrices
-    per expert (SwiGLU), else two. ``routed_tokens``: the tokens this GPU routes (top-k, sort, align; default
-    ``tokens``, as in the kernel data, where every rank routes every token): with attention data parallelism and
-    a dispatch kernel, a GPU routes only its own rank's tokens. ``load``: (copies, touched experts, padded rows)
+    per expert (SwiGLU), else two. ``routed_tokens``: the tokens whose routed copies this GPU buffers (top-k,
+    sort, align, the per-copy activation buffers; default ``tokens``, as in the kernel data, where every rank
+    routes every token): with attention data parallelism and a dispatch kernel, a GPU routes only its own rank's
+    tokens. ``load``: (copies, touched experts, padded rows)
     on this GPU where routing is not uniform (``routing.power_law_loads``); default :func:`uniform_moe_load`."""
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     h = np.asarray(hidden, dtype=float)
@@ -174,7 +182,8 @@ def moe_time(p: dict, tokens, hidden, inter, top_k, experts, local_experts, flop
     act = copies * ACT_DTYPE_BYTES * (2.0 * h + 2.0 * inter)
     t_m = (w + act) / (hbm_bw * p["memory"])
     rt = t if routed_tokens is None else np.asarray(routed_tokens, dtype=float)
-    routing = rt * top_k * p["copy_ns"] * 1e-9
+    # Every routed copy's buffers: gate/up out written and read, activation out written, down out written and summed.
+    routing = rt * top_k * (2.0 * h + (2.0 * mats - 1.0) * inter) * p["copy_bytes"] / hbm_bw
     return fixed * p["t0_us"] * US + routing + _smax(t_c, t_m, p["sharpness"])
 
 
