@@ -410,6 +410,10 @@ def test_schema_refuses_unknown_families_and_unphysical_parameters():
     for typo in ("fp8-hd", "fp8-hd12x", "fp8-128", "fp8-hd0"):
         with pytest.raises(ValidationError, match="KV_FORMAT-hdN"):
             KernelFits(source="test", as_of="2026-11-26", system="x", curves={f"attn_decode/sglang/{typo}": attn})
+    # an earlier release's fused-MoE curve (a flat cost per routed copy) is refused with what to do
+    old = {**curve, "params": {**{k: v for k, v in K.PRIOR["moe"].items() if k != "copy_bytes"}, "copy_ns": 3.0}}
+    with pytest.raises(ValidationError, match="copy_ns became copy_bytes.*--family moe --write"):
+        KernelFits(source="test", as_of="2026-11-26", system="x", curves={"moe/sglang/fp8_block": old})
     bad = {**curve, "params": {**curve["params"], "bus_eff": 9.0}}
     with pytest.raises(ValidationError, match="outside its physical range"):
         KernelFits(source="test", as_of="2026-11-26", system="x", curves={"collective/nccl/all_reduce": bad})

@@ -20,6 +20,10 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
 
+RENAMED = (("moe", "copy_ns", "copy_bytes", "the fused-MoE curve now charges every routed copy's buffers per element "
+             "over HBM; refit with planner calibrate kernels --data DIR --family moe --write"),)
+"""Parameters a catalog of an earlier release may still carry: (family, old name, new name, what to do)."""
+
 KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention")
 """Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
@@ -102,7 +106,9 @@ class KernelFits(Strict):
                 raise ValueError(f"kernels.curves key {key!r}: a decode-attention format is KV_FORMAT or "
                                  f"KV_FORMAT-hdN (N the head dimension, e.g. fp8-hd128), not {fmt!r}")
             if set(c.params) != set(KERNEL_PARAMS[fam]):
-                raise ValueError(f"kernels.curves.{key}.params must be exactly {', '.join(KERNEL_PARAMS[fam])}")
+                hint = next((f" ({old} became {new}: {why})" for f, old, new, why in RENAMED
+                             if f == fam and old in c.params), "")
+                raise ValueError(f"kernels.curves.{key}.params must be exactly {', '.join(KERNEL_PARAMS[fam])}{hint}")
             for k, v in c.params.items():
                 lo, hi = KERNEL_BOUNDS[fam][k]
                 if not (lo <= v <= hi):
