@@ -194,3 +194,63 @@ def test_streamed_pool_answers_every_level_like_the_whole_pool(catalog, name):
     assert (select_candidates(full, loose).rows["tpot_s"] > top).any()
     slow = select_candidates(streamed, loose).rows["tpot_s"] > top
     assert slow.sum() < (select_candidates(full, loose).rows["tpot_s"] > top).sum()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rows_bound_dominated_are_rows_the_dominance_test_drops(seed):
+    """A row whose rate is only bounded (its load not searched) is flagged only where :func:`nondominated` drops it
+    whatever its rate up to the bound, and leaving the flagged rows out keeps exactly the same rows."""
+    from planner.perf.pruning import bound_dominated, nondominated
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 200))
+    s = rng.choice([1.0, 2.0, 4.0, 8.0], n)
+    groups = np.searchsorted(np.array([1.0, 2.0, 4.0, 8.0]), s)
+    upper = s * rng.integers(1, 6, n) / 2.0  # each row's rate at its cap
+    at_cap = rng.random(n) < 0.5
+    pcap = rng.choice([0.0, 0.0, 1.0, 4.0], n)
+    share = None if seed % 2 else (0.5, 2.0)
+    from planner.perf.pruning import usable_share
+
+    known = np.where(at_cap, upper, np.nan)
+    bound = usable_share(pcap, 0.0, share)
+    flag = bound_dominated(groups, known, usable_share(pcap, known, share), np.where(at_cap, np.nan, upper), bound)
+    assert not (flag & at_cap).any()
+    if seed == 0:
+        assert flag.any()
+    for _ in range(5):
+        # any rate below the cap for the rows not at it
+        rate = np.where(at_cap, upper, upper * rng.uniform(0.01, 0.999, n))
+        cap = usable_share(pcap, rate, share)
+        t = rng.integers(1, 4, n) / 100.0
+        full = nondominated(s, rate, cap, t, groups)
+        assert not (full & flag).any()
+        rest = np.flatnonzero(~flag)
+        part = np.zeros(n, dtype=bool)
+        part[rest[nondominated(s[rest], rate[rest], cap[rest], t[rest], groups[rest])]] = True
+        assert (part == full).all()
+
+
+def test_tail_load_searches_only_the_rows_asked():
+    """Rows at their cap come back at it whether searched or not; rows below it come back as ``PENDING`` where not
+    searched and with the same load as a search of every row where searched."""
+    from planner.perf.latency import PENDING, tail_load
+
+    rng = np.random.default_rng(3)
+    n = 500
+    c = rng.integers(1, 65, n).astype(float)
+    work = rng.uniform(1e-3, 10.0, n)
+    base = work * rng.uniform(1.0, 2.0, n)
+    lim = base + work * 10.0 ** rng.uniform(-2, 1.5, n)
+    cap = np.full(n, 0.9)
+    full = tail_load(base, work, c, lim, np.full(n, 0.99), cap)
+    none = tail_load(base, work, c, lim, np.full(n, 0.99), cap, search=np.zeros(n, dtype=bool))
+    below = np.isfinite(full) & (full < 0.9)
+    assert below.any() and (full == 0.9).any()
+    assert (none[below] == PENDING).all()
+    np.testing.assert_array_equal(np.isnan(none), np.isnan(full))
+    np.testing.assert_array_equal(none[~below & np.isfinite(full)], full[~below & np.isfinite(full)])
+    some = rng.random(n) < 0.5
+    part = tail_load(base, work, c, lim, np.full(n, 0.99), cap, search=some)
+    np.testing.assert_array_equal(part[below & some], full[below & some])
+    assert (part[below & ~some] == PENDING).all()

@@ -57,6 +57,7 @@ from planner.perf.latency import Tail, lognormal_attainment, lognormal_quantile,
 from planner.perf.pruning import (  # noqa: F401  (re-exported)
     MIX_KEYS,
     PRUNE_KEYS,
+    bound_dominated,
     mix_kept,
     mixes_allowed,
     nondominated,
@@ -64,7 +65,7 @@ from planner.perf.pruning import (  # noqa: F401  (re-exported)
     prune_dominated,
     usable_share,
 )
-from planner.perf.queueing import BOUNDS, LABELS, planned_load, queue_wait  # noqa: F401  (re-exported)
+from planner.perf.queueing import BOUNDS, LABELS, PENDING_LOAD, planned_load, queue_wait  # noqa: F401  (re-exported)
 from planner.perf.refine import refine_targets, refined_grids
 from planner.perf.roofline import Setup
 from planner.perf.setup import engine_options
@@ -483,18 +484,10 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     q_tp = np.nan if tail.tpot_q is None else tail.tpot_q
     tpq = lognormal_quantile(tp, cv, q_tp)
     cand = np.flatnonzero(tpq <= max(t for _, t in pairs))
-    nodes, cs2 = (np.asarray(tail.x), np.asarray(tail.p)), tail.cs2
     # The TTFT quantile depends on the TPOT level only under a goodput target (aggregated rows).
     by_tpot = tail.goodput is not None and role == "aggregated"
     keys = list(dict.fromkeys((f, t if by_tpot else None) for f, t in pairs))
-    qs = [slo_terms(tail, role, tp[cand], cv[cand], t if t is not None else pairs[0][1])[1] for _, t in keys]
-    sub = {k: np.broadcast_to(chunk[k][cand], (len(keys), cand.size))
-           for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
-    lams = planned_load(sub, np.asarray([f for f, _ in keys], dtype=float)[:, None], cap, with_ttft=False,
-                        quantile=np.broadcast_to(np.stack([np.broadcast_to(np.asarray(q, dtype=float), cand.shape)
-                                                           for q in qs]), (len(keys), cand.size)),
-                        nodes=nodes, cs2=cs2, slots=slot_queue(role, chunk["batch"][cand], tail),
-                        handover=handover_queue(role, chunk["batch"][cand], tail))[0]
+    lams = _loads(chunk, cand, role, tail, keys, pairs, cap, derate, share)
     loads: dict[tuple, np.ndarray] = {}
     for key, lam in zip(keys, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
@@ -510,7 +503,8 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
         ok = good_tpot & (lam > 0)
         if i == 0:
             n_tpot = int((tpq > tpot).sum()) + int((~good_tpot & (tpq[cand] <= tpot)).sum())
-            drops = {"tpot_slo": n_tpot, "ttft_slo": len(tp) - n_tpot - int(ok.sum())}
+            met = int((ok | (good_tpot & (lam == PENDING_LOAD))).sum())  # rows not searched meet it below the cap
+            drops = {"tpot_slo": n_tpot, "ttft_slo": len(tp) - n_tpot - met}
         idx = cand[ok]
         if idx.size:
             rate = lam[ok] / derate
@@ -523,6 +517,49 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     if role != "decode" and first.any():
         keep[np.flatnonzero(first)[np.argmin(chunk["ttft_base_s"][first])]] = True
     return keep, drops
+
+
+def _loads(chunk: dict[str, np.ndarray], cand: np.ndarray, role: str, tail: Tail, keys: list, pairs: list, cap: float,
+           derate: float, share) -> np.ndarray:
+    """Per TTFT key of :func:`_stream_filter` (rows) and candidate row ``cand`` (columns), the load it is planned for
+    (:func:`planned_load`), searched below the cap only where it can matter: first every row at its cap (one
+    evaluation each), then the search for the rows below it that no row at its cap provably beats in every TPOT level
+    of that key they meet (:func:`bound_dominated`: its rate above their cap's, its prefix capacity at least what
+    theirs can be). The others stay :data:`PENDING_LOAD`: the dominance test drops them whatever their load, so what
+    it keeps is the same as with every load searched (``tests/test_candidates.py``)."""
+    tp, cv, n = chunk["tpot_s"][cand], chunk["tpot_cv"][cand], cand.size
+    by_tpot = tail.goodput is not None and role == "aggregated"
+    sub = {k: np.broadcast_to(chunk[k][cand], (len(keys), n))
+           for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
+    lim = np.asarray([f for f, _ in keys], dtype=float)[:, None]
+    quant = np.stack([np.broadcast_to(np.asarray(slo_terms(tail, role, tp, cv, t if t is not None else pairs[0][1])[1],
+                                                 dtype=float), (n,)) for _, t in keys])
+    batch = chunk["batch"][cand]
+    common = dict(with_ttft=False, nodes=(np.asarray(tail.x), np.asarray(tail.p)), cs2=tail.cs2)
+    lams = planned_load(sub, lim, cap, quantile=quant, slots=slot_queue(role, batch, tail),
+                        handover=handover_queue(role, batch, tail), search=False, **common)[0]
+    pend = lams == PENDING_LOAD
+    if not pend.any():
+        return lams
+    foot, pcap = chunk["footprint"][cand], chunk["prefix_bytes_per_replica"][cand]
+    with np.errstate(over="ignore"):
+        bound = usable_share(pcap, 0.0, share)  # capacity falls with the rate: its most, at no load
+    upper = cap * chunk["capacity_rps"][cand] / derate
+    need = pend.copy()
+    for k, key in enumerate(keys):
+        beaten = np.ones(n, dtype=bool)
+        for _, t in (p for p in pairs if (p[0], p[1] if by_tpot else None) == key):
+            good = slo_terms(tail, role, tp, cv, t)[0]
+            rate = np.where(good & (lams[k] > 0), lams[k] / derate, np.nan)
+            beaten &= ~(good & pend[k]) | bound_dominated(foot, rate, usable_share(pcap, rate, share),
+                                                           np.where(good & pend[k], upper, np.nan), bound)
+        need[k] &= ~beaten
+    if need.any():
+        ki, ri = np.nonzero(need)
+        lams[ki, ri] = planned_load({c: v[ki, ri] for c, v in sub.items()}, lim[ki, 0], cap, quantile=quant[ki, ri],
+                                    slots=slot_queue(role, batch[ri], tail), handover=handover_queue(role, batch[ri], tail),
+                                    **common)[0]
+    return lams
 
 
 def _derate(rs: ResolvedScenario, hw: HardwareSpec, engine: str, role: str) -> float:

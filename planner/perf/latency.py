@@ -260,12 +260,20 @@ def ttft_quantile(q, base, work, rho, servers, x=(1.0,), p=(1.0,), cs2=0.0, slot
     return out
 
 
+PENDING = -1.0
+"""The load :func:`tail_load` (and :func:`planned_load <planner.perf.queueing.planned_load>`) gives a row that meets
+its target at some load but not at its cap, when asked not to search it (``search`` False): below the cap, not
+known."""
+
+
 def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.0, slots=None, *,
-              _table: bool = True) -> np.ndarray:
+              search=None, _table: bool = True) -> np.ndarray:
     """The highest utilisation (at most ``cap_rho``) at which TTFT stays within ``limit`` for a share ``q`` of
     requests (NaN ``q``: the mean TTFT within it); NaN where even an idle pool misses (the long prompts alone
     exceed ``1 - q``). ``slots``: ``(batch, hold, cs2_out)`` per row of the batch-slot queue whose wait adds to the
-    prefill queue's (see :func:`ttft_quantile`). Rows with ``work`` > 0 only."""
+    prefill queue's (see :func:`ttft_quantile`). Rows with ``work`` > 0 only. ``search``: per row, whether to search
+    for the load of a row below its cap (the costly part); rows not searched come back as :data:`PENDING` (None:
+    search every row)."""
     base = np.asarray(base, dtype=float)
     n = base.shape[0]
     bc = (lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))  # noqa: E731
@@ -299,6 +307,10 @@ def tail_load(base, work, servers, limit, q, cap_rho, x=(1.0,), p=(1.0,), cs2=0.
     at_cap = gap(cap_rho, np.arange(n)) <= 0
     rho = np.where(at_cap, cap_rho, 0.0)
     need = ok & ~at_cap
+    if search is not None:
+        search = np.broadcast_to(np.asarray(search, dtype=bool), (n,))
+        rho[need & ~search] = PENDING
+        need &= search
     if need.any():
         i = np.flatnonzero(need)
         hi = np.log(cap_rho[i] / (1.0 - cap_rho[i]))

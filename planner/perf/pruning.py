@@ -233,6 +233,29 @@ def nondominated(slots, rate, capacity, tpot, groups=None) -> np.ndarray:
     return _front_kept(slots, rate, capacity, tpot)
 
 
+def bound_dominated(groups, rate, capacity, upper, cap_bound) -> np.ndarray:
+    """Rows whose rate is not known, only bounded (``upper``, NaN elsewhere; their capacity at most ``cap_bound``),
+    that :func:`nondominated` would drop whatever their rate: a row of their footprint (``groups``, small
+    non-negative integers) whose rate is known (``rate`` and ``capacity``, NaN where not) exceeds their upper bound
+    and whose capacity is at least their bound comes before them and has at least their capacity. Dropping them
+    first changes nothing else that is kept (what they would beat, that row beats). The load search can then skip
+    them (:func:`planner.perf.candidates._stream_filter`)."""
+    groups = np.asarray(groups, dtype=np.int64)
+    out = np.zeros(len(groups), dtype=bool)
+    unknown = np.isfinite(upper) & np.isfinite(cap_bound)
+    known = np.isfinite(rate)
+    if not unknown.any() or not known.any():
+        return out
+    size = int(groups.max()) + 1
+    for c in np.unique(cap_bound[unknown]):
+        a = known & (capacity >= c)
+        best = np.full(size, -np.inf)
+        np.maximum.at(best, groups[a], rate[a])
+        b = np.flatnonzero(unknown & (cap_bound == c))
+        out[b] = best[groups[b]] > upper[b]
+    return out
+
+
 def _front_kept(slots, rate, capacity, tpot) -> np.ndarray:
     """:func:`nondominated` on rows already cleared of those that trail their footprint's fastest row (or on
     few rows): the sort, the front of each footprint and the whole-multiple test."""

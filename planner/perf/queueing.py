@@ -7,6 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 BOUNDS = ("compute", "memory", "communication")
+PENDING_LOAD = -1.0
+"""The load :func:`planned_load` gives a row not searched (``search`` False) that meets its TTFT at some load but not
+at its cap: below ``cap x capacity``, not known."""
 
 
 LABELS = ("workload", "model", "role", "hardware", "engine", "weights_dtype", "weights_mode", "kv_dtype", "kv_tier",
@@ -26,7 +29,7 @@ def queue_wait(rho, servers, work_s):
 
 
 def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quantile=None, nodes=None,
-                 cs2=0.0, slots=None, handover=None) -> tuple[np.ndarray, np.ndarray | None]:
+                 cs2=0.0, slots=None, handover=None, search=None) -> tuple[np.ndarray, np.ndarray | None]:
     """(requests/s per replica, TTFT at that load) of each row: the highest request rate whose TTFT under
     open arrivals stays within ``ttft_limit_s`` and whose utilisation stays within ``cap`` (NaN rate where
     even an idle replica misses the limit). Decode rows carry no TTFT and run at the cap. Elementwise: the
@@ -40,7 +43,10 @@ def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quan
     row, the batch slots an aggregated replica's requests wait for (held from admission to the last token, the
     replica's ``batch / capacity_rps`` seconds on average, output-length spread ``cs2_out``); batch 0: none.
     ``handover``: ``(batch, miss)`` per row of a disaggregated decode pool, whose load keeps the chance that a
-    handed-over request finds every slot held within ``miss`` (:func:`planner.perf.latency.decode_slot_rho`)."""
+    handed-over request finds every slot held within ``miss`` (:func:`planner.perf.latency.decode_slot_rho`).
+    ``search``: per row (broadcast to the rows), whether to search the load of a queued row that misses its TTFT at
+    the cap; the others come back as :data:`PENDING_LOAD` (below the cap, not known; TTFT NaN), so
+    that a caller can search only the rows whose exact load can matter (None: every row)."""
     full, base, work, c = (np.asarray(rows[k], dtype=float)
                            for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers"))
     lim = np.broadcast_to(np.asarray(ttft_limit_s, dtype=float), base.shape)
@@ -53,16 +59,21 @@ def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quan
     slot_b = np.zeros(base.shape) if slots is None else np.broadcast_to(np.asarray(slots[0], dtype=float), base.shape)
     # every queued row solves for its load the same way, on the mean or at a quantile (perf/latency.py)
     lam_slo = np.full(base.shape, np.inf)
+    pending = np.zeros(base.shape, dtype=bool)
     feasible = slack >= 0
     sel = np.flatnonzero(queued.ravel())
     pick = _picker(base.shape, sel, nodes)
     if sel.size:
-        from planner.perf.latency import tail_load
+        from planner.perf.latency import PENDING, tail_load
 
         r = tail_load(pick(base), pick(work), pick(cs), pick(lim), pick(q), np.maximum(pick(at_cap), 1e-300),
-                      *pick.nodes, pick(cs2), slots=_slot_spec(pick, slots, slot_b, full))
+                      *pick.nodes, pick(cs2), slots=_slot_spec(pick, slots, slot_b, full),
+                      search=None if search is None else pick(np.asarray(search, dtype=bool)))
         lt = np.full(base.size, np.inf)
         lt[sel] = np.where(np.isnan(r), np.nan, r * pick(cs) / np.maximum(pick(work), 1e-30))
+        pending = np.zeros(base.size, dtype=bool)
+        pending[sel] = r == PENDING
+        pending = pending.reshape(base.shape)
         lt = lt.reshape(base.shape)
         lam_slo = np.where(queued, np.where(np.isnan(lt), 0.0, lt), lam_slo)
         feasible = np.where(queued, ~np.isnan(lt), feasible)
@@ -76,18 +87,18 @@ def planned_load(rows, ttft_limit_s, cap: float, *, with_ttft: bool = True, quan
         if dec.any():
             lam = np.array(lam, dtype=float)
             lam[dec] = np.minimum(lam[dec], decode_slot_rho(hb[dec], miss[dec], cap) * full[dec])
-    lam = np.where(feasible, lam, np.nan)
+    lam = np.where(feasible, np.where(pending, PENDING_LOAD, lam), np.nan)
     if not with_ttft:
         return lam, None
     t = base.copy()
     if sel.size:
         from planner.perf.latency import ttft_quantile
 
-        rho_at = np.nan_to_num(pick(lam)) * pick(work) / pick(cs)
+        rho_at = np.maximum(np.nan_to_num(pick(lam)), 0.0) * pick(work) / pick(cs)
         t = t.copy().ravel()
         t[sel] = ttft_quantile(pick(q), pick(base), pick(work), rho_at, pick(cs), *pick.nodes, pick(cs2),
                                slots=_slot_spec(pick, slots, slot_b, full))
-        t = t.reshape(base.shape)
+        t = np.where(pending, np.nan, t.reshape(base.shape))
     return lam, t
 
 
