@@ -43,6 +43,9 @@ FIELDS = (
 )
 """Fields every run must carry to be predicted (a missing one is named in the run's note)."""
 METRICS = ("median_ttft", "median_tpot", "output_tput_per_gpu")
+RUN_REQUESTS_PER_CLIENT = 10.0
+"""Requests in a run per client kept in flight: the launch scripts run ``--num-prompts $((CONC * 10))
+--max-concurrency $CONC`` (``benchmarks/single_node/*.sh``), so a run is ten requests a client."""
 """Measured fields (seconds, seconds, tokens/s per GPU) compared with the predictions."""
 
 LENGTH_MEAN = 0.9
@@ -176,6 +179,7 @@ def normalise_runs(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     # The benchmark client draws lengths in [0.8 L, L] and runs 10 x conc requests: after the first wave its
     # clients no longer arrive together (staggered arrivals, ``perf.serving.staggered_wait``).
     out["n_staggered"] = True
+    out["n_requests"] = RUN_REQUESTS_PER_CLIENT * out["n_conc"]
     out["n_framework"] = df["framework"].astype(str)
     out["m_ttft"] = pd.to_numeric(df["metrics.median_ttft"], errors="coerce") * 1e3
     out["m_tpot"] = pd.to_numeric(df["metrics.median_tpot"], errors="coerce") * 1e3

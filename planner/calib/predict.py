@@ -121,15 +121,20 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     e2el = ttft_ms / 1e3 + (O - 1.0).clip(lower=0.0) * tpot_ms / 1e3
     gpus = norm["n_gpus_out"].astype(float) if "n_gpus_out" in norm.columns else pd.Series(np.nan, index=norm.index)
     otpg = conc * O / e2el / gpus
+    if "n_requests" in norm.columns:
+        # a run of a fixed number of requests: its output over its whole duration, first wave and drain included
+        otpg = otpg * finite_run_share(conc, norm["n_requests"].astype(float), e2el, ttft_ms / 1e3,
+                                       tails_ms["wave_idle"].fillna(0.0) / 1e3)
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms,
                          "predicted_output_tput_per_gpu": otpg, "layout_cannot_hold": unheld,
                          **{f"predicted_{k}_ms": v for k, v in tails_ms.items()}})
 
 
 TAILS = ("ttft_p99", "tpot_p99", "itl_p50", "itl_p99")
-WAVE_PARTS = ("ttft_steady", "ttft_wave")
+WAVE_PARTS = ("ttft_steady", "ttft_wave", "wave_idle")
 """The two candidates of a closed loop's p99 TTFT before the engine's ``first_wave_s`` (the steady state's and the
-first wave's), kept beside the tails for the fit of ``first_wave_s`` (:mod:`planner.calib.wave`)."""
+first wave's), kept beside the tails for the fit of ``first_wave_s`` (:mod:`planner.calib.wave`), and the decode time
+the first wave leaves idle per client (``wave_idle``, :func:`finite_run_share`)."""
 WAVE_SHARE = 0.9
 """Where in the first wave the p99 request of a benchmark run sits: the InferenceX client (InferenceMAX's
 ``benchmark_serving.py --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf``) releases ``conc``
@@ -150,7 +155,7 @@ at 4, 16, 64, 128 clients, where this gives 1.015, 1.062, 1.152, 1.197; Inferenc
 1.05, 1.11, 1.15, 1.14 (medians)."""
 
 
-def _closed_tails(setup: Setup, st, batch, I, O, t_mean, t_wave, input_share, routed=0.0) -> dict:
+def _closed_tails(setup: Setup, st, batch, I, O, t_mean, t_wave, input_share, routed=0.0, idle=0.0) -> dict:
     """p99 TTFT, p99 TPOT and p50/p99 ITL (seconds) of a closed-loop benchmark run: TTFT's p99 is the later of the
     steady state's (at least its mean ``t_mean``) and the first wave's (``t_wave``: the request
     :data:`WAVE_SHARE` into the wave, delayed by the engine's one-time ``first_wave_s``); each request's TPOT is
@@ -171,7 +176,7 @@ def _closed_tails(setup: Setup, st, batch, I, O, t_mean, t_wave, input_share, ro
     return {k: np.array(np.broadcast_to(v, shape), dtype=float) for k, v in (
         ("ttft_p99", np.maximum(t_mean, t_wave + setup.eff.first_wave_s)),
         ("tpot_p99", _tpot_p99(st.step_s, cv, input_share, routed)), ("itl_p50", i50), ("itl_p99", i99),
-        ("ttft_steady", t_mean), ("ttft_wave", t_wave))}
+        ("ttft_steady", t_mean), ("ttft_wave", t_wave), ("wave_idle", idle))}
 
 
 def _tpot_p99(step_s, cv, input_share, routed=0.0):
@@ -294,6 +299,7 @@ def _agg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
         unit = prefill_time(setup, *L, I, 1.0) + np.ceil(I / setup.prefill_chunk_tokens) * plain
         base = ttft(setup, *L, I, 1.0, step_s=st.step_s)
         share = np.clip(1.0 - plain / np.asarray(st.tokens_per_step) / st.step_s, 0.0, 1.0)
+        # the replica prefills and decodes on the same GPUs: the wave reorders its work, it leaves none idle
         tails.update(_closed_tails(setup, st, B, I, O, t1, base + WAVE_SHARE * (per_rank - 1.0) * unit + adm, share))
     return t1, st.step_s
 
@@ -333,7 +339,11 @@ def _disagg(setup: Setup, g: pd.DataFrame, eng: str, tails: dict | None = None):
         # the first wave drains through the prefill pool at its capacity
         base = ttft(pre, *Lp, I, 1.0, transfer_s=kv_transfer_time(setup, I, same), decode_step_s=st.step_s)
         routed = _routing_excess(setup, g, Ld, B, I, O, st, d_workers, kv_cap)
-        tails.update(_closed_tails(setup, st, B, I, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0, routed))
+        # the decode pool waits for the wave's prompts: its middle request's first token (the engine's one-time delay
+        # included) is how long a client's decode capacity sits idle beyond the steady state's wait
+        mid = base + 0.5 * conc / cap + adm + setup.eff.first_wave_s
+        tails.update(_closed_tails(setup, st, B, I, O, t1, base + WAVE_SHARE * conc / cap + adm, 0.0, routed,
+                                   np.maximum(mid - t1, 0.0)))
     return t1, st.step_s
 
 
@@ -398,3 +408,35 @@ def notes(norm: pd.DataFrame, pred: pd.DataFrame, catalog: Catalog, fmt: str) ->
         "engine '" + norm.loc[other, "n_engine"].astype(str) + "' has no fitted factors: the hardware's default used"
     )
     return note
+
+
+def finite_run_share(conc, requests, e2el_s, ttft_s, idle_s=0.0) -> np.ndarray:
+    """Output throughput of a benchmark run of ``requests`` requests, ``conc`` in flight (a client takes the next
+    request as one ends), over that of the steady closed loop (``conc`` requests always in flight, each taking
+    ``e2el_s``): 1 where a row records no request count.
+
+    The run lasts until its last request ends. Its ``k = requests / conc`` requests a client take ``k e2el_s`` plus
+    the decode time the first wave leaves idle (``idle_s``: a disaggregated decode pool waits for the prompts released
+    together, about the wave's middle first token beyond the steady TTFT; an aggregated replica only reorders its work,
+    0), plus the drain: lengths drawn from the benchmark's range (:data:`BENCH_LENGTH_CV2`) put
+    the clients out of step, so the run ends with the busiest client's last request. After ``k`` requests a client's
+    lag is about ``sqrt(k)`` times a request's spread (``cv`` of its TTFT and decode parts, in quadrature), and the
+    last of ``conc`` clients lags by the expected maximum of ``conc`` normals, ``z``; as a multiple of a request,
+    ``x / sqrt(1 + x^2)`` with ``x = sqrt(k) cv z`` (the lags cannot exceed about one request: the client that ends
+    first takes the next request). Against a simulation of the client (first come, first served over ``conc`` slots;
+    ``tests/test_inferencex.py``) within 1% at 3-30 requests a client and 4-256 clients for the benchmark's lengths;
+    InferenceX's runs report 0.966 at 4 clients, 0.967 at 16 and 0.975 at 64 of the steady value (medians), where this
+    gives 0.985, 0.968 and 0.958 before the first wave."""
+    conc, requests, e2el, ttft, idle = (np.asarray(v, dtype=float) for v in (conc, requests, e2el_s, ttft_s, idle_s))
+    k = requests / np.maximum(conc, 1.0)
+    c = np.maximum(conc, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lnc = np.log(np.maximum(c, 2.0))
+        root = np.sqrt(2.0 * lnc)
+        z = np.where(c >= 2.0, root - (np.log(lnc) + np.log(4.0 * np.pi)) / (2.0 * root), 0.0)
+        t_share = np.clip(ttft / e2el, 0.0, 1.0)
+        cv = np.sqrt(BENCH_LENGTH_CV2) * np.sqrt(t_share ** 2 + (1.0 - t_share) ** 2)
+        x = np.sqrt(np.maximum(k, 0.0)) * cv * z
+        drain = x / np.sqrt(1.0 + x * x)
+        share = k / (k + drain + np.maximum(np.nan_to_num(idle), 0.0) / e2el)
+    return np.where(np.isfinite(share) & (k > 0), share, 1.0)
