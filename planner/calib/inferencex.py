@@ -43,10 +43,10 @@ FIELDS = (
 )
 """Fields every run must carry to be predicted (a missing one is named in the run's note)."""
 METRICS = ("median_ttft", "median_tpot", "output_tput_per_gpu")
+"""Measured fields (seconds, seconds, tokens/s per GPU) compared with the predictions."""
 RUN_REQUESTS_PER_CLIENT = 10.0
 """Requests in a run per client kept in flight: the launch scripts run ``--num-prompts $((CONC * 10))
 --max-concurrency $CONC`` (``benchmarks/single_node/*.sh``), so a run is ten requests a client."""
-"""Measured fields (seconds, seconds, tokens/s per GPU) compared with the predictions."""
 
 LENGTH_MEAN = 0.9
 """Mean request length over the nominal ``isl`` / ``osl``: lengths are uniform in ``[0.8 L, L]``."""
