@@ -9,7 +9,8 @@ ranges (``evaluate_candidates``, what a plan pays; the rows it holds). ``--fleet
 (``planner.analysis.workers.evaluate_beside``; the worker's start-up included).
 ``--check-search``: also the pool with every row's load searched (``planner.perf.pruning.bound_dominated`` made to
 skip nothing), its time, and whether its rows and drop counts are the same as the plan's pool's (they must be: the
-rows whose search is skipped are rows the dominance test drops whatever their load).
+rows whose search is skipped are rows the dominance test drops whatever their load); exit 1 naming the scenarios where
+it is not.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--check-search", action="store_true", help="also the pool with every load searched, compared")
     a = ap.parse_args()
     cat = load_catalog()
+    differ = []
     cases = []
     for path in a.scenario or ([] if a.fleet else sorted((ROOT / "catalogs" / "scenarios").glob("*.yaml"))):
         cases.append((path.stem, resolve_scenario(load_scenario(path), cat, path)))
@@ -67,8 +69,12 @@ def main() -> None:
             all_s, ref = _best(lambda rs=rs, levels=levels, shares=shares: _search_all(rs, levels, shares))
             same = ref.rows.equals(pool.rows) and ref.base_slo_drops == pool.base_slo_drops
             check = f"  every load searched {all_s:.2f} s, {'the same pool' if same else 'A DIFFERENT POOL'}"
+            if not same:
+                differ.append(name)
         print(f"{name:16} evaluated {ct.evaluated:9,d}  kept {len(ct.rows):5d}  dropped {ct.dropped}  table {table_s:.2f} s"
               f"  plan's streamed pool {pool_s:.2f} s ({len(pool.rows):,d} rows){beside}{check}")
+    if differ:
+        raise SystemExit(f"--check-search: the pool with every load searched differs for {', '.join(differ)}")
 
 
 def _search_all(rs, levels, shares):
