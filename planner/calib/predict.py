@@ -424,9 +424,10 @@ def finite_run_share(conc, requests, e2el_s, ttft_s, idle_s=0.0) -> np.ndarray:
     last of ``conc`` clients lags by the expected maximum of ``conc`` normals, ``z``; as a multiple of a request,
     ``x / sqrt(1 + x^2)`` with ``x = sqrt(k) cv z`` (the lags cannot exceed about one request: the client that ends
     first takes the next request). Against a simulation of the client (first come, first served over ``conc`` slots;
-    ``tests/test_inferencex.py``) within 1% at 3-30 requests a client and 4-256 clients for the benchmark's lengths;
-    InferenceX's runs report 0.966 at 4 clients, 0.967 at 16 and 0.975 at 64 of the steady value (medians), where this
-    gives 0.985, 0.971 and 0.962 at a TTFT 5% of the request, before any idle wave."""
+    ``tests/test_inferencex.py``) within 1.5% at 1-256 clients and ten requests a client for the benchmark's lengths;
+    InferenceX's runs report 0.966, 0.966 and 0.970 of the steady value at 3-8, 9-32 and 33-128 clients (medians),
+    where this gives 0.985, 0.971 and 0.962 at 4, 16 and 64 clients and a TTFT 5% of the request, before any idle
+    wave (``python bench/finite_run.py``)."""
     conc, requests, e2el, ttft, idle = (np.asarray(v, dtype=float) for v in (conc, requests, e2el_s, ttft_s, idle_s))
     k = requests / np.maximum(conc, 1.0)
     c = np.maximum(conc, 1.0)

@@ -487,7 +487,7 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     # The TTFT quantile depends on the TPOT level only under a goodput target (aggregated rows).
     by_tpot = tail.goodput is not None and role == "aggregated"
     keys = list(dict.fromkeys((f, t if by_tpot else None) for f, t in pairs))
-    lams = _loads(chunk, cand, role, tail, keys, pairs, cap, derate, share)
+    lams = _loads(chunk, cand, role, tail, keys, pairs, by_tpot, cap, derate, share)
     loads: dict[tuple, np.ndarray] = {}
     for key, lam in zip(keys, lams, strict=True):
         # a looser TTFT that changes no row's load (none is queue-bound) needs no pruning of its own
@@ -519,8 +519,8 @@ def _stream_filter(chunk: dict[str, np.ndarray], role: str, tail: Tail, workload
     return keep, drops
 
 
-def _loads(chunk: dict[str, np.ndarray], cand: np.ndarray, role: str, tail: Tail, keys: list, pairs: list, cap: float,
-           derate: float, share) -> np.ndarray:
+def _loads(chunk: dict[str, np.ndarray], cand: np.ndarray, role: str, tail: Tail, keys: list, pairs: list,
+           by_tpot: bool, cap: float, derate: float, share) -> np.ndarray:
     """Per TTFT key of :func:`_stream_filter` (rows) and candidate row ``cand`` (columns), the load it is planned for
     (:func:`planned_load`), searched below the cap only where it can matter: first every row at its cap (one
     evaluation each), then the search for the rows below it that no row at its cap provably beats in every TPOT level
@@ -528,7 +528,6 @@ def _loads(chunk: dict[str, np.ndarray], cand: np.ndarray, role: str, tail: Tail
     theirs can be). The others stay :data:`PENDING_LOAD`: the dominance test drops them whatever their load, so what
     it keeps is the same as with every load searched (``tests/test_candidates.py``)."""
     tp, cv, n = chunk["tpot_s"][cand], chunk["tpot_cv"][cand], cand.size
-    by_tpot = tail.goodput is not None and role == "aggregated"
     sub = {k: np.broadcast_to(chunk[k][cand], (len(keys), n))
            for k in ("capacity_rps", "ttft_base_s", "queue_work_s", "queue_servers")}
     lim = np.asarray([f for f, _ in keys], dtype=float)[:, None]
@@ -542,8 +541,10 @@ def _loads(chunk: dict[str, np.ndarray], cand: np.ndarray, role: str, tail: Tail
     if not pend.any():
         return lams
     foot, pcap = chunk["footprint"][cand], chunk["prefix_bytes_per_replica"][cand]
+    # capacity falls with the rate: its most is at no load, unbounded for a row that holds prefixes unless the range
+    # of shares caps it
     with np.errstate(over="ignore"):
-        bound = usable_share(pcap, 0.0, share)  # capacity falls with the rate: its most, at no load
+        bound = np.where(pcap > 0, np.inf, 0.0) if share is None else usable_share(pcap, 0.0, share)
     upper = cap * chunk["capacity_rps"][cand] / derate
     need = pend.copy()
     for k, key in enumerate(keys):
