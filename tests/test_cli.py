@@ -119,6 +119,23 @@ def test_predict_and_validate_small(tmp_path):
     assert v["overall"]["rows"] == len(sample) and {"by_system", "by_backend"} <= set(v)
 
 
+def test_validate_reports_assumed_deployments_apart(tmp_path):
+    """Disaggregated rows without worker counts are predicted on an assumed deployment; validate reports them
+    in their own group, beside the rows that record theirs, in the table and in --json."""
+    df = pd.read_csv(CALIB)
+    dis = df[(df["mode"] == "disagg") & df["decode_num_workers"].notna()].head(12).copy()
+    blank = dis.index[:5]
+    dis.loc[blank, ["prefill_num_workers", "decode_num_workers"]] = float("nan")
+    sample = pd.concat([df[df["mode"] == "agg"].head(10), dis])
+    data = tmp_path / "rows.csv"
+    sample.to_csv(data, index=False)
+    v = json.loads(run("validate", "--data", str(data), "--json").stdout)
+    groups = {r["deployment"]: r["rows"] for r in v["by_deployment"]}
+    assert groups == {"recorded": len(sample) - len(blank), "workers assumed": len(blank)}
+    text = run("validate", "--data", str(data)).stdout
+    assert "Deployment recorded in the file or assumed" in text and "| workers assumed | 5 |" in text
+
+
 def test_predict_missing_file(tmp_path):
     p = run("predict", "--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "o.csv"), check=False)
     assert p.returncode == 1 and "not found" in p.stderr

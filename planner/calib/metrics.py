@@ -8,6 +8,10 @@ import pandas as pd
 
 CONC_BANDS = ([0, 8, 64, 512, np.inf], ["1-8", "9-64", "65-512", ">512"])
 """Concurrency bands (requests in flight) the report groups by."""
+DEPLOYMENT_LABELS = ("recorded", "workers assumed")
+"""Whether a row records its whole deployment, or is a disaggregated row without worker counts (and batch sizes)
+whose deployment the prediction assumes (:func:`planner.calib.predict.predict_normalised`): the two are reported
+apart, since the second's error includes the guess."""
 METRICS = (("tpot", "TPOT"), ("ttft", "TTFT"), ("otpg", "output tok/s/GPU"))
 TAIL_METRICS = (("ttft_p99", "p99 TTFT"), ("tpot_p99", "p99 TPOT"), ("itl_p50", "median ITL"), ("itl_p99", "p99 ITL"))
 """The tails a benchmark run records beside its medians (InferenceX), predicted by ``perf/latency.py``'s
@@ -44,6 +48,7 @@ def evaluation_frame(meas, pred: pd.DataFrame, note: pd.Series | None = None) ->
     f["conc"] = pd.to_numeric(n["n_conc"], errors="coerce")
     f["conc_band"] = pd.cut(f["conc"], CONC_BANDS[0], labels=CONC_BANDS[1])
     f["complete"] = ~n["n_workers_assumed"].astype(bool)
+    f["deployment"] = np.where(f["complete"], DEPLOYMENT_LABELS[0], DEPLOYMENT_LABELS[1])
     for key, col in (("tpot", "m_tpot"), ("ttft", "m_ttft"), ("otpg", "m_otpg")):
         f[f"measured_{key}"] = pd.to_numeric(n[col], errors="coerce")
     f["predicted_tpot"] = pred["predicted_tpot_ms"]
@@ -115,7 +120,7 @@ def frame_summary(frame: pd.DataFrame) -> dict:
     out = {"overall": summary_rows(frame, None)[0]}
     for name, cols in (("by_system", ["system"]), ("by_engine", ["engine"]), ("by_framework", ["framework"]),
                        ("by_mode", ["mode"]), ("by_spec", ["spec"]), ("by_concurrency", ["conc_band"]),
-                       ("by_model", ["model"])):
+                       ("by_model", ["model"]), ("by_deployment", ["deployment"])):
         out[name] = summary_rows(frame, cols)
     # ``by_backend``: the framework as the file names it, under the key earlier versions used.
     out["by_backend"] = [{("backend" if k == "framework" else k): v for k, v in r.items()} for r in out["by_framework"]]

@@ -276,7 +276,8 @@ def validate(
         typer.echo(f"{path}\n\nOverall\n" + format_table([sm["overall"]], []))
         for key, cols, title in (("by_system", ["system"], "Per system"), ("by_engine", ["engine"], "Per engine"),
                                  ("by_mode", ["mode"], "Per serving mode"), ("by_spec", ["spec"], "Speculative decoding"),
-                                 ("by_concurrency", ["conc_band"], "Per concurrency band")):
+                                 ("by_concurrency", ["conc_band"], "Per concurrency band"),
+                                 ("by_deployment", ["deployment"], "Deployment recorded in the file or assumed")):
             typer.echo(f"\n{title}\n" + format_table(sm[key], cols))
         tails = format_tail_table([sm["overall"]], [])
         if tails:
