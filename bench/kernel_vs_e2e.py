@@ -1,0 +1,97 @@
+"""Where the kernel curves contradict the end-to-end rows: the fused-MoE curve's time for a decode step against the
+measured TPOT of the same step.
+
+For every aggregated measured row on hardware whose catalog entry times the MoE by its own kernel curves
+(``KernelFits.terms`` holds ``moe``), the curve the step takes (:func:`planner.perf.compose.moe_gemm_time`, the
+format and engine it would pick) is evaluated for the row's decode batch (tokens per step: the worker's batch, times
+``1 + draft tokens`` where the row records speculative decoding), balanced routing, no redundant experts, over the
+model's MoE layers per pipeline stage, against the measured step (TPOT times ``1 + draft tokens``, the most tokens a
+step can yield, so that the step is bounded from above whatever the drafts' acceptance), twice: with the curve's fixed latency (``fixed=1``) and without it
+(``fixed=0``, the streaming and maths alone). A step does at least this work, so where the MoE alone takes longer than
+the whole measured step (``share > 1``) the curve is not what the engine ran for that row, or the row ran something
+it does not record (speculative decoding the silicon format has no column for).
+
+Prints, per (system, engine, model, expert format, curve, speculative decoding), the rows, the median share with and
+without the fixed latency, how many rows exceed 1 without it, and the catalog's median predicted / measured TPOT of
+those rows (``pred_meas``). Usage: ``python bench/kernel_vs_e2e.py [--data FILE ...]`` (default:
+both calibration files under ``../shared/calibration``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.calib import fit as F  # noqa: E402
+from planner.calib.data import load_measured  # noqa: E402
+from planner.calib.predict import predict_normalised  # noqa: E402
+from planner.catalog.loader import load_catalog  # noqa: E402
+from planner.perf import compose as C  # noqa: E402
+from planner.perf import params as P  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "calibration"
+DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.json"]
+
+
+def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
+    """Per aggregated row with a kernel-timed MoE: the curve's step time over the measured TPOT."""
+    rows = []
+    agg = norm[(norm["n_mode"] == "agg") & (norm["reason"] == "") & (norm["m_tpot"] > 0)]
+    for (mid, hid, eng, ed), g in agg.groupby(["n_model", "n_hw", "n_engine", "n_expert"]):
+        hw, model = cat.hardware[hid], cat.models[mid]
+        kf = hw.efficiency.kernels
+        stats = P.model_stats(model)
+        if kf is None or "moe" not in kf.terms or not stats.experts:
+            continue
+        _, fmt = C.pick(kf, "moe", eng, C.MOE_FORMAT.get(ed, ("bf16",)))
+        tp, ep, pp, dp = (g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
+        spec = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else 0.0
+        tokens = g["a_batch"].to_numpy(float) * (1.0 + spec)
+        stage = tp * dp
+        times = [C.moe_gemm_time(kf, eng, model, hw, ed, tokens, ep, stage, stats.moe_layers / pp, 1.0, 1.0,
+                                 fixed, dp) for fixed in (1.0, 0.0)]
+        if times[0] is None:
+            continue
+        # the measured step: TPOT times the tokens a step yields, at most 1 + drafts (an upper bound on the step, so
+        # a share above 1 is a contradiction whatever the drafts' acceptance)
+        meas = g["m_tpot"].to_numpy(float) / 1e3 * (1.0 + spec)
+        rows.append(pd.DataFrame({"system": hid, "engine": eng, "model": mid, "expert": ed, "curve": fmt,
+                                  "spec": np.where(np.asarray(spec) > 0, "on", "off") * np.ones(len(g), dtype=object),
+                                  "share": np.asarray(times[0]) / meas, "share_no_fixed": np.asarray(times[1]) / meas},
+                                 index=g.index))
+    return pd.concat(rows) if rows else pd.DataFrame()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, action="append")
+    args = ap.parse_args()
+    cat = load_catalog()
+    for path in args.data or DATA:
+        norm, _ = F.prepare([load_measured(path, cat, measured=True)], cat)
+        s = moe_shares(norm, cat)
+        if not s.empty:
+            pred = predict_normalised(norm.loc[s.index], cat)
+            s["pred_meas"] = pred["predicted_tpot_ms"] / norm.loc[s.index, "m_tpot"]
+        if s.empty:
+            print(f"{path.name}: no aggregated rows with a kernel-timed MoE")
+            continue
+        t = s.groupby(["system", "engine", "model", "expert", "curve", "spec"]).agg(
+            rows=("share", "size"), share=("share", "median"), share_no_fixed=("share_no_fixed", "median"),
+            above_1=("share_no_fixed", lambda x: int((x > 1.0).sum())), pred_meas=("pred_meas", "median"))
+        print(f"{path.name}: fused-MoE curve time of a decode step / measured TPOT (aggregated rows, median)\n")
+        print(t.round(2).to_string())
+        print(f"\n{int((s['share_no_fixed'] > 1).sum())} of {len(s)} rows: the MoE curve alone, without its fixed "
+              "latency, takes longer than the measured step\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
