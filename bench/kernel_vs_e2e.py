@@ -11,6 +11,9 @@ step can yield, so that the step is bounded from above whatever the drafts' acce
 the whole measured step (``share > 1``) the curve is not what the engine ran for that row, or the row ran something
 it does not record (speculative decoding the silicon format has no column for).
 
+Also checks every aggregated row against the HBM floor of its decode step (the weights its batch touches and its KV
+cache read once per GPU at the datasheet bandwidth): a row whose measured step is shorter cannot be what it says.
+
 Prints, per (system, engine, model, expert format, curve, speculative decoding), the rows, the median share with and
 without the fixed latency, how many rows exceed 1 without it, and the catalog's median predicted / measured TPOT of
 those rows (``pred_meas``). Usage: ``python bench/kernel_vs_e2e.py [--data FILE ...]`` (default:
@@ -35,6 +38,7 @@ from planner.calib.predict import predict_normalised  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
 from planner.perf import compose as C  # noqa: E402
 from planner.perf import params as P  # noqa: E402
+from planner.perf.roofline import Setup, decode_step  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "calibration"
 DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.json"]
@@ -69,6 +73,26 @@ def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
     return pd.concat(rows) if rows else pd.DataFrame()
 
 
+def bandwidth_floors(norm: pd.DataFrame, cat) -> pd.DataFrame:
+    """Per aggregated row without pipeline stages: the HBM floor of its decode step (the weights its batch touches
+    and its KV cache read once, per GPU, at the datasheet bandwidth) over the measured step (TPOT times
+    ``1 + draft tokens``). Above 1 the row's numbers cannot all be true: no engine streams faster than the HBM."""
+    rows = []
+    agg = norm[(norm["n_mode"] == "agg") & (norm["reason"] == "") & (norm["m_tpot"] > 0) & (norm["a_pp"] == 1)]
+    for (mid, hid, eng, dd, ed, kd), g in agg.groupby(["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv"]):
+        hw = cat.hardware[hid]
+        setup = Setup(cat.models[mid], hw, hw.efficiency.for_engine(eng), dd, ed, kd, engine=eng, tbo=0.0)
+        tp, ep, pp, dp = (g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
+        st = decode_step(setup, tp, ep, pp, dp, g["a_batch"].to_numpy(float),
+                         g["n_isl"].to_numpy(float) + g["n_osl"].to_numpy(float) / 2.0)
+        floor = (np.asarray(st.weight_read_bytes) + np.asarray(st.kv_read_bytes)) / setup.hbm_bw
+        spec = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else 0.0
+        meas = g["m_tpot"].to_numpy(float) / 1e3 * (1.0 + spec)
+        rows.append(pd.DataFrame({"system": hid, "engine": eng, "model": mid, "floor_share": floor / meas},
+                                 index=g.index))
+    return pd.concat(rows) if rows else pd.DataFrame()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, action="append")
@@ -90,6 +114,15 @@ def main() -> int:
         print(t.round(2).to_string())
         print(f"\n{int((s['share_no_fixed'] > 1).sum())} of {len(s)} rows: the MoE curve alone, without its fixed "
               "latency, takes longer than the measured step\n")
+        f = bandwidth_floors(norm, cat)
+        if not f.empty:
+            bad = f[f["floor_share"] > 1.0]
+            print(f"HBM floor of the decode step / measured step: {len(bad)} of {len(f)} aggregated rows above 1 "
+                  "(the row measured a step faster than its weights and KV cache can stream)")
+            if len(bad):
+                print(bad.groupby(["system", "engine", "model"])["floor_share"].agg(["size", "min", "max"]).round(2)
+                      .to_string())
+            print()
     return 0
 
 
