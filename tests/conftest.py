@@ -18,6 +18,16 @@ HF_CONFIGS = DATA / "hf-configs"
 REFERENCE = DATA / "reference"
 
 
+def load_bench(name: str):
+    """``bench/NAME.py`` as a module (the benchmark scripts' functions, for the tests that check them)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def engine_flags() -> dict:
     """shared/reference/engine-flags.json, from its copy in tests/data (the suite needs no ../shared)."""
     import gzip

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from planner.calib import fit as F
 from planner.calib.data import load_measured
-from tests.conftest import CALIB
+from tests.conftest import CALIB, load_bench
 
 
 def _module():
-    path = Path(__file__).resolve().parents[1] / "bench" / "kernel_vs_e2e.py"
-    spec = importlib.util.spec_from_file_location("kernel_vs_e2e", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("kernel_vs_e2e")
 
 
 def _rows(catalog, tmp_path, model: str, system: str, backend: str, n: int = 6) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from planner.perf.roofline import (
     prefill_parts,
     prefill_time,
 )
+from tests.conftest import load_bench
 
 
 def test_redundant_experts_make_wide_ep_degrees_valid(catalog):
@@ -264,10 +265,4 @@ def test_trtllm_bench_batch_heuristic_worked_numbers(catalog):
 
 def _production_check():
     """``bench/production_check.py`` as a module (its cases and its benchmark rows)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "production_check.py"
-    spec = importlib.util.spec_from_file_location("production_check", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("production_check")
