@@ -36,6 +36,7 @@ from planner.calib import fit as F  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
 from planner.calib.predict import predict_normalised  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
+from planner.errors import InputError  # noqa: E402
 from planner.perf import compose as C  # noqa: E402
 from planner.perf import params as P  # noqa: E402
 from planner.perf.roofline import Setup, decode_step  # noqa: E402
@@ -45,7 +46,7 @@ DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.j
 
 
 def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
-    """Per aggregated row with a kernel-timed MoE: the curve's step time over the measured TPOT."""
+    """Per aggregated row with a kernel-timed MoE: the curve's time of a decode step over the measured step."""
     rows = []
     agg = norm[(norm["n_mode"] == "agg") & (norm["reason"] == "") & (norm["m_tpot"] > 0)]
     for (mid, hid, eng, ed), g in agg.groupby(["n_model", "n_hw", "n_engine", "n_expert"]):
@@ -67,7 +68,7 @@ def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
         # a share above 1 is a contradiction whatever the drafts' acceptance)
         meas = g["m_tpot"].to_numpy(float) / 1e3 * (1.0 + spec)
         rows.append(pd.DataFrame({"system": hid, "engine": eng, "model": mid, "expert": ed, "curve": fmt,
-                                  "spec": np.where(np.asarray(spec) > 0, "on", "off") * np.ones(len(g), dtype=object),
+                                  "spec": np.broadcast_to(np.where(np.asarray(spec) > 0, "on", "off"), len(g)),
                                   "share": np.asarray(times[0]) / meas, "share_no_fixed": np.asarray(times[1]) / meas},
                                  index=g.index))
     return pd.concat(rows) if rows else pd.DataFrame()
@@ -99,7 +100,11 @@ def main() -> int:
     args = ap.parse_args()
     cat = load_catalog()
     for path in args.data or DATA:
-        norm, _ = F.prepare([load_measured(path, cat, measured=True)], cat)
+        try:
+            norm, _ = F.prepare([load_measured(path, cat, measured=True)], cat)
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         s = moe_shares(norm, cat)
         if not s.empty:
             pred = predict_normalised(norm.loc[s.index], cat)

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from planner.calib import kernels as KC  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
+from planner.errors import InputError  # noqa: E402
 
 TOKENS = (8, 64, 512, 4096)
 
@@ -42,7 +43,11 @@ def main() -> int:
     if hw is None or not path.is_file():
         print(f"{path}: no such system or kernel file", file=sys.stderr)
         return 1
-    rows = KC.read_moe(path, hw).get(args.format)
+    try:
+        rows = KC.read_moe(path, hw).get(args.format)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if rows is None:
         print(f"{path}: no {args.format} rows", file=sys.stderr)
         return 1
