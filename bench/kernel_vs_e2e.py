@@ -11,7 +11,9 @@ step can yield, so that the step is bounded from above whatever the drafts' acce
 the whole measured step (``share > 1``) the curve is not what the engine ran for that row, or the row ran something
 it does not record (speculative decoding the silicon format has no column for).
 
-Also checks every aggregated row against the HBM floor of its decode step (the weights its batch touches and its KV
+Also checks each disaggregated row that records its deployment against Little's law (the request rate its closed
+loop completed, which its prefill pool sustained, over the catalog's prefill capacity), and every aggregated row
+against the HBM floor of its decode step (the weights its batch touches and its KV
 cache read once per GPU at the datasheet bandwidth): a row whose measured step is shorter cannot be what it says.
 
 Prints, per (system, engine, model, expert format, curve, speculative decoding), the rows, the median share with and
@@ -34,12 +36,18 @@ sys.path.insert(0, str(ROOT))
 
 from planner.calib import fit as F  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
-from planner.calib.predict import predict_normalised  # noqa: E402
+from planner.calib.predict import (  # noqa: E402
+    _role_setup,
+    catalog_efficiency,
+    predict_normalised,  # noqa: E402
+)
 from planner.catalog.loader import load_catalog  # noqa: E402
 from planner.errors import InputError  # noqa: E402
 from planner.perf import compose as C  # noqa: E402
 from planner.perf import params as P  # noqa: E402
 from planner.perf.roofline import Setup, decode_step  # noqa: E402
+from planner.perf.serving import prefill_capacity_rps  # noqa: E402
+from planner.perf.setup import engine_options  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "calibration"
 DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.json"]
@@ -94,6 +102,26 @@ def bandwidth_floors(norm: pd.DataFrame, cat) -> pd.DataFrame:
     return pd.concat(rows) if rows else pd.DataFrame()
 
 
+def prefill_shortfalls(norm: pd.DataFrame, cat) -> pd.DataFrame:
+    """Per disaggregated row that records its deployment: the request rate its closed loop completed (Little's law,
+    ``conc / (TTFT + (O - 1) TPOT)``) over the catalog's prefill capacity of its recorded prefill pool. Above 1 the
+    model's prefill is too slow for what the row measured: the pool sustained that rate."""
+    rows = []
+    eff_for = catalog_efficiency(cat)
+    dis = norm[(norm["n_mode"] == "disagg") & (norm["reason"] == "") & ~norm["n_workers_assumed"].astype(bool)]
+    for (mid, hid, eng, dd, ed, kd), g in dis.groupby(["n_model", "n_hw", "n_engine", "n_dense", "n_expert", "n_kv"]):
+        setup = Setup(cat.models[mid], cat.hardware[hid], eff_for(hid, eng), dd, ed, kd, engine=eng,
+                      **engine_options(cat.engines.get(eng)))
+        pre = _role_setup(setup, g, "p")
+        O = g["n_osl"].to_numpy(float)
+        cap = prefill_capacity_rps(pre, *(g[f"p_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp")),
+                                   g["n_isl"].to_numpy(float), g["p_workers"].to_numpy(float))
+        e2el = (g["m_ttft"].to_numpy(float) + np.maximum(O - 1.0, 0.0) * g["m_tpot"].to_numpy(float)) / 1e3
+        rows.append(pd.DataFrame({"system": hid, "engine": eng, "rate_share": g["n_conc"].to_numpy(float) / e2el / cap},
+                                 index=g.index))
+    return pd.concat(rows) if rows else pd.DataFrame()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, action="append")
@@ -127,6 +155,14 @@ def main() -> int:
             if len(bad):
                 print(bad.groupby(["system", "engine", "model"])["floor_share"].agg(["size", "min", "max"]).round(2)
                       .to_string())
+            print()
+        p = prefill_shortfalls(norm, cat)
+        if not p.empty:
+            over = p[p["rate_share"] > 1.0]
+            print(f"measured request rate / predicted prefill capacity: {len(over)} of {len(p)} disaggregated rows above 1 "
+                  "(the model's prefill pool is slower than the rate the row completed)")
+            if len(over):
+                print(over.groupby(["system", "engine"])["rate_share"].agg(["size", "max"]).round(2).to_string())
             print()
     return 0
 

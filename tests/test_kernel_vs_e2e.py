@@ -59,3 +59,20 @@ def test_the_moe_curve_share_scales_with_the_measured_step_and_drafts(catalog, t
     assert (drafts["spec"] == "on").all()
     # four tokens a sequence and step: the curve at four times the tokens over four times the step
     assert (drafts["share"] < s["share"]).all()
+
+
+def test_a_closed_loop_faster_than_its_prefill_pool_is_flagged(catalog, tmp_path):
+    """Little's law: the rate a disaggregated run completed, conc / (TTFT + (O - 1) TPOT), over the model's prefill
+    capacity of its recorded pool; the capacity is the model's alone, so the same run measured twice as fast is
+    twice the share."""
+    mod = _module()
+    df = pd.read_csv(CALIB)
+    pick = df[(df["mode"] == "disagg") & df["decode_num_workers"].notna() & (df["system"] == "b200_sxm")].head(8)
+    path = tmp_path / "rows.csv"
+    pick.to_csv(path, index=False)
+    norm, _ = F.prepare([load_measured(path, catalog, measured=True)], catalog)
+    assert len(norm) >= 3
+    p = mod.prefill_shortfalls(norm, catalog)
+    fast = mod.prefill_shortfalls(norm.assign(m_ttft=norm["m_ttft"] / 2.0, m_tpot=norm["m_tpot"] / 2.0), catalog)
+    assert len(p) == len(norm) and (p["rate_share"] > 0).all()
+    assert np.allclose(fast["rate_share"], 2.0 * p["rate_share"])
