@@ -122,6 +122,17 @@ def prefill_shortfalls(norm: pd.DataFrame, cat) -> pd.DataFrame:
     return pd.concat(rows) if rows else pd.DataFrame()
 
 
+def _above(frame: pd.DataFrame, col: str, by: list[str], what: str, rows: str, meaning: str) -> None:
+    """Print how many rows of ``frame`` have ``col`` above 1, and their groups' counts and range."""
+    if frame.empty:
+        return
+    over = frame[frame[col] > 1.0]
+    print(f"{what}: {len(over)} of {len(frame)} {rows} rows above 1 ({meaning})")
+    if len(over):
+        print(over.groupby(by)[col].agg(["size", "min", "max"]).round(2).to_string())
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, action="append")
@@ -134,36 +145,24 @@ def main() -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         s = moe_shares(norm, cat)
-        if not s.empty:
+        if s.empty:
+            print(f"{path.name}: no aggregated rows with a kernel-timed MoE\n")
+        else:
             pred = predict_normalised(norm.loc[s.index], cat)
             s["pred_meas"] = pred["predicted_tpot_ms"] / norm.loc[s.index, "m_tpot"]
-        if s.empty:
-            print(f"{path.name}: no aggregated rows with a kernel-timed MoE")
-            continue
-        t = s.groupby(["system", "engine", "model", "expert", "curve", "spec"]).agg(
-            rows=("share", "size"), share=("share", "median"), share_no_fixed=("share_no_fixed", "median"),
-            above_1=("share_no_fixed", lambda x: int((x > 1.0).sum())), pred_meas=("pred_meas", "median"))
-        print(f"{path.name}: fused-MoE curve time of a decode step / measured TPOT (aggregated rows, median)\n")
-        print(t.round(2).to_string())
-        print(f"\n{int((s['share_no_fixed'] > 1).sum())} of {len(s)} rows: the MoE curve alone, without its fixed "
-              "latency, takes longer than the measured step\n")
-        f = bandwidth_floors(norm, cat)
-        if not f.empty:
-            bad = f[f["floor_share"] > 1.0]
-            print(f"HBM floor of the decode step / measured step: {len(bad)} of {len(f)} aggregated rows above 1 "
-                  "(the row measured a step faster than its weights and KV cache can stream)")
-            if len(bad):
-                print(bad.groupby(["system", "engine", "model"])["floor_share"].agg(["size", "min", "max"]).round(2)
-                      .to_string())
-            print()
-        p = prefill_shortfalls(norm, cat)
-        if not p.empty:
-            over = p[p["rate_share"] > 1.0]
-            print(f"measured request rate / predicted prefill capacity: {len(over)} of {len(p)} disaggregated rows above 1 "
-                  "(the model's prefill pool is slower than the rate the row completed)")
-            if len(over):
-                print(over.groupby(["system", "engine"])["rate_share"].agg(["size", "max"]).round(2).to_string())
-            print()
+            t = s.groupby(["system", "engine", "model", "expert", "curve", "spec"]).agg(
+                rows=("share", "size"), share=("share", "median"), share_no_fixed=("share_no_fixed", "median"),
+                above_1=("share_no_fixed", lambda x: int((x > 1.0).sum())), pred_meas=("pred_meas", "median"))
+            print(f"{path.name}: fused-MoE curve time of a decode step / measured TPOT (aggregated rows, median)\n")
+            print(t.round(2).to_string())
+            print(f"\n{int((s['share_no_fixed'] > 1).sum())} of {len(s)} rows: the MoE curve alone, without its fixed "
+                  "latency, takes longer than the measured step\n")
+        _above(bandwidth_floors(norm, cat), "floor_share", ["system", "engine", "model"],
+               "HBM floor of the decode step / measured step", "aggregated",
+               "the row measured a step faster than its weights and KV cache can stream")
+        _above(prefill_shortfalls(norm, cat), "rate_share", ["system", "engine"],
+               "measured request rate / predicted prefill capacity", "disaggregated",
+               "the model's prefill pool is slower than the rate the row completed")
     return 0
 
 
