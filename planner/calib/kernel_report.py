@@ -47,6 +47,7 @@ def _pct(v) -> str:
 
 
 FAMILY_TITLES = {"gemm": "GEMM", "moe": "fused MoE", "attn_decode": "decode attention (GQA)", "mla_decode": "decode MLA",
+                 "attn_context": "prefill attention (GQA)", "mla_context": "prefill (context) MLA",
                  "collective": "collectives", "deepep": "DeepEP low-latency"}
 
 
@@ -60,8 +61,8 @@ def report_markdown(reports: list[SystemReport], command: str, plot: str | None)
         "datasheet and fixed latencies) per system, engine and format, fitted by robust least squares on "
         "log(predicted / measured) over the fastest kernel per shape, one curve per kernel an engine runs for a format "
         "(its main one under the engine's name, others as `engine-kernel`). *Held out*: a second fit without a model's shapes "
-        "(GEMMs with n or k = 7,168; DeepSeek-V3's and Qwen3-235B's expert shapes; 8 query heads per GPU; MLA at 16 "
-        "heads per GPU; collectives on the largest GPU count, fitted on fewer; DeepEP at hidden 7,168), scored on them. "
+        "(GEMMs with n or k = 7,168; DeepSeek-V3's and Qwen3-235B's expert shapes; 8 query heads per GPU in decode and prefill attention; MLA at 16 "
+        "heads per GPU in decode and context; collectives on the largest GPU count, fitted on fewer; DeepEP at hidden 7,168), scored on them. "
         "The catalog "
         "holds the all-row fit. APE = |predicted / measured - 1|, pooled over the engines and formats of a family.", "",
         "| system | family | rows | median APE | p90 APE | held-out rows | held-out median | held-out p90 |",

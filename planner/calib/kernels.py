@@ -18,6 +18,7 @@ Held-out shapes per family (chosen to be the shapes of a real model the curve mu
   experts and 1,536 columns; top-8), where the engine's rows of them measure what their columns say (below);
 - decode attention: every configuration with 8 query heads per GPU (Llama-3.1-70B at TP8, Qwen3 at TP8...);
 - MLA decode: 16 heads per GPU (DeepSeek at TP8);
+- prefill attention (GQA) and context MLA: as their decode families (8 query heads, 16 heads per GPU);
 - collectives: 8 GPUs (fitted on 2 and 4: the extension in group size); GB200/GB300 rows stop at 4, so there
   the held-out set is 4 GPUs fitted on 2;
 - DeepEP low-latency: hidden 7,168.
@@ -349,6 +350,54 @@ def read_mla_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return out
 
 
+def read_attn_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    """GQA prefill attention per KV format and head dimension (``fp8-hd128``; each head dimension is a kernel of its
+    own, as in decode). Where an engine runs both BF16 and FP8 maths for an FP8 cache (TensorRT-LLM's FP8 context
+    FMHA), the faster per shape, at the BF16 peak (the fitted ``compute`` then exceeds 1 where FP8 maths pays)."""
+    df = pd.read_parquet(path)
+    cols = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency")
+    _need(df, path, cols)
+    if "window_size" not in df.columns:
+        df = df.assign(window_size=0)
+    out = {}
+    for kv, g in df.groupby("kv_cache_dtype"):
+        if kv not in KV_BYTES:
+            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+        g = _fastest(g, ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size"])
+        for dim, k in g.groupby(g["head_dim"].to_numpy(int)):
+            b, n, hq, hk, w = (k[c].to_numpy(float) for c in
+                               ("batch_size", "isl", "num_heads", "num_key_value_heads", "window_size"))
+            fl, mv, lg, un = K.context_attention_shape(b, n, 0.0, hq, hk, float(dim), float(dim), w)
+            x = {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(k), hw.flops("bf16")),
+                 "W": np.full(len(k), hw.hbm_bw)}
+            out[K.head_dim_format(_kv_name(kv), dim)] = Rows(x, k["latency"].to_numpy(float) * 1e-3, hq == 8,
+                                                            "8 query heads per GPU", _version(df))
+    return out
+
+
+def read_mla_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
+    """DeepSeek's context MLA (decompressed: 128 + 64 query/key and 128 value dimensions a head) per KV format."""
+    df = pd.read_parquet(path)
+    cols = ("batch_size", "isl", "num_heads", "kv_cache_dtype", "latency")
+    _need(df, path, cols)
+    out = {}
+    for kv, g in df.groupby("kv_cache_dtype"):
+        if kv not in KV_BYTES:
+            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+        g = _fastest(g, ["batch_size", "isl", "num_heads"])
+        b, n, hq = (g[c].to_numpy(float) for c in ("batch_size", "isl", "num_heads"))
+        fl, mv, lg, un = K.context_attention_shape(b, n, 0.0, hq, hq, MLA_QK_DIM, MLA_V_DIM, mla=True)
+        x = {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(g), hw.flops("bf16")),
+             "W": np.full(len(g), hw.hbm_bw)}
+        out[_kv_name(kv)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU", _version(df))
+    return out
+
+
+MLA_QK_DIM, MLA_V_DIM = 192.0, 128.0
+"""DeepSeek-V3's decompressed MLA head: 128 no-position + 64 rotary query/key dimensions, 128 value dimensions
+(the shape the context-MLA collectors run)."""
+
+
 def mla_decode_flops(batch, heads, context, kv_lora=512.0, rope=64.0):
     """FLOPs of absorbed MLA decode attention: scores over ``kv_lora + rope`` and values over ``kv_lora``."""
     return 2.0 * batch * heads * context * (2.0 * kv_lora + rope)
@@ -420,6 +469,10 @@ def _predict_attn(p, x):
     return K.attn_decode_time(p, x["batch"], x["kv_bytes"], x["flops"], x["F"], x["W"], x["units"])
 
 
+def _predict_context(p, x):
+    return K.attn_context_time(p, x["flops"], x["bytes"], x["longest"], x["units"], x["F"], x["W"])
+
+
 def _collective(op: str):
     def f(p, x):
         return K.collective_time(p, op, x["gpus"], x["bytes"], x["U"])
@@ -439,6 +492,9 @@ SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("attn_decode", "attention", "generation_attention_perf", lambda p, hw, s: read_attn_decode(p, hw, p.parent.name),
      lambda f: _predict_attn),
     ("mla_decode", "mla", "generation_mla_perf", lambda p, hw, s: read_mla_decode(p, hw), lambda f: _predict_attn),
+    ("attn_context", "attention", "context_attention_perf", lambda p, hw, s: read_attn_context(p, hw),
+     lambda f: _predict_context),
+    ("mla_context", "mla", "context_mla_perf", lambda p, hw, s: read_mla_context(p, hw), lambda f: _predict_context),
     ("collective", "comm", "nccl_perf", read_nccl, _collective),
     ("collective", "comm", "custom_allreduce_perf", read_custom_allreduce, _collective),
     ("deepep", "comm", "wideep_deepep_ll_perf", read_deepep, lambda f: _predict_deepep),

@@ -15,6 +15,8 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "moe": ("t0_us", "compute", "tile_ns", "memory", "sharpness", "copy_bytes"),
     "attn_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
     "mla_decode": ("t0_us", "unit_us", "compute", "memory", "red_us", "fill_half"),
+    "attn_context": ("t0_us", "unit_us", "compute", "memory", "sms", "sharpness"),
+    "mla_context": ("t0_us", "unit_us", "compute", "memory", "sms", "sharpness"),
     "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "switch_kb", "slow_eff"),
     "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
 }
@@ -24,7 +26,7 @@ RENAMED = (("moe", "copy_ns", "copy_bytes", "the fused-MoE curve now charges eve
              "over HBM; refit with planner calibrate kernels --data DIR --family moe --write"),)
 """Parameters a catalog of an earlier release may still carry: (family, old name, new name, what to do)."""
 
-KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention")
+KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention", "prefill_attention")
 """Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
 KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
@@ -36,6 +38,10 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
                     "red_us": (0.0, 200.0), "fill_half": (0.0, 4096.0)},
     "mla_decode": {"t0_us": (0.0, 200.0), "unit_us": (0.0, 20.0), "compute": (0.001, 1.0), "memory": (0.05, 1.0),
                    "red_us": (0.0, 200.0), "fill_half": (0.0, 4096.0)},
+    "attn_context": {"t0_us": (0.0, 500.0), "unit_us": (0.0, 20.0), "compute": (0.01, 2.0), "memory": (0.02, 1.0),
+                     "sms": (1.0, 1000.0), "sharpness": (1.0, 30.0)},
+    "mla_context": {"t0_us": (0.0, 500.0), "unit_us": (0.0, 20.0), "compute": (0.01, 2.0), "memory": (0.02, 1.0),
+                    "sms": (1.0, 1000.0), "sharpness": (1.0, 30.0)},
     "collective": {"alpha_us": (0.0, 500.0), "alpha_gpu_us": (0.0, 100.0), "bus_eff": (0.02, 1.5),
                    "switch_kb": (0.0, 1e6), "slow_eff": (0.02, 1.5)},
     "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5), "slot_ns": (0.0, 5000.0),
@@ -81,7 +87,7 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
-    terms: list[Literal["moe", "all_reduce", "exchange", "attention"]] = Field(default_factory=list)
+    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention"]] = Field(default_factory=list)
     """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
     composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
     GEMMs' roofline and the fitted ``moe_layer_overhead_us``), and ``all_reduce``, the engine's own all-reduce of
@@ -89,7 +95,9 @@ class KernelFits(Strict):
     ``exchange``, the expert dispatch and combine of a decode step under attention DP (DeepEP low-latency's curve
     inside one measured node; beyond it the datasheet links at the link share that curve measured), and
     ``attention``, the decode attention (MLA, or the engine's GQA kernel, at the KV cache's format: an FP8 cache runs
-    FP8 maths where the kernel does) in place of the fitted ``attention_compute`` on the bf16 peak. Their
+    FP8 maths where the kernel does) in place of the fitted ``attention_compute`` on the bf16 peak, and
+    ``prefill_attention``, a prefill pass's causal attention (context MLA, or the engine's context GQA kernel) in
+    place of ``prefill_compute`` on the attention peak (the pass's GEMMs keep ``prefill_compute``). Their
     fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
     terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
 
@@ -101,7 +109,7 @@ class KernelFits(Strict):
                 raise ValueError(f"kernels.curves key {key!r} must be FAMILY/ENGINE/FORMAT with FAMILY one of "
                                  f"{', '.join(KERNEL_PARAMS)}")
             fmt = key.split("/", 2)[2]
-            if fam == "attn_decode" and not re.fullmatch(r"[A-Za-z0-9_]+(-hd[1-9][0-9]*)?", fmt):
+            if fam in ("attn_decode", "attn_context") and not re.fullmatch(r"[A-Za-z0-9_]+(-hd[1-9][0-9]*)?", fmt):
                 # a malformed head-dimension suffix would leave the curve unused, never an error
                 raise ValueError(f"kernels.curves key {key!r}: a decode-attention format is KV_FORMAT or "
                                  f"KV_FORMAT-hdN (N the head dimension, e.g. fp8-hd128), not {fmt!r}")

@@ -260,6 +260,44 @@ def attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtyp
     return calls * per_call
 
 
+def prefill_attention_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, kv_dtype: str, prompts,
+                           new_tokens, prefix, tp, fixed=1.0):
+    """Seconds of the softmax attention of one prefill pass on one chip, all layers: ``prompts`` prompts of
+    ``new_tokens`` each after ``prefix`` cached tokens on this chip's attention rank, its ``heads / tp`` query heads,
+    full layers over the whole context and sliding layers over their window, each layer one call of the system's
+    context-MLA or context-GQA curve (the engine's own, else another engine's) at the KV cache's format. None where
+    no curve applies or the model's attention is not plain softmax over its context (sparse MLA's top-k selection:
+    the caller keeps its FLOPs on the roofline)."""
+    at = m.architecture.attention
+    if at.sparse_topk_tokens:
+        return None
+    mla = at.type == "mla"
+    fam = "mla_context" if mla else "attn_context"
+    fmt = "fp8" if kv_dtype in ("fp8", "int8", "fp4", "int4") else "bf16"
+    fmts: tuple[str, ...] = (fmt, "bf16", "fp8")
+    if not mla:
+        fmts = K.head_dim_formats({k.split("/", 2)[2] for k in kf.curves if k.startswith(fam + "/")}, fmts,
+                                  at.head_dim)
+    p, _ = pick(kf, fam, engine, fmts)
+    if p is None:
+        return None
+    qk = float(at.head_dim)
+    v = float(at.v_head_dim or at.head_dim)
+    F, W = hw.flops("bf16"), hw.hbm_bw
+
+    def run(prompts, new_tokens, prefix, tp, fixed):
+        heads = np.maximum(at.heads / tp, 1.0)
+        kvh = heads if mla else np.maximum(at.kv_heads / tp, 1.0)
+        total = 0.0
+        for layers, window in ((at.full_layers, 0.0), (at.sliding_layers, float(at.sliding_window_tokens or 0))):
+            if layers:
+                shape = K.context_attention_shape(prompts, new_tokens, prefix, heads, kvh, qk, v, window, mla)
+                total = total + layers * K.attn_context_time(p, *shape, F, W, fixed)
+        return total
+
+    return on_unique(run, 1, prompts, new_tokens, prefix, tp, fixed)[0]
+
+
 def all_reduce(kf: KernelFits, engine: str | None, hw, gpus, msg_bytes, count, fixed=1.0):
     """``count`` all-reduces of ``msg_bytes`` over ``gpus`` GPUs: the engine's own all-reduce where fitted, else
     NCCL's; None where the group exceeds what the curves were measured on (one node, 8 GPUs)."""

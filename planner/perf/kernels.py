@@ -51,6 +51,17 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
     and FlashMLA's partitions), which runs at the full rate but pays a second, reduction phase (``red_us``).
     The kernels pick the faster of the two, so the step takes the smaller. Parameters: ``t0_us, unit_us,
     compute, memory, red_us, fill_half``.
+``attn_context`` / ``mla_context``
+    One prefill pass of causal attention over a batch of prompts (FlashAttention-style: each (sequence, query head,
+    tile of :data:`TILE_Q` query rows) is a work unit that walks the keys up to its diagonal). Busy time: the FLOPs
+    (GQA ``4 head_dim`` per query-key pair and head, MLA decompressed ``2 (qk_dim + v_dim)``) at ``compute`` of the
+    peak, but never less than the longest unit (the last query tile, over the whole context or window) times ``sms``
+    units running side by side: a short prompt or a few heads leave most SMs idle while that tile finishes; queries,
+    keys, values and output moved once at ``memory`` of HBM, smoothly combined with the compute (``sharpness``);
+    plus a cost per work unit (``unit_us``: loading its query tile, the softmax's final rescale and the output
+    write, paid however short its key walk) and a fixed latency. This is what makes the measured rate climb with the
+    prompt: DeepSeek's context MLA reaches 0.17-0.28 of the BF16 peak at 1K tokens and 0.57-0.77 at 8K on Blackwell
+    (``python bench/context_attention_rate.py``). Parameters: ``t0_us, unit_us, compute, memory, sms, sharpness``.
 ``collective``
     One collective of ``bytes`` over ``g`` GPUs of one scale-up domain: ``alpha + alpha_gpu (g - 2)`` plus the
     bus bytes (ring all-reduce ``2 (g-1)/g``, all-gather, reduce-scatter and all-to-all ``(g-1)/g`` of the
@@ -89,6 +100,8 @@ PRIOR: dict[str, dict[str, float]] = {
     "moe": {"t0_us": 30.0, "compute": 0.5, "tile_ns": 10.0, "memory": 0.8, "sharpness": 2.5, "copy_bytes": 2.5},
     "attn_decode": {"t0_us": 8.0, "unit_us": 0.01, "compute": 0.3, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
     "mla_decode": {"t0_us": 12.0, "unit_us": 0.1, "compute": 0.4, "memory": 0.8, "red_us": 3.0, "fill_half": 8.0},
+    "attn_context": {"t0_us": 10.0, "unit_us": 0.02, "compute": 0.5, "memory": 0.5, "sms": 100.0, "sharpness": 3.0},
+    "mla_context": {"t0_us": 10.0, "unit_us": 0.02, "compute": 0.5, "memory": 0.5, "sms": 100.0, "sharpness": 3.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
     "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3, "slot_ns": 100.0, "expert_gbps": 30.0},
 }
@@ -200,6 +213,45 @@ def attn_decode_time(p: dict, batch, kv_bytes, flops, flops_peak, hbm_bw, units=
                       np.asarray(kv_bytes, dtype=float) / (hbm_bw * p["memory"]))
     one_block, split = busy / np.maximum(fill, 1e-12), busy + fixed * p["red_us"] * US
     return fixed * p["t0_us"] * US + p["unit_us"] * US * u + np.minimum(one_block, split)
+
+
+TILE_Q = 128.0
+"""Query rows of one work unit of a prefill attention kernel (FlashAttention 2/3 and the engines' context FMHA tile
+128 queries on Hopper and Blackwell)."""
+
+
+def attn_context_time(p: dict, flops, moved_bytes, longest_flops, units, flops_peak, hbm_bw, fixed=1.0):
+    """Seconds of one prefill pass of attention (one layer): ``flops`` in all, ``moved_bytes`` of queries, keys,
+    values and output, ``longest_flops`` of the longest work unit (the last query tile of one head over its whole
+    context or window) and ``units`` work units (sequences x query heads x query tiles); see the module docstring."""
+    f = np.asarray(flops, dtype=float)
+    rate = flops_peak * p["compute"]
+    t_c = np.maximum(f / rate, np.asarray(longest_flops, dtype=float) * p["sms"] / rate)
+    t_m = np.asarray(moved_bytes, dtype=float) / (hbm_bw * p["memory"])
+    return fixed * p["t0_us"] * US + p["unit_us"] * US * np.asarray(units, dtype=float) + _smax(t_c, t_m, p["sharpness"])
+
+
+def context_attention_shape(batch, new_tokens, prefix, heads, kv_heads, qk_dim, v_dim, window=0.0, mla=False):
+    """(flops, moved bytes, longest unit's flops, units) of one layer's prefill attention for ``batch`` prompts of
+    ``new_tokens`` each after ``prefix`` cached tokens, on a GPU holding ``heads`` query heads (``kv_heads`` KV
+    heads; MLA: decompressed, one KV head per query head); ``window``: a sliding window (0: full). Activations in
+    bf16; the cached prefix's keys and values read once."""
+    b = np.asarray(batch, dtype=float)
+    n = np.maximum(np.asarray(new_tokens, dtype=float), 1.0)
+    pre = np.asarray(prefix, dtype=float)
+    w = np.asarray(window, dtype=float)
+    pairs = n * pre + n * (n + 1.0) / 2.0
+    ctx = pre + n
+    if np.any(w > 0):
+        pairs = np.where(w > 0, np.minimum(pairs, n * w), pairs)
+        ctx = np.where(w > 0, np.minimum(ctx, w), ctx)
+    per_pair = 2.0 * (qk_dim + v_dim) if mla else 4.0 * qk_dim
+    hk = heads if mla else kv_heads
+    flops = b * heads * per_pair * pairs
+    moved = ACT_DTYPE_BYTES * b * (n * (heads * (qk_dim + v_dim) + hk * (qk_dim + v_dim)) + pre * hk * (qk_dim + v_dim))
+    longest = TILE_Q * per_pair * ctx
+    units = b * heads * np.ceil(n / TILE_Q)
+    return flops, moved, longest, units
 
 
 XQA_GROUPS = (2, 32)

@@ -333,9 +333,16 @@ def prefill_attention_flops(m: ModelSpec, new_tokens, prefix=0.0):
     if att.sliding_layers:
         w = att.sliding_window_tokens
         out = out + per_pair * att.sliding_layers * np.minimum(pairs, n * w)
-    if att.linear_layers:
-        out = out + 6 * att.linear_layers * att.linear_value_heads * att.linear_key_head_dim * att.linear_value_head_dim * n
-    return out
+    return out + linear_prefill_flops(m, n)
+
+
+def linear_prefill_flops(m: ModelSpec, new_tokens):
+    """FLOPs of the linear-attention layers' state updates and reads over ``new_tokens`` prompt tokens."""
+    att = m.architecture.attention
+    n = np.asarray(new_tokens, dtype=float)
+    if not att.linear_layers:
+        return 0.0 * n
+    return 6 * att.linear_layers * att.linear_value_heads * att.linear_key_head_dim * att.linear_value_head_dim * n
 
 
 def expected_experts_touched(experts: int, top_k: int, tokens):

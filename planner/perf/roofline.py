@@ -599,7 +599,8 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     ``requests`` prompts of ``new_tokens`` each (latency = max(compute, memory) + comm + overhead).
 
     Compute-bound in practice: ``2 * P_active * tokens`` plus causal attention over
-    ``F * prefill_compute``. With attention data parallelism the prompts spread over ``min(requests,
+    ``F * prefill_compute`` (on hardware whose kernel block times ``prefill_attention``: the system's
+    context-attention curve, :func:`planner.perf.compose.prefill_attention_time`). With attention data parallelism the prompts spread over ``min(requests,
     dp)`` ranks; non-expert work of a rank runs on its ``tp`` chips only. A pass crosses the ``pp``
     stages one after another, so pipelining does not shorten a single prefill.
     """
@@ -621,21 +622,27 @@ def prefill_parts(setup: Setup, tp, ep, pp, dp, new_tokens, requests=1.0, prefix
     eff_ne = gemm_efficiency(e, factor_dtype(hw, setup.dense_dtype), tok_rank, prefill=True)
     per_expert = tokens * s.top_k / s.experts if s.experts else tokens
     eff_ex = gemm_efficiency(e, factor_dtype(hw, setup.expert_dtype), per_expert, prefill=True)
-    comp = (
-        ne_flops / (setup.f_dense * eff_ne)
-        + ex_flops / (setup.f_expert * eff_ex)
-        + att_flops / (setup.f_attn * e.prefill_compute)
-    )
+    att_t = att_flops / (setup.f_attn * e.prefill_compute)
+    pk = setup.term_kernels("prefill_attention") or setup.kernels
+    if pk is not None:
+        # The softmax attention from this system's context-attention curve (a partial composition's
+        # ``prefill_attention`` term, or a composed step); linear-attention layers stay on the roofline.
+        soft = C.prefill_attention_time(pk, setup.engine, m_, hw, setup.kv_dtype, r / dp_used, n, prefix, tp,
+                                        e.kernel_fixed_share)
+        if soft is not None:
+            lin = P.linear_prefill_flops(m_, n) * (r / dp_used) / tp
+            att_t = soft + lin / (setup.f_attn * e.prefill_compute)
+    comp = ne_flops / (setup.f_dense * eff_ne) + ex_flops / (setup.f_expert * eff_ex) + att_t
     kf = setup.kernels
     if kf is not None:
-        # GEMMs and fused MoE of the pass from this system's kernel curves (attention keeps prefill_compute).
+        # GEMMs and fused MoE of the pass from this system's kernel curves.
         fx = e.kernel_fixed_share
         ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, float(m_.architecture.layers),
                                float(s.moe_layers), 0.0, fx)
         ex = (C.moe_gemm_time(kf, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, float(s.moe_layers),
                               imb, setup.expert_copies, fx, dp_used) if s.experts else 0.0)
         if ne is not None and ex is not None:
-            comp = ne + ex + att_flops / (setup.f_attn * e.prefill_compute)
+            comp = ne + ex + att_t
     if s.experts:
         touched = np.minimum(P.expected_experts_touched(s.experts, s.top_k, tokens) / s.experts * imb, 1.0)
     else:
