@@ -312,11 +312,14 @@ def test_bad_kernel_files_are_notes_not_crashes(tmp_path, catalog):
     pd.read_parquet(mla).assign(kv_cache_dtype="fp6").to_parquet(mla)
     ep = root / "h200_sxm" / "comm" / "sglang" / "wideep_deepep_ll_perf.parquet"
     pd.read_parquet(ep).head(10).to_parquet(ep)
+    ctx = root / "h200_sxm" / "mla" / "trtllm" / "context_mla_perf.parquet"
+    pd.read_parquet(ctx).drop(columns=["isl"]).to_parquet(ctx)
     (rep,) = fit_kernels(root, catalog)
     notes = "\n".join(rep.notes)
     assert f"{gemm}: column k is missing" in notes
     assert "kv_cache_dtype 'fp6' is unknown" in notes and str(mla) in notes
     assert "deepep/sglang/fp8: 10 rows, fewer than 30: not fitted" in notes
+    assert f"{ctx}: column isl is missing" in notes
     assert set(rep.curves) == {"collective/nccl/all_reduce"}
 
 
@@ -722,3 +725,72 @@ def test_refitting_some_families_replaces_their_curves_and_keeps_the_others(tmp_
     assert "collective/stale/all_reduce" not in after
     assert any(k.startswith("collective/nccl/") for k in after)
     assert {k: v for k, v in after.items() if k.startswith("gemm/")} == gemm
+
+
+# --- prefill (context) attention ---------------------------------------------------------------------
+
+
+def test_context_attention_shape_counts_deepseeks_causal_mla():
+    """One 1,024-token prompt over 128 decompressed MLA heads (192 query/key, 128 value dimensions): 2 (192 + 128)
+    FLOPs per query-key pair and head over 1,024 x 1,025 / 2 causal pairs; the last query tile walks all 1,024
+    keys; 128 heads x 8 query tiles of 128 rows."""
+    fl, mv, lg, un = K.context_attention_shape(1.0, 1024.0, 0.0, 128.0, 128.0, 192.0, 128.0, mla=True)
+    assert float(fl) == pytest.approx(128 * 640 * 1024 * 1025 / 2)
+    assert float(lg) == pytest.approx(128 * 640 * 1024) and float(un) == 128 * 8
+    assert float(mv) == pytest.approx(2.0 * 1024 * (128 * 320 + 128 * 320))
+    # a 4,096-token window caps both the pairs and the longest tile's walk; a cached prefix adds its pairs
+    fw, _, lw, _ = K.context_attention_shape(1.0, 8192.0, 0.0, 8.0, 1.0, 64.0, 64.0, window=4096.0)
+    assert float(fw) == pytest.approx(8 * 256 * min(8192 * 8193 / 2, 8192 * 4096)) and float(lw) == 128 * 256 * 4096
+    fp, _, lp, _ = K.context_attention_shape(1.0, 1024.0, 2048.0, 8.0, 1.0, 128.0, 128.0)
+    assert float(fp) == pytest.approx(8 * 512 * (1024 * 2048 + 1024 * 1025 / 2)) and float(lp) == 128 * 512 * 3072
+
+
+def test_context_attention_long_prompt_runs_at_its_fitted_peak_and_short_ones_wait_for_the_last_tile():
+    p = _p("mla_context", t0_us=0.0, unit_us=0.0, compute=0.6, memory=1.0, sms=132.0, sharpness=30.0)
+    F, W = 989e12, 4.8e12
+    big = K.context_attention_shape(1.0, 16384.0, 0.0, 128.0, 128.0, 192.0, 128.0, mla=True)
+    assert float(K.attn_context_time(p, *big, F, W)) == pytest.approx(float(big[0]) / (F * 0.6), rel=1e-3)
+    # 1 head of a 1,024-token prompt: 8 tiles cannot fill 132 SMs; the last tile's walk over 1,024 keys sets the time
+    small = K.context_attention_shape(1.0, 1024.0, 0.0, 1.0, 1.0, 192.0, 128.0, mla=True)
+    assert float(K.attn_context_time(p, *small, F, W)) == pytest.approx(float(small[2]) * 132.0 / (F * 0.6), rel=1e-3)
+    # the rate climbs with the prompt: the share of the peak reached at 1K is below that at 8K (per-unit costs)
+    q = _p("mla_context", t0_us=10.0, unit_us=0.02, compute=0.6, memory=1.0, sms=132.0, sharpness=3.0)
+    share = {n: float(K.context_attention_shape(1.0, n, 0.0, 128.0, 128.0, 192.0, 128.0, mla=True)[0])
+             / float(K.attn_context_time(q, *K.context_attention_shape(1.0, n, 0.0, 128.0, 128.0, 192.0, 128.0,
+                                                                         mla=True), F, W)) / F for n in (1024.0, 8192.0)}
+    assert share[1024.0] < 0.75 * share[8192.0] < 0.6
+
+
+def test_context_mla_fit_on_the_extract(fitted):
+    (rep,) = fitted
+    for kv in ("bf16", "fp8"):
+        c = rep.curves[f"mla_context/trtllm/{kv}"]
+        assert c.fit_mape < 0.12 and c.holdout == "16 heads per GPU" and c.holdout_rows > 0
+        assert c.holdout_mape < 0.2 and 0.2 < c.params["compute"] <= 2.0
+
+
+def test_partial_terms_time_the_prefill_attention_by_its_curve(catalog):
+    """``terms: [prefill_attention]``: a prefill pass's attention is the system's context-MLA curve over all layers
+    (``prefill_compute`` on the attention peak no longer times it; the GEMMs keep it), and the pass's memory and
+    communication do not move; an 8K prompt's attention runs nearer the peak than a 1K prompt's."""
+    from planner.perf import compose as C
+    from planner.perf import params as P
+    from planner.perf.roofline import Setup, prefill_parts
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware["h200-sxm"], ["prefill_attention"])
+    off = _terms(catalog.hardware["h200-sxm"], [])
+    eff = hw.efficiency.for_engine("trtllm")
+    rate = {}
+    for n in (1024.0, 8192.0):
+        s = Setup(m, hw, eff, "fp8", "fp8", "fp8", engine="trtllm")
+        s0 = Setup(m, off, eff, "fp8", "fp8", "fp8", engine="trtllm")
+        on, base = prefill_parts(s, 8, 1, 1, 1, n, 2.0), prefill_parts(s0, 8, 1, 1, 1, n, 2.0)
+        att = float(C.prefill_attention_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 2.0, n, 0.0, 8.0,
+                                             eff.kernel_fixed_share))
+        flops = float(P.prefill_attention_flops(m, n)) * 2.0 / 8.0
+        roof = flops / (hw.flops("bf16") * eff.prefill_compute)
+        assert float(on[0]) == pytest.approx(float(base[0]) - roof + att, rel=1e-9)
+        assert on[1:] == base[1:]
+        rate[n] = flops / att
+    assert rate[8192.0] > 1.5 * rate[1024.0]
