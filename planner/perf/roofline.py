@@ -277,18 +277,31 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
         pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
         att_flops = att_flops + pre_att * xr / tp / pp
     kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
-    attn_c = att_flops / (setup.f_attn * (e.attention_compute or e.compute))
+    a_peak = setup.f_attn * (e.attention_compute or e.compute)
+    attn_c = att_flops / a_peak
     attn_m = kv_bytes / (setup.hbm_bw * e.memory)
+    dec_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
+    chunk_c = (att_flops - dec_flops) / a_peak
+    pk = setup.term_kernels("prefill_attention")
+    if pk is not None and np.any(xb > 0):
+        # Interleaved prompt chunks' attention from the system's context-attention curve: the busiest rank's ``xr``
+        # prompt tokens as ``xr / I`` prompts of ``I`` tokens (each its share of one kernel call per layer).
+        one = np.maximum(np.asarray(I, dtype=float), 1.0)
+        soft = C.prefill_attention_time(pk, setup.engine, m_, hw, setup.kv_dtype, 1.0, one, 0.0, tp,
+                                        e.kernel_fixed_share)
+        if soft is not None:
+            lin = P.linear_prefill_flops(m_, one) / tp / a_peak
+            chunk_c = np.where(xb > 0, (soft + lin) * xr / one / pp, 0.0)
+            attn_c = dec_flops / a_peak + chunk_c
     ak = setup.term_kernels("attention")
     if ak is not None:
         # A partial composition (``KernelFits.terms``: ``attention``): the decode attention from the system's own
-        # curve (MLA or the engine's GQA kernel at this KV format), interleaved prompt chunks on the roofline.
-        dec_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
+        # curve (MLA or the engine's GQA kernel at this KV format); interleaved prompt chunks as above.
         at = C.attention_time(ak, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, dec_flops, tp,
                               m_.architecture.layers / pp * (1.0 - m_.architecture.attention.linear_layers
                                                              / m_.architecture.layers), e.kernel_fixed_share)
         if at is not None:
-            attn_c = at + (att_flops - dec_flops) / (setup.f_attn * (e.attention_compute or e.compute))
+            attn_c = at + chunk_c
             attn_m = np.minimum(attn_m, attn_c)
 
     # Communication.
