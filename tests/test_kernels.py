@@ -794,3 +794,24 @@ def test_partial_terms_time_the_prefill_attention_by_its_curve(catalog):
         assert on[1:] == base[1:]
         rate[n] = flops / att
     assert rate[8192.0] > 1.5 * rate[1024.0]
+
+
+def test_prefill_attention_term_times_interleaved_prompt_chunks_by_the_context_curve(catalog):
+    """In an aggregated step, ``xr`` interleaved prompt tokens of ``I``-token prompts add ``xr / I`` prompts' worth of
+    the context-attention curve (all layers of the stage) to the decode attention; plain steps do not move."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, _stage_parts
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware["b200-sxm"], ["prefill_attention"])
+    off = _terms(catalog.hardware["b200-sxm"], [])
+    eff = hw.efficiency.for_engine("trtllm")
+    s = Setup(m, hw, eff, "fp8", "fp4", "fp8", engine="trtllm")
+    s0 = Setup(m, off, eff, "fp8", "fp4", "fp8", engine="trtllm")
+    args = (8.0, 1.0, 1.0, 1.0, 64.0, 3000.0)
+    plain_on, plain_off = _stage_parts(s, *args, 0.0, 8192.0), _stage_parts(s0, *args, 0.0, 8192.0)
+    assert float(plain_on.attn_c) == float(plain_off.attn_c)
+    on = _stage_parts(s, *args, 2048.0, 8192.0, 2048.0)
+    one = float(C.prefill_attention_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 1.0, 8192.0, 0.0, 8.0,
+                                         eff.kernel_fixed_share))
+    assert float(on.attn_c) - float(plain_on.attn_c) == pytest.approx(one * 2048.0 / 8192.0, rel=1e-9)
