@@ -380,20 +380,37 @@ def read_mla_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     df = pd.read_parquet(path)
     cols = ("batch_size", "isl", "num_heads", "kv_cache_dtype", "latency")
     _need(df, path, cols)
+    if "kernel_source" not in df.columns:
+        df = df.assign(kernel_source="")
+    absorbed = df["kernel_source"].astype(str).isin(ABSORBED_CONTEXT_MLA)
     out = {}
-    for kv, g in df.groupby("kv_cache_dtype"):
+    for (kv, ab), g in df.groupby(["kv_cache_dtype", absorbed.to_numpy()]):
         if kv not in KV_BYTES:
             raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
         g = _fastest(g, ["batch_size", "isl", "num_heads"])
         b, n, hq = (g[c].to_numpy(float) for c in ("batch_size", "isl", "num_heads"))
-        fl, mv, lg, un = K.context_attention_shape(b, n, 0.0, hq, hq, MLA_QK_DIM, MLA_V_DIM, mla=True)
+        if ab:  # the latent as one shared 576-wide key (512 + 64 rotary) and 512-wide value: multi-query attention
+            shape = K.context_attention_shape(b, n, 0.0, hq, 1.0, MLA_LATENT, MLA_LATENT - MLA_ROPE)
+        else:
+            shape = K.context_attention_shape(b, n, 0.0, hq, hq, MLA_QK_DIM, MLA_V_DIM, mla=True)
+        fl, mv, lg, un = shape
         x = {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(g), hw.flops("bf16")),
              "W": np.full(len(g), hw.hbm_bw)}
-        out[_kv_name(kv)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU", _version(df))
+        kernel = "-absorbed" if ab else ""
+        out[_kv_name(kv) + kernel] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU",
+                                         _version(df), kernel)
     return out
 
 
-MLA_QK_DIM, MLA_V_DIM = 192.0, 128.0
+ABSORBED_CONTEXT_MLA = {"flash_attention"}
+"""``kernel_source`` of context-MLA rows measured in the absorbed form: SGLang's collector on Hopper runs its FA3 MLA
+backend with the 512-wide latent (plus 64 rotary) as one key/value head shared by every query head (ai-dynamo/
+aiconfigurator ``collector/sglang/collect_mla.py``), 3.4x the FLOPs a pair of the decompressed prefill SGLang runs
+for prompts without a cached prefix. Fitted as its own kernel path (``sglang-absorbed``) with those FLOPs, so the
+engine's prefill falls back to another engine's decompressed curve rather than to this one."""
+
+
+MLA_QK_DIM, MLA_V_DIM, MLA_ROPE = 192.0, 128.0, 64.0
 """DeepSeek-V3's decompressed MLA head: 128 no-position + 64 rotary query/key dimensions, 128 value dimensions
 (the shape the context-MLA collectors run)."""
 

@@ -234,7 +234,8 @@ def attn_context_time(p: dict, flops, moved_bytes, longest_flops, units, flops_p
 def context_attention_shape(batch, new_tokens, prefix, heads, kv_heads, qk_dim, v_dim, window=0.0, mla=False):
     """(flops, moved bytes, longest unit's flops, units) of one layer's prefill attention for ``batch`` prompts of
     ``new_tokens`` each after ``prefix`` cached tokens, on a GPU holding ``heads`` query heads (``kv_heads`` KV
-    heads; MLA: decompressed, one KV head per query head); ``window``: a sliding window (0: full). Activations in
+    heads; MLA: decompressed, one KV head per query head), ``2 (qk_dim + v_dim)`` FLOPs per query-key pair and head;
+    ``window``: a sliding window (0: full). Activations in
     bf16; the cached prefix's keys and values read once."""
     b = np.asarray(batch, dtype=float)
     n = np.maximum(np.asarray(new_tokens, dtype=float), 1.0)
@@ -245,7 +246,7 @@ def context_attention_shape(batch, new_tokens, prefix, heads, kv_heads, qk_dim, 
     if np.any(w > 0):
         pairs = np.where(w > 0, np.minimum(pairs, n * w), pairs)
         ctx = np.where(w > 0, np.minimum(ctx, w), ctx)
-    per_pair = 2.0 * (qk_dim + v_dim) if mla else 4.0 * qk_dim
+    per_pair = 2.0 * (qk_dim + v_dim)
     hk = heads if mla else kv_heads
     flops = b * heads * per_pair * pairs
     moved = ACT_DTYPE_BYTES * b * (n * (heads * (qk_dim + v_dim) + hk * (qk_dim + v_dim)) + pre * hk * (qk_dim + v_dim))
