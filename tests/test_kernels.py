@@ -815,3 +815,21 @@ def test_prefill_attention_term_times_interleaved_prompt_chunks_by_the_context_c
     one = float(C.prefill_attention_time(hw.efficiency.kernels, "trtllm", m, hw, "fp8", 1.0, 8192.0, 0.0, 8.0,
                                          eff.kernel_fixed_share))
     assert float(on.attn_c) - float(plain_on.attn_c) == pytest.approx(one * 2048.0 / 8192.0, rel=1e-9)
+
+
+def test_absorbed_context_mla_is_its_own_kernel_path_with_its_own_flops(tmp_path, catalog):
+    """SGLang's Hopper collector times context MLA in the absorbed form (one shared 576-wide key, 512-wide values):
+    its rows are read with those FLOPs (3.4x a decompressed pair's) under ``-absorbed``, never as the engine's
+    decompressed prefill curve."""
+    from planner.calib.kernels import read_mla_context, system_hardware
+
+    hw = system_hardware(catalog, "h200_sxm")
+    src = pd.read_parquet(DATA / "h200_sxm" / "mla" / "trtllm" / "context_mla_perf.parquet")
+    path = tmp_path / "context_mla_perf.parquet"
+    src.assign(kernel_source="flash_attention").to_parquet(path)
+    absorbed = read_mla_context(path, hw)
+    plain = read_mla_context(DATA / "h200_sxm" / "mla" / "trtllm" / "context_mla_perf.parquet", hw)
+    assert set(absorbed) == {"bf16-absorbed", "fp8-absorbed"} and set(plain) == {"bf16", "fp8"}
+    assert absorbed["bf16-absorbed"].kernel == "-absorbed"
+    ratio = absorbed["bf16-absorbed"].x["flops"] / plain["bf16"].x["flops"]
+    assert np.allclose(ratio, 2 * (576 + 512) / (2 * (192 + 128)))
