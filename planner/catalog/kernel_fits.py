@@ -71,7 +71,7 @@ class KernelCurve(Strict):
 
 class KernelFits(Strict):
     """Kernel curves of one system fitted on measured kernel latencies (``planner calibrate kernels``): the
-    physics of each term of a step (GEMMs, fused MoE, decode attention and MLA, collectives, DeepEP), which
+    physics of each term of a step (GEMMs, fused MoE, decode and prefill attention and MLA, collectives, DeepEP), which
     the end-to-end fit then leaves alone."""
 
     source: str = Field(min_length=3)
