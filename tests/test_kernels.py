@@ -460,6 +460,19 @@ def _terms(hw, terms):
     return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
 
 
+def _on_and_off(catalog, hw_id, term, engine, expert):
+    """(model, hardware timing ``term`` by its curves, its efficiency for ``engine``, DeepSeek-V3 setups with the term
+    on and off): FP8 dense weights and KV cache, ``expert`` experts."""
+    from planner.perf.roofline import Setup
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware[hw_id], [term])
+    off = _terms(catalog.hardware[hw_id], [])
+    eff = hw.efficiency.for_engine(engine)
+    return (m, hw, eff, Setup(m, hw, eff, "fp8", expert, "fp8", engine=engine),
+            Setup(m, off, eff, "fp8", expert, "fp8", engine=engine))
+
+
 def test_partial_terms_time_the_fused_moe_by_its_curve(catalog):
     """``terms: [moe]``: a decode step's expert GEMMs are the fused MoE curve's time at the fitted share of its fixed
     latency, the non-expert GEMMs stay on the roofline, and the fitted per-MoE-layer overhead is no longer paid
@@ -526,12 +539,7 @@ def test_partial_terms_time_the_decode_exchange_by_its_curve(catalog):
     from planner.perf import compose as C
     from planner.perf.roofline import Setup, decode_step, dispatch_bytes, moe_exchange_time
 
-    m = catalog.models["deepseek-v3"]
-    hw = _terms(catalog.hardware["b200-sxm"], ["exchange"])
-    off = _terms(catalog.hardware["b200-sxm"], [])
-    eff = hw.efficiency.for_engine("sglang")
-    s = Setup(m, hw, eff, "fp8", "fp8", "fp8", engine="sglang")
-    s0 = Setup(m, off, eff, "fp8", "fp8", "fp8", engine="sglang")
+    m, hw, eff, s, s0 = _on_and_off(catalog, "b200-sxm", "exchange", "sglang", "fp8")
     assert s.term_kernels("exchange") is hw.efficiency.kernels and s0.term_kernels("exchange") is None
     B = 8 * 256.0
     on, base = decode_step(s, 1, 8, 1, 8, B, 2048.0), decode_step(s0, 1, 8, 1, 8, B, 2048.0)
@@ -800,14 +808,9 @@ def test_prefill_attention_term_times_interleaved_prompt_chunks_by_the_context_c
     """In an aggregated step, ``xr`` interleaved prompt tokens of ``I``-token prompts add ``xr / I`` prompts' worth of
     the context-attention curve (all layers of the stage) to the decode attention; plain steps do not move."""
     from planner.perf import compose as C
-    from planner.perf.roofline import Setup, _stage_parts
+    from planner.perf.roofline import _stage_parts
 
-    m = catalog.models["deepseek-v3"]
-    hw = _terms(catalog.hardware["b200-sxm"], ["prefill_attention"])
-    off = _terms(catalog.hardware["b200-sxm"], [])
-    eff = hw.efficiency.for_engine("trtllm")
-    s = Setup(m, hw, eff, "fp8", "fp4", "fp8", engine="trtllm")
-    s0 = Setup(m, off, eff, "fp8", "fp4", "fp8", engine="trtllm")
+    m, hw, eff, s, s0 = _on_and_off(catalog, "b200-sxm", "prefill_attention", "trtllm", "fp4")
     args = (8.0, 1.0, 1.0, 1.0, 64.0, 3000.0)
     plain_on, plain_off = _stage_parts(s, *args, 0.0, 8192.0), _stage_parts(s0, *args, 0.0, 8192.0)
     assert float(plain_on.attn_c) == float(plain_off.attn_c)

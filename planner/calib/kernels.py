@@ -306,19 +306,29 @@ def read_wideep_moe(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return _moe_rows(pd.read_parquet(path), path, hw, wide=True)
 
 
+def _by_kv(df: pd.DataFrame, path: Path):
+    """The rows of each KV-cache format (an unknown one is an error naming the file)."""
+    for kv, g in df.groupby("kv_cache_dtype"):
+        if kv not in KV_BYTES:
+            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+        yield kv, g
+
+
+def _gqa_table(path: Path, length: str) -> pd.DataFrame:
+    """A GQA attention file with its shape columns checked (``length``: ``step`` in decode, ``isl`` in prefill) and
+    ``window_size`` 0 (full attention) where the file has none."""
+    df = pd.read_parquet(path)
+    _need(df, path, ("batch_size", length, "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"))
+    return df if "window_size" in df.columns else df.assign(window_size=0)
+
+
 def read_attn_decode(path: Path, hw: HardwareSpec, engine: str = "") -> dict[str, Rows]:
     """GQA decode attention per KV format and head dimension (``bf16-hd128``: each head dimension is a kernel
     compiled for it, :func:`planner.perf.kernels.head_dim_format`), split by the kernel ``engine`` runs for each
     query-head group (:func:`planner.perf.kernels.decode_attention_kernel`)."""
-    df = pd.read_parquet(path)
-    cols = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step", "latency")
-    _need(df, path, cols)
-    if "window_size" not in df.columns:
-        df = df.assign(window_size=0)
+    df = _gqa_table(path, "step")
     out = {}
-    for kv, g in df.groupby("kv_cache_dtype"):
-        if kv not in KV_BYTES:
-            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+    for kv, g in _by_kv(df, path):
         g = _fastest(g, ["batch_size", "num_heads", "num_key_value_heads", "head_dim", "window_size", "step"])
         path_of = K.decode_attention_kernel(engine, g["num_heads"].to_numpy(float) / g["num_key_value_heads"].to_numpy(float))
         for (kernel, dim), k in g.groupby([path_of, g["head_dim"].to_numpy(int)]):
@@ -339,9 +349,7 @@ def read_mla_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     cols = ("batch_size", "num_heads", "kv_cache_dtype", "step", "latency")
     _need(df, path, cols)
     out = {}
-    for kv, g in df.groupby("kv_cache_dtype"):
-        if kv not in KV_BYTES:
-            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+    for kv, g in _by_kv(df, path):
         g = _fastest(g, ["batch_size", "num_heads", "step"])
         b, hq, s = (g[c].to_numpy(float) for c in ("batch_size", "num_heads", "step"))
         x = {"batch": b, "kv_bytes": b * s * MLA_LATENT * KV_BYTES[kv], "flops": mla_decode_flops(b, hq, s),
@@ -350,26 +358,25 @@ def read_mla_decode(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     return out
 
 
+def _context_x(shape, hw: HardwareSpec) -> dict:
+    """A prefill-attention curve's inputs from :func:`planner.perf.kernels.context_attention_shape`'s four arrays."""
+    fl, mv, lg, un = shape
+    return {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(fl), hw.flops("bf16")),
+            "W": np.full(len(fl), hw.hbm_bw)}
+
+
 def read_attn_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     """GQA prefill attention per KV format and head dimension (``fp8-hd128``; each head dimension is a kernel of its
     own, as in decode). Where an engine runs both BF16 and FP8 maths for an FP8 cache (TensorRT-LLM's FP8 context
     FMHA), the faster per shape, at the BF16 peak (the fitted ``compute`` then exceeds 1 where FP8 maths pays)."""
-    df = pd.read_parquet(path)
-    cols = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency")
-    _need(df, path, cols)
-    if "window_size" not in df.columns:
-        df = df.assign(window_size=0)
+    df = _gqa_table(path, "isl")
     out = {}
-    for kv, g in df.groupby("kv_cache_dtype"):
-        if kv not in KV_BYTES:
-            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
+    for kv, g in _by_kv(df, path):
         g = _fastest(g, ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size"])
         for dim, k in g.groupby(g["head_dim"].to_numpy(int)):
             b, n, hq, hk, w = (k[c].to_numpy(float) for c in
                                ("batch_size", "isl", "num_heads", "num_key_value_heads", "window_size"))
-            fl, mv, lg, un = K.context_attention_shape(b, n, 0.0, hq, hk, float(dim), float(dim), w)
-            x = {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(k), hw.flops("bf16")),
-                 "W": np.full(len(k), hw.hbm_bw)}
+            x = _context_x(K.context_attention_shape(b, n, 0.0, hq, hk, float(dim), float(dim), w), hw)
             out[K.head_dim_format(_kv_name(kv), dim)] = Rows(x, k["latency"].to_numpy(float) * 1e-3, hq == 8,
                                                             "8 query heads per GPU", _version(df))
     return out
@@ -384,21 +391,18 @@ def read_mla_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
         df = df.assign(kernel_source="")
     absorbed = df["kernel_source"].astype(str).isin(ABSORBED_CONTEXT_MLA)
     out = {}
-    for (kv, ab), g in df.groupby(["kv_cache_dtype", absorbed.to_numpy()]):
-        if kv not in KV_BYTES:
-            raise InputError(f"{path}: kv_cache_dtype {kv!r} is unknown (known: {', '.join(KV_BYTES)})")
-        g = _fastest(g, ["batch_size", "isl", "num_heads"])
-        b, n, hq = (g[c].to_numpy(float) for c in ("batch_size", "isl", "num_heads"))
-        if ab:  # the latent as one shared 576-wide key (512 + 64 rotary) and 512-wide value: multi-query attention
-            shape = K.context_attention_shape(b, n, 0.0, hq, 1.0, MLA_LATENT, MLA_LATENT - MLA_ROPE)
-        else:
-            shape = K.context_attention_shape(b, n, 0.0, hq, hq, MLA_QK_DIM, MLA_V_DIM, mla=True)
-        fl, mv, lg, un = shape
-        x = {"flops": fl, "bytes": mv, "longest": lg, "units": un, "F": np.full(len(g), hw.flops("bf16")),
-             "W": np.full(len(g), hw.hbm_bw)}
-        kernel = "-absorbed" if ab else ""
-        out[_kv_name(kv) + kernel] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU",
-                                         _version(df), kernel)
+    for kv, gk in _by_kv(df, path):
+        for ab, g in gk.groupby(absorbed[gk.index].to_numpy()):
+            g = _fastest(g, ["batch_size", "isl", "num_heads"])
+            b, n, hq = (g[c].to_numpy(float) for c in ("batch_size", "isl", "num_heads"))
+            if ab:  # the latent as one shared 576-wide key (512 + 64 rotary) and 512-wide value: multi-query attention
+                shape = K.context_attention_shape(b, n, 0.0, hq, 1.0, MLA_LATENT, MLA_LATENT - MLA_ROPE)
+            else:
+                shape = K.context_attention_shape(b, n, 0.0, hq, hq, MLA_QK_DIM, MLA_V_DIM, mla=True)
+            x = _context_x(shape, hw)
+            kernel = "-absorbed" if ab else ""
+            out[_kv_name(kv) + kernel] = Rows(x, g["latency"].to_numpy(float) * 1e-3, hq == 16, "16 heads per GPU",
+                                             _version(df), kernel)
     return out
 
 
