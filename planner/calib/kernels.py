@@ -383,7 +383,8 @@ def read_attn_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
 
 
 def read_mla_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
-    """DeepSeek's context MLA (decompressed: 128 + 64 query/key and 128 value dimensions a head) per KV format."""
+    """DeepSeek's context MLA per KV format: decompressed (128 + 64 query/key and 128 value dimensions a head), or
+    absorbed where the collector ran that form (:data:`ABSORBED_CONTEXT_MLA`), a kernel path of its own."""
     df = pd.read_parquet(path)
     cols = ("batch_size", "isl", "num_heads", "kv_cache_dtype", "latency")
     _need(df, path, cols)

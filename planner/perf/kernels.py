@@ -60,7 +60,7 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
     keys, values and output moved once at ``memory`` of HBM, smoothly combined with the compute (``sharpness``);
     plus a cost per work unit (``unit_us``: loading its query tile, the softmax's final rescale and the output
     write, paid however short its key walk) and a fixed latency. This is what makes the measured rate climb with the
-    prompt: DeepSeek's context MLA reaches 0.17-0.28 of the BF16 peak at 1K tokens and 0.57-0.77 at 8K on Blackwell
+    prompt: DeepSeek's context MLA reaches 0.17-0.24 of the BF16 peak at 1K tokens and 0.57-0.77 at 8K on Blackwell
     (``python bench/context_attention_rate.py``). Parameters: ``t0_us, unit_us, compute, memory, sms, sharpness``.
 ``collective``
     One collective of ``bytes`` over ``g`` GPUs of one scale-up domain: ``alpha + alpha_gpu (g - 2)`` plus the
@@ -235,8 +235,7 @@ def context_attention_shape(batch, new_tokens, prefix, heads, kv_heads, qk_dim, 
     """(flops, moved bytes, longest unit's flops, units) of one layer's prefill attention for ``batch`` prompts of
     ``new_tokens`` each after ``prefix`` cached tokens, on a GPU holding ``heads`` query heads (``kv_heads`` KV
     heads; MLA: decompressed, one KV head per query head), ``2 (qk_dim + v_dim)`` FLOPs per query-key pair and head;
-    ``window``: a sliding window (0: full). Activations in
-    bf16; the cached prefix's keys and values read once."""
+    ``window``: a sliding window (0: full). Activations in bf16; the cached prefix's keys and values read once."""
     b = np.asarray(batch, dtype=float)
     n = np.maximum(np.asarray(new_tokens, dtype=float), 1.0)
     pre = np.asarray(prefix, dtype=float)
