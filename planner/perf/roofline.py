@@ -234,6 +234,43 @@ class _Parts:
     """Of the communication, the expert dispatch and combine (what two micro-batch overlap hides)."""
 
 
+def _attention_parts(setup: Setup, tp, pp, dp, mq, mb, S, xb, I, xr):
+    """(compute s, memory s, KV bytes) of one stage pass's attention on the busiest rank: ``mq / dp`` decode queries
+    over ``S`` tokens of context plus ``xr`` interleaved prompt tokens of ``I``-token prompts (see
+    :func:`_stage_parts`), on the roofline or, where the kernel block times them, the decode and context curves."""
+    m_, e, a = setup.model, setup.eff, setup.model.architecture
+    dec_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
+    att_flops = dec_flops
+    if np.any(xb > 0):
+        pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
+        att_flops = att_flops + pre_att * xr / tp / pp
+    kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
+    a_peak = setup.f_attn * (e.attention_compute or e.compute)
+    attn_c = att_flops / a_peak
+    attn_m = kv_bytes / (setup.hbm_bw * e.memory)
+    chunk_c = (att_flops - dec_flops) / a_peak
+    pk = setup.term_kernels("prefill_attention")
+    if pk is not None and np.any(xb > 0):
+        # Interleaved prompt chunks' attention from the system's context-attention curve: the busiest rank's ``xr``
+        # prompt tokens as ``xr / I`` prompts of ``I`` tokens (each its share of one kernel call per layer).
+        one = np.maximum(np.asarray(I, dtype=float), 1.0)
+        soft = C.prefill_attention_time(pk, setup.engine, m_, setup.hw, setup.kv_dtype, 1.0, one, 0.0, tp,
+                                        e.kernel_fixed_share)
+        if soft is not None:
+            chunk_c = np.where(xb > 0, (soft + P.linear_prefill_flops(m_, one) / tp / a_peak) * xr / one / pp, 0.0)
+            attn_c = dec_flops / a_peak + chunk_c
+    # The decode attention from the system's own curve (MLA or the engine's GQA kernel at this KV format): a partial
+    # composition's ``attention`` term (prompt chunks as above), or a composed step's (its FLOPs with the chunks').
+    soft_layers = a.layers / pp * (1.0 - a.attention.linear_layers / a.layers)
+    for kf, flops, chunks in ((setup.term_kernels("attention"), dec_flops, chunk_c), (setup.kernels, att_flops, 0.0)):
+        at = None if kf is None else C.attention_time(kf, setup.engine, m_, setup.hw, setup.kv_dtype, mq / dp,
+                                                        kv_bytes, flops, tp, soft_layers, e.kernel_fixed_share)
+        if at is not None:
+            attn_c = at + chunks
+            attn_m = np.minimum(attn_m, attn_c)
+    return attn_c, attn_m, kv_bytes
+
+
 def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     """Parts of one stage pass over ``mb`` sequences (each verifying ``spec_tokens`` drafts) at mean
     context ``S`` plus ``xb`` interleaved prompt tokens of prompts of ``I`` tokens (weighted already), of which the
@@ -272,37 +309,7 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
                            / (setup.hbm_bw * e.memory)) if s.experts else 0.0)
 
     # Attention.
-    att_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
-    if np.any(xb > 0):
-        pre_att = np.where(I > 0, P.prefill_attention_flops(m_, np.maximum(I, 1.0)) / np.maximum(I, 1.0), 0.0)
-        att_flops = att_flops + pre_att * xr / tp / pp
-    kv_bytes = P.kv_read_bytes_per_sequence(m_, S, setup.kv_dtype) * (mb / dp) / kv_shard(m_, tp) / pp
-    a_peak = setup.f_attn * (e.attention_compute or e.compute)
-    attn_c = att_flops / a_peak
-    attn_m = kv_bytes / (setup.hbm_bw * e.memory)
-    dec_flops = P.attention_flops_per_token(m_, S) * (mq / dp) / tp / pp
-    chunk_c = (att_flops - dec_flops) / a_peak
-    pk = setup.term_kernels("prefill_attention")
-    if pk is not None and np.any(xb > 0):
-        # Interleaved prompt chunks' attention from the system's context-attention curve: the busiest rank's ``xr``
-        # prompt tokens as ``xr / I`` prompts of ``I`` tokens (each its share of one kernel call per layer).
-        one = np.maximum(np.asarray(I, dtype=float), 1.0)
-        soft = C.prefill_attention_time(pk, setup.engine, m_, hw, setup.kv_dtype, 1.0, one, 0.0, tp,
-                                        e.kernel_fixed_share)
-        if soft is not None:
-            lin = P.linear_prefill_flops(m_, one) / tp / a_peak
-            chunk_c = np.where(xb > 0, (soft + lin) * xr / one / pp, 0.0)
-            attn_c = dec_flops / a_peak + chunk_c
-    ak = setup.term_kernels("attention")
-    if ak is not None:
-        # A partial composition (``KernelFits.terms``: ``attention``): the decode attention from the system's own
-        # curve (MLA or the engine's GQA kernel at this KV format); interleaved prompt chunks as above.
-        at = C.attention_time(ak, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, dec_flops, tp,
-                              m_.architecture.layers / pp * (1.0 - m_.architecture.attention.linear_layers
-                                                             / m_.architecture.layers), e.kernel_fixed_share)
-        if at is not None:
-            attn_c = at + chunk_c
-            attn_m = np.minimum(attn_m, attn_c)
+    attn_c, attn_m, kv_bytes = _attention_parts(setup, tp, pp, dp, mq, mb, S, xb, I, xr)
 
     # Communication.
     alpha = e.collective_latency_us * US
@@ -315,8 +322,8 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
     attn_dp = dp > 1
     kf = setup.kernels
     if kf is not None:
-        # The terms measured kernel by kernel on this system: the model's own GEMM shapes, its fused MoE, its
-        # attention; each curve's time replaces the datasheet roofline of that term (its memory floor stays
+        # The terms measured kernel by kernel on this system: the model's own GEMM shapes, its fused MoE (its
+        # attention in :func:`_attention_parts`); each curve's time replaces the datasheet roofline of that term (its memory floor stays
         # below it, for the bound).
         fx = e.kernel_fixed_share
         ne = C.dense_gemm_time(kf, setup.engine, m_, hw, setup.dense_dtype, tok_rank, tp, layers_stage,
@@ -327,11 +334,6 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
             gemm_c = ne + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
             expert_t = ex
-        at = C.attention_time(kf, setup.engine, m_, hw, setup.kv_dtype, mq / dp, kv_bytes, att_flops, tp,
-                              layers_stage * (1.0 - m_.architecture.attention.linear_layers / m_.architecture.layers), fx)
-        if at is not None:
-            attn_c = at
-            attn_m = np.minimum(attn_m, attn_c)
     # A partial composition (``KernelFits.terms``): the fused MoE layers from the system's own curve, in place of the
     # expert GEMMs' roofline and the fitted per-MoE-layer overhead (the curve's fixed latency times that), the
     # non-expert GEMMs on the roofline.
