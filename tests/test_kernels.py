@@ -303,6 +303,7 @@ def test_held_out_shapes_are_scored_on_a_fit_without_them(fitted):
 
 def test_bad_kernel_files_are_notes_not_crashes(tmp_path, catalog):
     from planner.calib.kernels import fit_kernels
+    from planner.errors import InputError
 
     root = tmp_path / "k"
     shutil.copytree(DATA, root)
@@ -320,6 +321,9 @@ def test_bad_kernel_files_are_notes_not_crashes(tmp_path, catalog):
     assert "kv_cache_dtype 'fp6' is unknown" in notes and str(mla) in notes
     assert "deepep/sglang/fp8: 10 rows, fewer than 30: not fitted" in notes
     assert f"{ctx}: column isl is missing" in notes
+    pd.read_parquet(DATA / "h200_sxm" / "mla" / "trtllm" / "context_mla_perf.parquet").assign(isl=-5).to_parquet(ctx)
+    with pytest.raises(InputError, match=f"{ctx}: column isl holds -5, not a positive size"):
+        fit_kernels(root, catalog, families={"mla_context"})
     assert set(rep.curves) == {"collective/nccl/all_reduce"}
 
 

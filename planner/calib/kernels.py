@@ -130,6 +130,16 @@ def _need(df: pd.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
         raise InputError(f"{path}: column {missing[0]} is missing (the family is skipped for this system)")
 
 
+def _need_sizes(df: pd.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
+    """Shape columns must be finite and positive: one that is not names the file, the column and a bad value."""
+    for c in cols:
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(float)
+        bad = ~(np.isfinite(v) & (v > 0))
+        if bad.any():
+            raise InputError(f"{path}: column {c} holds {df[c].astype(str).iloc[int(np.argmax(bad))]}, not a positive size "
+                             "(the family is skipped for this system)")
+
+
 def _fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The fastest kernel per shape (what an engine's autotuner runs); positive finite latencies only."""
     df = df[np.isfinite(df["latency"]) & (df["latency"] > 0)]
@@ -319,6 +329,7 @@ def _gqa_table(path: Path, length: str) -> pd.DataFrame:
     ``window_size`` 0 (full attention) where the file has none."""
     df = pd.read_parquet(path)
     _need(df, path, ("batch_size", length, "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "latency"))
+    _need_sizes(df, path, ("batch_size", length, "num_heads", "num_key_value_heads", "head_dim"))
     return df if "window_size" in df.columns else df.assign(window_size=0)
 
 
@@ -388,6 +399,7 @@ def read_mla_context(path: Path, hw: HardwareSpec) -> dict[str, Rows]:
     df = pd.read_parquet(path)
     cols = ("batch_size", "isl", "num_heads", "kv_cache_dtype", "latency")
     _need(df, path, cols)
+    _need_sizes(df, path, ("batch_size", "isl", "num_heads"))
     if "kernel_source" not in df.columns:
         df = df.assign(kernel_source="")
     absorbed = df["kernel_source"].astype(str).isin(ABSORBED_CONTEXT_MLA)
