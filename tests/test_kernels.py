@@ -840,3 +840,121 @@ def test_absorbed_context_mla_is_its_own_kernel_path_with_its_own_flops(tmp_path
     assert absorbed["bf16-absorbed"].kernel == "-absorbed"
     ratio = absorbed["bf16-absorbed"].x["flops"] / plain["bf16"].x["flops"]
     assert np.allclose(ratio, 2 * (576 + 512) / (2 * (192 + 128)))
+
+
+# --- TensorRT-LLM's NVLink all-to-all (GB200) ---------------------------------------------------------------------
+
+A2A = ROOT / "tests" / "data" / "kernels_gb200"
+
+
+def test_rank_fanout_counts_the_distinct_ranks_of_a_tokens_experts():
+    # one rank: every expert local; one expert a rank: top-k distinct ranks exactly
+    assert float(K.rank_fanout(256, 8, 1)) == pytest.approx(1.0)
+    assert float(K.rank_fanout(256, 8, 256)) == pytest.approx(8.0, rel=1e-12)
+    # DeepSeek-V3 at EP8: 8 (1 - C(224, 8) / C(256, 8))
+    miss = np.prod([(224 - j) / (256 - j) for j in range(8)])
+    assert float(K.rank_fanout(256, 8, 8)) == pytest.approx(8 * (1 - miss), rel=1e-12)
+    assert 5.0 < float(K.rank_fanout(256, 8, 8)) < 5.5
+
+
+def test_collectors_balanced_routing_sends_each_token_to_one_rank_until_ranks_hold_fewer_than_top_k():
+    from planner.calib.kernels import bench_fanout
+
+    d = bench_fanout(np.array([1, 512, 512, 512]), np.full(4, 256), np.full(4, 8), np.array([8, 8, 32, 64]))
+    assert d.tolist() == [1.0, 1.0, 1.0, 2.0]
+
+
+def test_alltoall_is_latency_plus_tokens_bytes_at_the_node_or_fabric_rate():
+    p = _p("alltoall", t0_us=10.0, peer_ns=100.0, tok_ns=5.0, near_gbps=200.0, far_gbps=80.0, fan_share=0.5)
+    n, b = 1024.0, 7168.0 * 2.0
+    near = float(K.alltoall_time(p, n, b, 1.0, 4, 4))
+    assert near == pytest.approx(10e-6 + 4 * 100e-9 + n * 5e-9 + n * b * 0.75 / 200e9, rel=1e-12)
+    far = float(K.alltoall_time(p, n, b, 3.0, 8, 4))
+    assert far == pytest.approx(10e-6 + 8 * 100e-9 + n * 5e-9 + n * b * (1 + 0.5 * 2) * 0.875 / 80e9, rel=1e-12)
+    assert float(K.alltoall_time(p, n, b, 1.0, 1, 4)) == 0.0
+
+
+def test_alltoall_fit_on_the_extract(catalog):
+    from planner.calib.kernels import fit_kernels
+
+    (rep,) = fit_kernels(A2A, catalog)
+    assert rep.hardware == "gb200-nvl72"
+    two, one = rep.curves["alltoall/trtllm/nvlink"], rep.curves["alltoall/trtllm-onesided/nvlink"]
+    # two-sided: the dispatch rows carry its prepare; both payload formats and the combine in one curve
+    assert two.rows == 2 * 2 * 36 and one.rows == 2 * 30
+    assert two.fit_mape < 0.12 and one.fit_mape < 0.12
+    assert two.holdout == "32 ranks" and two.holdout_rows == 2 * 2 * 6 and two.holdout_mape < 0.15
+    # far below the 900 GB/s link: warp-issued stores, slower once the group spans trays; a second destination
+    # (the 64-rank rows) rides the same load
+    p = two.params
+    assert 20.0 < p["far_gbps"] < p["near_gbps"] < 400.0 and p["fan_share"] < 0.5
+
+
+def test_bad_alltoall_files_say_which_file_and_column(tmp_path, catalog):
+    from planner.calib.kernels import fit_kernels
+    from planner.errors import InputError
+
+    root = tmp_path / "k"
+    shutil.copytree(A2A, root)
+    f = root / "gb200" / "comm" / "trtllm" / "trtllm_alltoall_perf.parquet"
+    src = pd.read_parquet(A2A / "gb200" / "comm" / "trtllm" / "trtllm_alltoall_perf.parquet")
+    src.drop(columns=["moe_ep_size"]).to_parquet(f)
+    with pytest.raises(InputError, match=f"{f}: column moe_ep_size is missing"):
+        fit_kernels(root, catalog)
+    src.assign(moe_dtype="int2").to_parquet(f)
+    with pytest.raises(InputError, match=f"{f}: column moe_dtype has unknown value 'int2'"):
+        fit_kernels(root, catalog)
+    src.assign(num_tokens=0).to_parquet(f)
+    with pytest.raises(InputError, match=f"{f}: column num_tokens holds 0"):
+        fit_kernels(root, catalog)
+
+
+def test_trtllm_exchange_follows_the_engines_method_choice(catalog):
+    """TensorRT-LLM's attention-DP exchange: the NVLink all-to-all only with EP above top-k on a multi-node NVLink
+    domain (GB200), timed by its curve at the real fan-out; otherwise an all-gather and a reduce-scatter on NCCL's
+    curves (EP8 anywhere, any EP on an 8-GPU B200 node)."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step
+
+    g = catalog.hardware["gb200-nvl72"]
+    kf = g.efficiency.kernels
+    h, k, e = 7168.0, 8.0, 256.0
+    e_slots = e
+    n = np.array([256.0, 256.0])
+    gather, a2a, use = C.trtllm_exchange(kf, g, n, h, k, e, np.array([8.0, 16.0]), np.array([8.0, 16.0]), 58.0,
+                                         "fp4", 1.0)
+    assert use.tolist() == [False, True]
+    p = kf.curve("alltoall", "trtllm", "nvlink")
+    d = K.rank_fanout(e, k, 16.0)
+    want = 58.0 * (K.alltoall_time(p, 256.0, h * C.TRTLLM_FP4_DISPATCH, d, 16.0, 4.0)
+                   + K.alltoall_time(p, 256.0, h * 2.0, d, 16.0, 4.0))
+    assert float(a2a[1]) == pytest.approx(float(want), rel=1e-12)
+    ag, rs = kf.curve("collective", "nccl", "all_gather"), kf.curve("collective", "nccl", "reduce_scatter")
+    want8 = 58.0 * (K.collective_time(ag, "all_gather", 8.0, 8 * 256 * h * C.TRTLLM_FP4_DISPATCH, g.scale_up_bw)
+                    + K.collective_time(rs, "reduce_scatter", 8.0, 8 * 256 * h * 2.0, g.scale_up_bw))
+    assert float(gather[0]) == pytest.approx(float(want8), rel=1e-12)
+    # no multi-node NVLink on an 8-GPU B200 node: never the all-to-all
+    b = catalog.hardware["b200-sxm"]
+    assert not C.trtllm_exchange(b.efficiency.kernels, b, n, h, k, e, np.array([8.0, 16.0]),
+                                 np.array([8.0, 16.0]), 58.0, "fp4", 1.0)[2].any()
+    # the decode step pays it only with the ``trtllm_exchange`` term (off in the catalog: docs/validation.md), and
+    # only under TensorRT-LLM: at attention-DP16 EP16 on GB200 the all-to-all in place of DeepEP's exchange
+    m = catalog.models["deepseek-v3"]
+    terms = list(kf.terms)
+    on = _terms(g, terms + ["trtllm_exchange"])
+
+    def comm(hw, eng):
+        s = Setup(m, hw, hw.efficiency.for_engine(eng), "fp8", "fp4", "fp8", engine=eng)
+        return float(decode_step(s, 1, 16, 1, 16, 16 * 256.0, 2048.0).comm_s)
+
+    assert "trtllm_exchange" not in terms and comm(on, "sglang") == comm(g, "sglang")
+    assert comm(on, "trtllm") != pytest.approx(comm(g, "trtllm"), rel=1e-3)
+    from planner.perf.roofline import _decode_exchange
+
+    e = g.efficiency.for_engine("trtllm")
+    s_on, s_off = (Setup(m, x, e, "fp8", "fp4", "fp8", engine="trtllm") for x in (on, g))
+    args = (np.array([16.0]), np.array([16.0]), np.array([16.0]), np.array([16 * 256.0]), 58.0, 1e-5)
+    x_on, x_off = (float(_decode_exchange(x, None, *args)[0]) for x in (s_on, s_off))
+    a2a = C.trtllm_exchange(kf, g, 256.0, h, k, e_slots, 16.0, 16.0, 58.0, "fp4", e.kernel_fixed_share)[1]
+    assert x_on == pytest.approx(float(a2a), rel=1e-12)
+    assert x_on != pytest.approx(x_off, rel=1e-3)

@@ -48,6 +48,27 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from planner.calib.kernel_comm import (  # noqa: F401 - the communication readers, re-exported
+    ALLTOALL_HOLDOUT,
+    ALLTOALL_KERNELS,
+    ALLTOALL_PAYLOAD,
+    _collective,
+    _predict_alltoall,
+    _predict_deepep,
+    bench_fanout,
+    read_custom_allreduce,
+    read_deepep,
+    read_nccl,
+    read_trtllm_alltoall,
+)
+from planner.calib.kernel_rows import (  # noqa: F401 - shared with the communication readers, re-exported
+    SYSTEM_GPUS_PER_NODE,
+    Rows,
+    _fastest,
+    _need,
+    _need_sizes,
+    _version,
+)
 from planner.catalog import Catalog
 from planner.catalog.schemas import HardwareSpec, KernelCurve, KernelFits
 from planner.errors import InputError
@@ -62,8 +83,6 @@ FLOOR_SLACK = 1.1
 """How far above the datasheet HBM bandwidth a fused-MoE row may seem to stream its experts before its shape is
 judged not to measure its columns (the datasheet figures are rounded; a real kernel never beats them by 10%)."""
 MOE_SHAPE = ("hidden_size", "inter_size", "num_experts", "topk")
-SYSTEM_GPUS_PER_NODE = {"gb200": 4, "gb300": 4}
-"""GPUs of one node tray in the kernel data (DeepEP's ``node_num``); 8 elsewhere."""
 
 GEMM_FORMATS = {
     # kernel data's gemm_dtype -> (our format name, weight bytes per element, maths format)
@@ -83,27 +102,8 @@ MOE_FORMATS = {
     "w4a8_mxfp4_mxfp8": ("mxfp4_w4a8", 0.5 + 1.0 / 32, "fp8"),
 }
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "float16": 2.0}
-ELEM_BYTES = {"half": 2.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "float": 4.0, "fp8": 1.0}
 MLA_LATENT = 512.0 + 64.0
 """Elements of one cached MLA token (kv_lora_rank + qk_rope_head_dim of DeepSeek-V3, the kernels' shape)."""
-
-
-@dataclass
-class Rows:
-    """One curve's rows: the shape columns the family's predictor reads, measured seconds, a held-out mask."""
-
-    x: dict[str, np.ndarray]
-    y: np.ndarray
-    hold: np.ndarray
-    holdout: str
-    engine_version: str
-    kernel: str = ""
-    """The engine's kernel path where it runs more than one for the family's shapes (``-mmha``: TensorRT-LLM's
-    generic decode attention; ``-triton`` and the like: a fused-MoE kernel other than the engine's main one for the
-    format), appended to the engine in the curve's key; the reader's key is the format plus it."""
-    group: np.ndarray | None = None
-    """Per row, the routing it was measured under where a family has more than one (fused MoE: ``balanced`` or
-    ``skewed``), for the report's breakdown."""
 
 
 @dataclass
@@ -122,32 +122,6 @@ class SystemReport:
 # --------------------------------------------------------------------------------------------------
 # readers: one per family, each returning {(engine, format): Rows}
 # --------------------------------------------------------------------------------------------------
-
-
-def _need(df: pd.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise InputError(f"{path}: column {missing[0]} is missing (the family is skipped for this system)")
-
-
-def _need_sizes(df: pd.DataFrame, path: Path, cols: tuple[str, ...]) -> None:
-    """Shape columns must be finite and positive: one that is not names the file, the column and a bad value."""
-    for c in cols:
-        v = pd.to_numeric(df[c], errors="coerce").to_numpy(float)
-        bad = ~(np.isfinite(v) & (v > 0))
-        if bad.any():
-            raise InputError(f"{path}: column {c} holds {df[c].astype(str).iloc[int(np.argmax(bad))]}, not a positive size "
-                             "(the family is skipped for this system)")
-
-
-def _fastest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """The fastest kernel per shape (what an engine's autotuner runs); positive finite latencies only."""
-    df = df[np.isfinite(df["latency"]) & (df["latency"] > 0)]
-    return df.groupby(keys, as_index=False)["latency"].min()
-
-
-def _version(df: pd.DataFrame) -> str:
-    return str(df["version"].iloc[0]) if "version" in df.columns and len(df) else ""
 
 
 def _by_format(df: pd.DataFrame, column: str, formats: dict, path: Path, hw: HardwareSpec):
@@ -441,49 +415,6 @@ def _kv_name(kv: str) -> str:
     return "bf16" if kv in ("bfloat16", "float16") else str(kv)
 
 
-def _collective_rows(df: pd.DataFrame, path: Path, hw: HardwareSpec, dtype_col: str) -> dict[str, Rows]:
-    _need(df, path, ("op_name", "num_gpus", "message_size", dtype_col, "latency"))
-    out = {}
-    top = int(df["num_gpus"].max())
-    for op, g in df.groupby("op_name"):
-        if op not in K.BUS_FACTOR:
-            continue
-        unknown = set(g[dtype_col].astype(str)) - set(ELEM_BYTES)
-        if unknown:
-            raise InputError(f"{path}: {dtype_col} {sorted(unknown)[0]!r} is unknown (known: {', '.join(ELEM_BYTES)})")
-        g = g.assign(bytes=g["message_size"].to_numpy(float) * g[dtype_col].map(ELEM_BYTES).to_numpy(float))
-        g = _fastest(g, ["num_gpus", "bytes"])
-        gp = g["num_gpus"].to_numpy(float)
-        x = {"gpus": gp, "bytes": g["bytes"].to_numpy(float), "U": np.full(len(g), hw.scale_up_bw)}
-        out[str(op)] = Rows(x, g["latency"].to_numpy(float) * 1e-3, gp == top, f"{top} GPUs (fitted on fewer)", _version(df))
-    return out
-
-
-def read_nccl(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
-    return _collective_rows(pd.read_parquet(path), path, hw, "nccl_dtype")
-
-
-def read_custom_allreduce(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
-    df = pd.read_parquet(path)
-    df = df.assign(op_name="all_reduce")
-    return _collective_rows(df, path, hw, "allreduce_dtype")
-
-
-def read_deepep(path: Path, hw: HardwareSpec, system: str) -> dict[str, Rows]:
-    df = pd.read_parquet(path)
-    cols = ("node_num", "num_token", "hidden_size", "num_topk", "num_experts", "dispatch_avg_t_us", "combine_avg_t_us")
-    _need(df, path, cols)
-    per_node = SYSTEM_GPUS_PER_NODE.get(system, 8)
-    y = (df["dispatch_avg_t_us"].to_numpy(float) + df["combine_avg_t_us"].to_numpy(float)) * 1e-6
-    ok = np.isfinite(y) & (y > 0)
-    df, y = df[ok], y[ok]
-    h = df["hidden_size"].to_numpy(float)
-    x = {"tokens": df["num_token"].to_numpy(float), "hidden": h, "top_k": df["num_topk"].to_numpy(float),
-         "gpus": df["node_num"].to_numpy(float) * per_node, "U": np.full(len(df), hw.scale_up_bw),
-         "experts": df["num_experts"].to_numpy(float)}
-    return {"fp8": Rows(x, y, h == 7168, "hidden 7168", _version(df))}
-
-
 # --------------------------------------------------------------------------------------------------
 # predictors: the perf curves over a Rows.x
 # --------------------------------------------------------------------------------------------------
@@ -507,17 +438,6 @@ def _predict_context(p, x):
     return K.attn_context_time(p, x["flops"], x["bytes"], x["longest"], x["units"], x["F"], x["W"])
 
 
-def _collective(op: str):
-    def f(p, x):
-        return K.collective_time(p, op, x["gpus"], x["bytes"], x["U"])
-
-    return f
-
-
-def _predict_deepep(p, x):
-    return K.deepep_time(p, x["tokens"], x["hidden"], x["top_k"], x["gpus"], x["U"], experts=x["experts"])
-
-
 # (family, sub-folder, file stem, reader, predictor-for-format)
 SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("gemm", "gemm", "gemm_perf", lambda p, hw, s: read_gemm(p, hw), lambda f: _predict_gemm),
@@ -532,6 +452,7 @@ SOURCES: list[tuple[str, str, str, Callable, Callable[[str], Callable]]] = [
     ("collective", "comm", "nccl_perf", read_nccl, _collective),
     ("collective", "comm", "custom_allreduce_perf", read_custom_allreduce, _collective),
     ("deepep", "comm", "wideep_deepep_ll_perf", read_deepep, lambda f: _predict_deepep),
+    ("alltoall", "comm", "trtllm_alltoall_perf", read_trtllm_alltoall, lambda f: _predict_alltoall),
 ]
 
 

@@ -19,6 +19,7 @@ KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "mla_context": ("t0_us", "unit_us", "compute", "memory", "sms", "sharpness"),
     "collective": ("alpha_us", "alpha_gpu_us", "bus_eff", "switch_kb", "slow_eff"),
     "deepep": ("t0_us", "copy_ns", "bus_eff", "slot_ns", "expert_gbps"),
+    "alltoall": ("t0_us", "peer_ns", "tok_ns", "near_gbps", "far_gbps", "fan_share"),
 }
 """Parameters of each kernel family's curve (``planner/perf/kernels.py``), in the order the fit uses."""
 
@@ -26,7 +27,7 @@ RENAMED = (("moe", "copy_ns", "copy_bytes", "the fused-MoE curve now charges eve
              "over HBM; refit with planner calibrate kernels --data DIR --family moe --write"),)
 """Parameters a catalog of an earlier release may still carry: (family, old name, new name, what to do)."""
 
-KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention", "prefill_attention")
+KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange")
 """Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
 KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
@@ -46,6 +47,8 @@ KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
                    "switch_kb": (0.0, 1e6), "slow_eff": (0.02, 1.5)},
     "deepep": {"t0_us": (0.0, 500.0), "copy_ns": (0.0, 500.0), "bus_eff": (0.01, 1.5), "slot_ns": (0.0, 5000.0),
                "expert_gbps": (1.0, 10000.0)},
+    "alltoall": {"t0_us": (0.0, 500.0), "peer_ns": (0.0, 5000.0), "tok_ns": (0.0, 500.0), "near_gbps": (1.0, 5000.0),
+                 "far_gbps": (1.0, 5000.0), "fan_share": (0.0, 1.0)},
 }
 """Physical ranges of each parameter (the fit's bounds; a catalog value outside is refused)."""
 
@@ -87,7 +90,8 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
-    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention"]] = Field(default_factory=list)
+    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange"]] = Field(
+        default_factory=list)
     """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
     composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
     GEMMs' roofline and the fitted ``moe_layer_overhead_us``), and ``all_reduce``, the engine's own all-reduce of
@@ -97,7 +101,10 @@ class KernelFits(Strict):
     ``attention``, the decode attention (MLA, or the engine's GQA kernel, at the KV cache's format: an FP8 cache runs
     FP8 maths where the kernel does) in place of the fitted ``attention_compute`` on the bf16 peak, and
     ``prefill_attention``, a prefill pass's causal attention (context MLA, or the engine's context GQA kernel) in
-    place of ``prefill_compute`` on the attention peak (the pass's GEMMs keep ``prefill_compute``). Their
+    place of ``prefill_compute`` on the attention peak (the pass's GEMMs keep ``prefill_compute``), and
+    ``trtllm_exchange`` (with ``exchange``), TensorRT-LLM's decode exchange as its MoE chooses it: its NVLink
+    all-to-all curve where its expert parallelism exceeds top-k on a multi-node NVLink domain, else NCCL's all-gather
+    and reduce-scatter (``planner.perf.compose.trtllm_exchange``). Their
     fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
     terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
 

@@ -54,16 +54,16 @@ def calibrate_fit(
 def calibrate_kernels(
     data: Annotated[Path, typer.Option("--data", help="Kernel measurements: a folder SYSTEM/FAMILY/ENGINE/FILE.parquet (../shared/calibration/kernels).")],
     system: Annotated[list[str] | None, typer.Option("--system", help="Fit only this system folder (repeatable).")] = None,
-    family: Annotated[list[str] | None, typer.Option("--family", help="Fit only this family: gemm, moe, attn_decode, mla_decode, attn_context, mla_context, collective, deepep (repeatable).")] = None,
+    family: Annotated[list[str] | None, typer.Option("--family", help="Fit only this family: gemm, moe, attn_decode, mla_decode, attn_context, mla_context, collective, deepep, alltoall (repeatable).")] = None,
     write: Annotated[bool, typer.Option("--write", help="Store the curves in the efficiency blocks of the catalog's hardware files.")] = False,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Processes, one system each.")] = 2,
     report: Annotated[Path | None, typer.Option("--report", help="Write the fit errors per family and system as Markdown, with a residual plot beside it (docs/kernels.md).")] = None,
     compose: Annotated[bool | None, typer.Option("--compose/--no-compose", help="With --write: compose the calibrated step from these curves (refit the end-to-end factors after: calibrate fit --write). Default: as the catalog has it (off for a new block).")] = None,
-    terms: Annotated[str | None, typer.Option("--terms", help="With --write: the terms of the calibrated roofline step these curves time, comma-separated: moe, all_reduce, exchange, attention, prefill_attention ('' for none; refit the end-to-end factors after). Default: as the catalog has it (none for a new block).")] = None,
+    terms: Annotated[str | None, typer.Option("--terms", help="With --write: the terms of the calibrated roofline step these curves time, comma-separated: moe, all_reduce, exchange, attention, prefill_attention, trtllm_exchange ('' for none; refit the end-to-end factors after). Default: as the catalog has it (none for a new block).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --report and its plot.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Fit each term of the step (GEMM, fused MoE, decode and prefill attention and MLA, collectives, DeepEP) on measured
+    """Fit each term of the step (GEMM, fused MoE, decode and prefill attention and MLA, collectives, DeepEP, TensorRT-LLM's all-to-all) on measured
     kernel latencies, per system, engine and format; scored on shapes held out of the fit."""
     from planner.calib.kernel_report import curve_table, family_table, plot_residuals, report_markdown
     from planner.calib.kernels import fit_kernels, kernel_block

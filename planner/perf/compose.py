@@ -323,5 +323,47 @@ def deepep(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, gpus, layers, dis
                                   experts=experts)
 
 
+TRTLLM_FP4_DISPATCH = 0.5 + 1.0 / 16.0
+"""Bytes per hidden element of TensorRT-LLM's expert dispatch with NVFP4 experts (quantised before it, one scale per
+16); other formats move bf16 activations (DeepSeek's FP8 block scales quantise inside the MoE kernel)."""
+
+
+def trtllm_exchange(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, experts, gpus, ep, layers, expert_dtype: str,
+                    fixed=1.0):
+    """Expert dispatch and combine of ``layers`` MoE layers as TensorRT-LLM runs them with attention data parallelism
+    (``select_alltoall_method_type``, NVIDIA/TensorRT-LLM ``fused_moe_wide_ep.py``): its NVLink all-to-all where the
+    expert parallelism exceeds ``top_k`` on a multi-node NVLink domain (GB200, GB300: the scale-up domain is larger
+    than one host), timed by the system's ``alltoall`` curve with the token's real fan-out over ranks
+    (:func:`planner.perf.kernels.rank_fanout`); otherwise an all-gather of every rank's tokens before the experts
+    and a reduce-scatter of their outputs after (NCCL's fitted curves inside the measured node, their parameters on
+    the datasheet link beyond it). Returns (all-gather path, all-to-all path or None where the system has no
+    ``alltoall`` curve, where TensorRT-LLM takes the all-to-all), or None without NCCL's curves."""
+    g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+    n = np.asarray(tokens_per_rank, dtype=float)
+    per_el = TRTLLM_FP4_DISPATCH if expert_dtype == "fp4" else 2.0
+    host = float(hw.purchase_unit.host_chips)
+    domain = float(hw.scale_up_domain_chips)
+    a2a_p = kf.curve("alltoall", "trtllm", "nvlink")
+    ag_p, rs_p = kf.curve("collective", "nccl", "all_gather"), kf.curve("collective", "nccl", "reduce_scatter")
+    if ag_p is None or rs_p is None:
+        return None
+    inside = g <= min(MAX_MEASURED_GPUS, domain)
+    link = np.where(g <= domain, hw.scale_up_bw, hw.scale_out_bw)
+
+    def coll(p, op, buf):
+        fit = K.collective_time(p, op, g, buf, hw.scale_up_bw, fixed)
+        phys = K.collective_time(K.PRIOR["collective"], op, g, buf, link, fixed)
+        return np.where(inside, fit, phys)
+
+    gather = coll(ag_p, "all_gather", g * n * hidden * per_el) + coll(rs_p, "reduce_scatter", g * n * hidden * 2.0)
+    use = (np.asarray(ep, dtype=float) > top_k) & (g <= domain) & (domain > host)
+    if a2a_p is None:
+        return layers * gather, None, use
+    d = K.rank_fanout(experts, top_k, g)
+    a2a = (K.alltoall_time(a2a_p, n, hidden * per_el, d, g, host, fixed)
+           + K.alltoall_time(a2a_p, n, hidden * 2.0, d, g, host, fixed))
+    return layers * gather, layers * a2a, use
+
+
 MAX_MEASURED_GPUS = 8
 """Largest group the kernel collectives were measured on (one node); larger groups keep datasheet physics."""

@@ -79,6 +79,17 @@ Families and their parameters (times in microseconds, efficiencies as fractions 
     The kernels give each expert slot its own warp groups, so an expert's copies also move at no more
     than ``expert_gbps`` (GB/s): with few experts (Mixtral's 8 over 4 GPUs) the busiest expert's traffic,
     not the link, sets the time. Parameters: ``t0_us, copy_ns, bus_eff, slot_ns, expert_gbps``.
+``alltoall``
+    One call of TensorRT-LLM's NVLink MoE all-to-all (dispatch or combine of one MoE layer; its ``prepare`` counted
+    with the dispatch) over ``g`` ranks of a multi-node NVLink domain. The kernel gives each token one warp, which
+    loads the token once and stores it to every distinct rank among its ``top_k`` experts (a token is sent once per
+    rank, not once per expert): a fixed latency per call and per peer rank (the counters and completion flags every
+    rank exchanges), a cost per token, and the token's bytes to other ranks at a per-GPU rate that depends on whether
+    every peer sits in the GPU's own node (``near_gbps``) or the group spans nodes (``far_gbps``; a GB200 tray holds
+    4 GPUs). The rates are those of warp-issued stores, far below the link: a token's second and later destinations
+    ride the same load and cost ``fan_share`` of its first each. The measured rows route every token to consecutive
+    experts (one rank per token up to 32 ranks, two at 64); real routing reaches ``g (1 - C(E - E/g, k) / C(E, k))``
+    ranks (:func:`rank_fanout`). Parameters: ``t0_us, peer_ns, tok_ns, near_gbps, far_gbps, fan_share``.
 """
 
 from __future__ import annotations
@@ -104,6 +115,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "mla_context": {"t0_us": 10.0, "unit_us": 0.02, "compute": 0.5, "memory": 0.5, "sms": 100.0, "sharpness": 3.0},
     "collective": {"alpha_us": 10.0, "alpha_gpu_us": 1.0, "bus_eff": 0.75, "switch_kb": 1000.0, "slow_eff": 0.5},
     "deepep": {"t0_us": 40.0, "copy_ns": 5.0, "bus_eff": 0.3, "slot_ns": 100.0, "expert_gbps": 30.0},
+    "alltoall": {"t0_us": 10.0, "peer_ns": 50.0, "tok_ns": 5.0, "near_gbps": 200.0, "far_gbps": 100.0, "fan_share": 0.3},
 }
 """Parameters of hardware without kernel rows (and the fit's start): vendor-library expectations (large GEMMs
 at ~70% of tensor peak, HBM streamed at ~80%, NCCL at ~75% of the link's bus bandwidth), refined by the fit on
@@ -304,6 +316,30 @@ def collective_time(p: dict, op: str, gpus, msg_bytes, link_bw, fixed=1.0):
     bus = traffic / (link_bw * p["bus_eff"]) + np.minimum(traffic, p["switch_kb"] * 1e3) / (link_bw * p["slow_eff"])
     alpha = fixed * (p["alpha_us"] + p["alpha_gpu_us"] * (gs - 2.0)) * US
     return np.where(g > 1, alpha + bus, 0.0)
+
+
+def rank_fanout(experts, top_k, gpus):
+    """Expected distinct ranks among a token's ``top_k`` experts drawn uniformly from ``experts`` split contiguously
+    over ``gpus`` ranks: ``g (1 - C(E - E/g, k) / C(E, k))``."""
+    e = np.maximum(np.asarray(experts, dtype=float), 1.0)
+    g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+    miss = np.ones(np.broadcast(e, g).shape)
+    for j in range(int(top_k)):
+        miss = miss * np.clip((e - e / g - j) / (e - j), 0.0, 1.0)
+    return g * (1.0 - miss)
+
+
+def alltoall_time(p: dict, tokens_per_rank, payload_bytes, fanout, gpus, node_gpus, fixed=1.0):
+    """Seconds of one TensorRT-LLM NVLink all-to-all call (dispatch or combine, see module docstring): ``tokens_per_rank``
+    tokens of ``payload_bytes`` each, every token sent to ``fanout`` distinct ranks (its own among them with
+    probability ``1 / gpus``) of ``gpus``; ``node_gpus`` GPUs a node; 0 for one rank."""
+    g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+    n = np.asarray(tokens_per_rank, dtype=float)
+    d = np.maximum(np.asarray(fanout, dtype=float), 1.0)
+    rate = np.where(g <= node_gpus, p["near_gbps"], p["far_gbps"]) * 1e9
+    sent = n * np.asarray(payload_bytes, dtype=float) * (1.0 + p["fan_share"] * (d - 1.0)) * (g - 1.0) / g
+    t = fixed * (p["t0_us"] * US + p["peer_ns"] * 1e-9 * g) + n * p["tok_ns"] * 1e-9 + sent / rate
+    return np.where(g > 1, t, 0.0)
 
 
 def deepep_time(p: dict, tokens_per_rank, hidden, top_k, gpus, link_bw, dispatch_bytes=1.0, fixed=1.0, *,

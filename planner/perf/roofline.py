@@ -389,17 +389,27 @@ def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
     from kernel curves, or times this term by them (``KernelFits.terms``: ``exchange``), DeepEP low-latency's fitted
     curve inside one measured node; beyond it (a wider NVLink domain, scale-out) :func:`moe_exchange_time` on the
     datasheet links, its scale-up bandwidth at the share the curve reached inside the node (the kernels' measured
-    link efficiency as the prior where no row exists). Without a curve, :func:`moe_exchange_time` at the datasheet."""
+    link efficiency as the prior where no row exists). Without a curve, :func:`moe_exchange_time` at the datasheet.
+    With the ``trtllm_exchange`` term as well, TensorRT-LLM exchanges as its MoE chooses
+    (:func:`planner.perf.compose.trtllm_exchange`; its all-to-all, where a system has no ``alltoall`` curve, as above)."""
     kf = kf if kf is not None else setup.term_kernels("exchange")
+    g = np.maximum(np.asarray(stage, dtype=float), 1.0)
+    trt = None
+    if kf is not None and setup.engine == "trtllm" and setup.term_kernels("trtllm_exchange") is not None:
+        trt = C.trtllm_exchange(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k),
+                                float(setup.stats.experts) * setup.expert_copies, g, ep, layers, setup.expert_dtype,
+                                setup.eff.kernel_fixed_share)
+        if trt is not None and (trt[1] is not None or not np.any(trt[2])):
+            return np.where((dp > 1) & (ep > 1), np.where(trt[2], trt[1] if trt[1] is not None else 0.0, trt[0]), 0.0)
     p = C.deepep_curve(kf) if kf is not None else None
     if p is None:
         return moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
     phys = moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True, up_share=min(p["bus_eff"], 1.0))
-    g = np.maximum(np.asarray(stage, dtype=float), 1.0)
     fit = C.deepep(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k), g, layers,
                    dispatch_bytes(setup), setup.eff.kernel_fixed_share,
                    experts=float(setup.stats.experts) * setup.expert_copies)
-    return np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
+    out = np.where((dp > 1) & (ep > 1) & _measured_group(setup, g), fit, phys)
+    return out if trt is None else np.where((dp > 1) & (ep > 1) & ~trt[2], trt[0], out)
 
 
 def _part_arrays(f: _Parts) -> tuple:
