@@ -904,6 +904,9 @@ def test_bad_alltoall_files_say_which_file_and_column(tmp_path, catalog):
     src.assign(moe_dtype="int2").to_parquet(f)
     with pytest.raises(InputError, match=f"{f}: column moe_dtype has unknown value 'int2'"):
         fit_kernels(root, catalog)
+    src.assign(kernel_source="NVLinkThreeSided").to_parquet(f)
+    with pytest.raises(InputError, match=f"{f}: column kernel_source has unknown value 'NVLinkThreeSided'"):
+        fit_kernels(root, catalog)
     src.assign(num_tokens=0).to_parquet(f)
     with pytest.raises(InputError, match=f"{f}: column num_tokens holds 0"):
         fit_kernels(root, catalog)

@@ -93,10 +93,11 @@ def read_trtllm_alltoall(path: Path, hw: HardwareSpec, system: str) -> dict[str,
             "latency")
     _need(df, path, cols)
     _need_sizes(df, path, ("num_tokens", "hidden_size", "topk", "num_experts", "moe_ep_size"))
-    unknown = sorted(set(df["moe_dtype"]) - set(ALLTOALL_PAYLOAD))
-    if unknown:
-        raise InputError(f"{path}: column moe_dtype has unknown value {unknown[0]!r} (known: "
-                         f"{', '.join(ALLTOALL_PAYLOAD)}); the family is skipped for this system")
+    for col, known in (("moe_dtype", ALLTOALL_PAYLOAD), ("kernel_source", ALLTOALL_KERNELS)):
+        unknown = sorted(set(df[col].astype(str)) - set(known))
+        if unknown:
+            raise InputError(f"{path}: column {col} has unknown value {unknown[0]!r} (known: "
+                             f"{', '.join(known)}); the family is skipped for this system")
     if "distribution" in df.columns:
         df = df[df["distribution"].astype(str) == "balanced"]
     keys = ["kernel_source", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts", "moe_ep_size"]
@@ -105,8 +106,6 @@ def read_trtllm_alltoall(path: Path, hw: HardwareSpec, system: str) -> dict[str,
     node = float(SYSTEM_GPUS_PER_NODE.get(system, 8))
     out: dict[str, Rows] = {}
     for src, g in t.groupby("kernel_source"):
-        if src not in ALLTOALL_KERNELS:
-            continue
         dispatch = g.get("alltoall_dispatch", pd.Series(np.nan, index=g.index)) + g.get(
             "alltoall_prepare", pd.Series(0.0, index=g.index)).fillna(0.0)
         parts = [(g, dispatch, g["moe_dtype"].map(ALLTOALL_PAYLOAD).to_numpy(float)),

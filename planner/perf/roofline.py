@@ -399,8 +399,8 @@ def _decode_exchange(setup: Setup, kf, ep, dp, stage, tokens, layers, alpha):
         trt = C.trtllm_exchange(kf, setup.hw, tokens / g, float(setup.stats.hidden), float(setup.stats.top_k),
                                 float(setup.stats.experts) * setup.expert_copies, g, ep, layers, setup.expert_dtype,
                                 setup.eff.kernel_fixed_share)
-        if trt is not None and (trt[1] is not None or not np.any(trt[2])):
-            return np.where((dp > 1) & (ep > 1), np.where(trt[2], trt[1] if trt[1] is not None else 0.0, trt[0]), 0.0)
+        if trt is not None and (trt[1] is not None or not np.any(trt[2])):  # no DeepEP fallback needed
+            return np.where((dp > 1) & (ep > 1), trt[0] if trt[1] is None else np.where(trt[2], trt[1], trt[0]), 0.0)
     p = C.deepep_curve(kf) if kf is not None else None
     if p is None:
         return moe_exchange_time(setup, ep, dp, stage, tokens, layers, alpha, per_copy=True)
