@@ -66,7 +66,8 @@ ALLTOALL_KERNELS = {"NVLinkTwoSided": "", "NVLinkOneSided": "-onesided"}
 """Kernel path of each ``kernel_source``: the two-sided kernel is the one TensorRT-LLM's wide-EP MoE runs on a
 multi-node NVLink domain (``select_alltoall_method_type``), so it carries the engine's name."""
 ALLTOALL_HOLDOUT = 32
-"""Ranks held out of the all-to-all fit (interpolated between 16 and the two-sided kernel's 64)."""
+"""Ranks held out of the all-to-all fit: between 16 and 64 for the two-sided kernel, beyond its largest other group
+(16) for the one-sided kernel, which was measured up to 32."""
 
 
 def bench_fanout(tokens, experts, top_k, gpus) -> np.ndarray:
@@ -103,7 +104,8 @@ def read_trtllm_alltoall(path: Path, hw: HardwareSpec, system: str) -> dict[str,
     keys = ["kernel_source", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts", "moe_ep_size"]
     t = df.assign(latency=df["latency"].astype(float)).pivot_table(index=keys, columns="op_name", values="latency",
                                                                     aggfunc="median").reset_index()
-    node = float(SYSTEM_GPUS_PER_NODE.get(system, 8))
+    # the tray size prediction uses (planner.perf.compose.trtllm_exchange), so fit and use agree by construction
+    node = float(hw.purchase_unit.host_chips)
     out: dict[str, Rows] = {}
     for src, g in t.groupby("kernel_source"):
         dispatch = g.get("alltoall_dispatch", pd.Series(np.nan, index=g.index)) + g.get(
