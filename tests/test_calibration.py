@@ -252,3 +252,66 @@ def test_a_layout_the_model_cannot_be_sharded_into_is_not_predicted(catalog):
     assert note[3].startswith("decode_tp_size 48 does not divide the 128 attention heads")
     assert out["predicted_tpot_ms"][[0, 2, 3]].isna().all() and out["predicted_ttft_ms"][[0, 2, 3]].isna().all()
     assert out["predicted_tpot_ms"][1] > 0 and note[1] == ""
+
+
+def _sweep(tpots, **kw):
+    """Rows of one concurrency sweep in the silicon format (Llama-3.1-70B FP8 at TP4 on H200, vLLM)."""
+    import pandas as pd
+
+    base = dict(model_path="meta-llama/Llama-3.1-70B-Instruct", system="h200_sxm", precision="fp8", mode="agg",
+                backend="vllm", backend_version="0.12.0", isl=1024, osl=1024, gemm_quant_mode="fp8", tp_size=4,
+                pp_size=1, silicon_ttft_ms=100.0)
+    rows = [dict(base, batch_size=c, silicon_tpot_ms=t, **kw,
+                 silicon_data_source=f"source_file=a.csv; silicon_concurrency={c}") for c, t in tpots]
+    return pd.DataFrame(rows)
+
+
+def test_a_sweep_whose_tpot_falls_as_concurrency_rises_is_left_out_of_the_fit(catalog, monkeypatch):
+    """With the deployment fixed, more clients can only put more sequences into a step: a sweep whose TPOT falls
+    below SWEEP_DROP of a lower concurrency's was not measured in a steady state. It is flagged whole, left out of
+    the fit and the margins, scored by validate under its own label; steady sweeps, sweeps of other series and
+    sweeps of fewer than three rows are not."""
+    import pandas as pd
+
+    from planner.calib.checks import SWEEP_DROP
+    from planner.calib.fit import prepare
+    from planner.calib.metrics import DEPLOYMENT_LABELS
+
+    steady = [(1, 10.0), (8, 10.5), (32, 12.0), (64, 11.0)]  # 11 / 12 = 0.92: noise
+    broken = [(1, 8.0), (2, 42.0), (8, 28.0), (16, 41.0)]  # 28 / 42 = 0.67 < SWEEP_DROP
+    assert 28.0 / 42.0 < SWEEP_DROP < 11.0 / 12.0
+    df = pd.concat([_sweep(steady), _sweep(broken, isl=2048), _sweep(broken[:3], isl=4096, tp_size=8),
+                    _sweep(broken[:2], isl=8192, backend_version="0.11.0"), _sweep(broken[2:], isl=8192)],
+                   ignore_index=True)
+    n = normalise(df, catalog)
+    flag = n["n_inconsistent"].to_numpy()
+    assert flag.tolist() == [False] * 4 + [True] * 4 + [True] * 3 + [False] * 4
+    norm, dropped = prepare(df, catalog)
+    assert len(norm) == len(df) - 7 and dropped == 7 and not norm["n_inconsistent"].any()
+    out = predict_frame(df, catalog)
+    assert out["predicted_tpot_ms"].notna().all()
+    assert out["prediction_note"][4].startswith("its concurrency sweep's TPOT falls as concurrency rises")
+    assert DEPLOYMENT_LABELS[2] == "unsteady sweep"
+    import planner.calib.margins as M
+    from planner.calib.predict import predict_normalised
+
+    monkeypatch.setattr(M, "MIN_ROWS", 1)
+    pred = predict_normalised(n, catalog)
+    q_all = M.error_quantiles(n, pred)["h200-sxm"]["all"]
+    q_ok = M.error_quantiles(n[~n["n_inconsistent"]], pred[~n["n_inconsistent"]])["h200-sxm"]["all"]
+    assert q_all == q_ok
+
+
+def test_fit_group_alternates_until_the_loss_stops_falling(monkeypatch):
+    """At least ROUNDS alternations of the TPOT and TTFT stages, more while a round cuts the rows' loss by more than
+    CONVERGED, never more than MAX_ROUNDS."""
+    import planner.calib.fit as F
+
+    for losses, rounds in (([10.0, 9.99, 5.0], 2), ([10.0, 8.0, 7.0, 6.99, 1.0], 4), ([10.0 - i for i in range(9)], 6)):
+        calls = []
+        seq = iter(losses)
+        monkeypatch.setattr(F, "_fit_stage", lambda norm, cat, eff, names, target, prior, kernels: calls.append(target) or eff)
+        monkeypatch.setattr(F, "data_loss", lambda norm, cat, eff: next(seq))
+        F.fit_group(None, None, F.START)
+        assert calls == ["tpot", "ttft"] * rounds
+    assert F.ROUNDS == 2 and F.MAX_ROUNDS == 6 and F.CONVERGED == 0.01

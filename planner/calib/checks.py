@@ -18,6 +18,15 @@ MAX_DEGREE = 65536
 MAX_ROW_BATCH = 10_000_000
 """Largest batch or concurrency a measured row may record."""
 
+SWEEP_DROP = 0.75
+"""A concurrency sweep is inconsistent when a row's TPOT falls below this share of a lower concurrency's in the same
+sweep (:func:`inconsistent_sweeps`)."""
+SWEEP_KEYS = ("n_series", "n_hw", "n_engine", "n_model", "n_mode", "n_dense", "n_expert", "n_kv", "n_isl", "n_osl",
+              "n_spec", "a_tp", "a_pp", "a_dp", "a_ep", "a_red", "p_tp", "p_pp", "p_dp", "p_ep", "p_red", "p_workers",
+              "d_tp", "d_pp", "d_dp", "d_ep", "d_red", "d_workers")
+"""What a concurrency sweep holds fixed: its series (source and engine version), model, formats, lengths and the
+whole recorded deployment."""
+
 
 def _whole(x) -> bool:
     try:
@@ -61,5 +70,33 @@ def finish(out: pd.DataFrame, reason: pd.Series, catalog: Catalog, *, names: dic
                 reason[i] = str(exc)
                 break
     out["reason"] = reason
+    out["n_inconsistent"] = inconsistent_sweeps(out)
     return out
+
+
+def inconsistent_sweeps(out: pd.DataFrame) -> pd.Series:
+    """Rows of concurrency sweeps whose TPOT is not (nearly) non-decreasing in concurrency.
+
+    With the deployment fixed, more clients in flight can only put more sequences into each decode step, so a
+    sweep's TPOT rises with its concurrency, up to run-to-run noise. A sweep (rows that share every column of
+    :data:`SWEEP_KEYS` and differ in concurrency, at least three; the deployment recorded in full) in which a
+    row's TPOT falls below :data:`SWEEP_DROP` of a lower concurrency's was not measured in a steady state (one
+    in the bundled silicon file goes 8, 42, 28, 42, 29 ms from 1 to 32 clients on a model whose step is ~5 ms):
+    the whole sweep is flagged, and the end-to-end fit leaves it out (``planner validate`` still scores it)."""
+    flag = pd.Series(False, index=out.index)
+    need = [k for k in SWEEP_KEYS if k in out.columns]
+    if "n_series" not in out.columns or not {"n_conc", "m_tpot"} <= set(out.columns):
+        return flag
+    ok = (out["reason"] == "") & ~out.get("n_workers_assumed", False).astype(bool)
+    ok &= np.isfinite(out["n_conc"].astype(float)) & (out["m_tpot"].astype(float) > 0)
+    rows = out.loc[ok, need + ["n_conc", "m_tpot"]].copy()
+    for k in need:  # group NaN cells (not recorded) together
+        rows[k] = rows[k].astype(object).where(rows[k].notna(), "")
+    for _, g in rows.groupby(need, sort=False):
+        if len(g) < 3 or g["n_conc"].duplicated().any():
+            continue
+        t = g.sort_values("n_conc")["m_tpot"].to_numpy(float)
+        if float(np.min(t / np.maximum.accumulate(t))) < SWEEP_DROP:
+            flag[g.index] = True
+    return flag
 

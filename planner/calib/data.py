@@ -247,6 +247,10 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         out["n_mode"] == "agg", out["a_tp"] * out["a_dp"] * out["a_pp"], out["d_tp"] * out["d_dp"] * out["d_pp"] * out["d_workers"]
     )
     out["n_framework"] = df["backend"].astype(str)
+    # a sweep's series: the file it was read from (the source's first field) and the engine's version
+    src = df["silicon_data_source"].astype(str).str.split(";").str[0] if "silicon_data_source" in df.columns else ""
+    ver = df["backend_version"].astype(str) if "backend_version" in df.columns else ""
+    out["n_series"] = src + "|" + ver
     for col, src in (("m_ttft", "silicon_ttft_ms"), ("m_tpot", "silicon_tpot_ms")):
         out[col] = pd.to_numeric(df[src], errors="coerce") if src in df.columns else np.nan
     out["m_otpg"] = np.nan

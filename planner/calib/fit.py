@@ -2,11 +2,12 @@
 
 Method (re-run with ``planner calibrate fit --data FILE --write``):
 
-1. Normalise the rows (``calib.data``); rows that cannot be predicted, and disaggregated rows that
-   do not record their prefill/decode worker counts, are left out of the fit and counted.
+1. Normalise the rows (``calib.data``); rows that cannot be predicted, disaggregated rows that do not record
+   their prefill/decode worker counts and concurrency sweeps not measured in a steady state
+   (:func:`planner.calib.checks.inconsistent_sweeps`) are left out of the fit and counted.
 2. TPOT factors (``TPOT_PARAMS``) are fitted first, then the TTFT factors (``TTFT_PARAMS``) with the
    TPOT ones held, on TTFT and TPOT residuals together (prefill capacity sets the decode batch of a
-   disaggregated pool), and the two stages alternate ``ROUNDS`` times. A factor that fewer than ``MIN_ROWS`` rows
+   disaggregated pool), and the two stages alternate ``ROUNDS`` times, more while the loss still falls. A factor that fewer than ``MIN_ROWS`` rows
    of a group respond to (``INFORM_DELTA``) keeps its prior. The loss is a
    robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
    weigh the same and outliers do not dominate.
@@ -42,7 +43,12 @@ log = logging.getLogger(__name__)
 
 MIN_ROWS = 25
 ROUNDS = 2
-"""Alternations of the TPOT and TTFT stages (:func:`fit_group`)."""
+"""Alternations of the TPOT and TTFT stages (:func:`fit_group`) at least."""
+MAX_ROUNDS = 6
+"""Alternations at most: after :data:`ROUNDS`, another follows while the last cut the rows' loss by more than
+:data:`CONVERGED` (a group whose TPOT and TTFT factors trade against each other, as GB200 TensorRT-LLM's
+``memory``, ``seq_overhead_us`` and ``prefill_compute`` do, is still moving after two)."""
+CONVERGED = 0.01
 INFORM_DELTA = 0.02
 """A row informs a factor when doubling the factor moves its prediction by more than 2%."""
 HARDWARE_FACTORS = ("compute", "compute_fp8", "compute_fp4", "gemm_half_tokens", "attention_compute", "memory",
@@ -229,19 +235,31 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
 
 def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None,
               kernels: bool = False, fixed_share: bool = False) -> EngineEfficiency:
-    """TPOT factors, then TTFT factors, twice: prefill capacity feeds the decode batch of disaggregated rows, so
-    the TPOT factors are refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
+    """TPOT factors, then TTFT factors, at least twice and until a round cuts the loss by no more than
+    :data:`CONVERGED`: prefill capacity feeds the decode batch of disaggregated rows, so the TPOT factors are
+    refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
     its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free.
     ``fixed_share``: the catalog times some terms by kernel curves (``KernelFits.terms``), so ``kernel_fixed_share``
     (the share of those curves' fixed latencies a graph-replayed step pays) is free too."""
     tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
     if fixed_share and not kernels:
         tpot = tpot + ("kernel_fixed_share",)
-    eff = start
-    for _ in range(ROUNDS):
+    eff, last = start, np.inf
+    for i in range(MAX_ROUNDS):
         eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels)
         eff = _fit_stage(norm, catalog, eff, ttft, "ttft", prior, kernels)
+        loss = data_loss(norm, catalog, eff)
+        if i + 1 >= ROUNDS and loss > (1.0 - CONVERGED) * last:
+            break
+        last = loss
     return eff
+
+
+def data_loss(norm, catalog, eff: EngineEfficiency) -> float:
+    """The robust loss of ``norm``'s TPOT and TTFT residuals under ``eff`` (what :func:`_fit_stage` minimises,
+    without the pulls toward the priors)."""
+    z = (_residuals(norm, catalog, eff, "ttft") / F_SCALE) ** 2
+    return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)) * F_SCALE ** 2)
 
 
 def kernel_terms(catalog: Catalog, hw_id: str) -> bool:
@@ -282,8 +300,11 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
         frames.append(n)
     norm = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     # Disaggregated rows that do not record their worker counts are predicted (and reported) but not
-    # fitted on: their per-worker batch and prefill capacity are guesses.
+    # fitted on: their per-worker batch and prefill capacity are guesses. Nor are concurrency sweeps that were not
+    # measured in a steady state (``n_inconsistent``: TPOT falling as concurrency rises, ``calib.checks``).
     ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
+    if "n_inconsistent" in norm.columns:
+        ok &= ~norm["n_inconsistent"].astype(bool)
     norm = norm[ok].copy()
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
     # not drowned by a large one of small benchmark batches); weights average 1.

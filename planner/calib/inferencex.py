@@ -181,6 +181,7 @@ def normalise_runs(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out["n_staggered"] = True
     out["n_requests"] = RUN_REQUESTS_PER_CLIENT * out["n_conc"]
     out["n_framework"] = df["framework"].astype(str)
+    out["n_series"] = df["framework"].astype(str) + "|" + df["date"].astype(str) if "date" in df.columns else ""
     out["m_ttft"] = pd.to_numeric(df["metrics.median_ttft"], errors="coerce") * 1e3
     out["m_tpot"] = pd.to_numeric(df["metrics.median_tpot"], errors="coerce") * 1e3
     out["m_otpg"] = pd.to_numeric(df["metrics.output_tput_per_gpu"], errors="coerce")

@@ -30,9 +30,11 @@ def error_quantiles(norm: pd.DataFrame, pred: pd.DataFrame) -> dict[str, dict[st
     """Per hardware id: ``{ENGINE/MODE: {q50: ..., ...}, all: {...}}`` from normalised rows and their
     predictions (rows without a prediction or a measurement are left out)."""
     r = (norm["m_tpot"] / pred["predicted_tpot_ms"]).astype(float)
-    # the rows a fit uses: disaggregated rows that do not record their worker counts are guesses, not errors
+    # the rows a fit uses: disaggregated rows that do not record their worker counts are guesses, and sweeps not
+    # measured in a steady state are the measurement's errors, not the model's
     assumed = norm["n_workers_assumed"].astype(bool) if "n_workers_assumed" in norm else False
-    ok = np.isfinite(r) & (r > 0) & ~assumed
+    unsteady = norm["n_inconsistent"].astype(bool) if "n_inconsistent" in norm else False
+    ok = np.isfinite(r) & (r > 0) & ~assumed & ~unsteady
     frame = pd.DataFrame({"hw": norm["n_hw"], "eng": norm["n_engine"], "mode": norm["n_mode"], "r": r})[ok]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for hw, g in frame.groupby("hw"):

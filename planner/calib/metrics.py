@@ -8,10 +8,12 @@ import pandas as pd
 
 CONC_BANDS = ([0, 8, 64, 512, np.inf], ["1-8", "9-64", "65-512", ">512"])
 """Concurrency bands (requests in flight) the report groups by."""
-DEPLOYMENT_LABELS = ("recorded", "workers assumed")
+DEPLOYMENT_LABELS = ("recorded", "workers assumed", "unsteady sweep")
 """Whether a row records its whole deployment, or is a disaggregated row without worker counts (and batch sizes)
-whose deployment the prediction assumes (:func:`planner.calib.predict.predict_normalised`): the two are reported
-apart, since the second's error includes the guess."""
+whose deployment the prediction assumes (:func:`planner.calib.predict.predict_normalised`), or records it but
+belongs to a concurrency sweep not measured in a steady state (:func:`planner.calib.checks.inconsistent_sweeps`,
+left out of the fit): reported apart, since the second's error includes the guess and the third's the
+measurement's."""
 METRICS = (("tpot", "TPOT"), ("ttft", "TTFT"), ("otpg", "output tok/s/GPU"))
 TAIL_METRICS = (("ttft_p99", "p99 TTFT"), ("tpot_p99", "p99 TPOT"), ("itl_p50", "median ITL"), ("itl_p99", "p99 ITL"))
 """The tails a benchmark run records beside its medians (InferenceX), predicted by ``perf/latency.py``'s
@@ -48,7 +50,9 @@ def evaluation_frame(meas, pred: pd.DataFrame, note: pd.Series | None = None) ->
     f["conc"] = pd.to_numeric(n["n_conc"], errors="coerce")
     f["conc_band"] = pd.cut(f["conc"], CONC_BANDS[0], labels=CONC_BANDS[1])
     f["complete"] = ~n["n_workers_assumed"].astype(bool)
-    f["deployment"] = np.where(f["complete"], DEPLOYMENT_LABELS[0], DEPLOYMENT_LABELS[1])
+    unsteady = n["n_inconsistent"].astype(bool) if "n_inconsistent" in n.columns else False
+    f["deployment"] = np.where(~f["complete"], DEPLOYMENT_LABELS[1],
+                               np.where(unsteady, DEPLOYMENT_LABELS[2], DEPLOYMENT_LABELS[0]))
     for key, col in (("tpot", "m_tpot"), ("ttft", "m_ttft"), ("otpg", "m_otpg")):
         f[f"measured_{key}"] = pd.to_numeric(n[col], errors="coerce")
     f["predicted_tpot"] = pred["predicted_tpot_ms"]
