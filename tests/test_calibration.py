@@ -308,10 +308,15 @@ def test_fit_group_alternates_until_the_loss_stops_falling(monkeypatch):
     import planner.calib.fit as F
 
     for losses, rounds in (([10.0, 9.99, 5.0], 2), ([10.0, 8.0, 7.0, 6.99, 1.0], 4), ([10.0 - i for i in range(9)], 6)):
-        calls = []
+        calls: list[str] = []
         seq = iter(losses)
-        monkeypatch.setattr(F, "_fit_stage", lambda norm, cat, eff, names, target, prior, kernels: calls.append(target) or eff)
-        monkeypatch.setattr(F, "data_loss", lambda norm, cat, eff: next(seq))
+
+        def stage(norm, cat, eff, names, target, prior, kernels, calls=calls):
+            calls.append(target)
+            return eff
+
+        monkeypatch.setattr(F, "_fit_stage", stage)
+        monkeypatch.setattr(F, "data_loss", lambda norm, cat, eff, seq=seq: next(seq))
         F.fit_group(None, None, F.START)
         assert calls == ["tpot", "ttft"] * rounds
     assert F.ROUNDS == 2 and F.MAX_ROUNDS == 6 and F.CONVERGED == 0.01

@@ -136,6 +136,15 @@ def _squared_moe_grid(tp: pd.Series, dp: pd.Series, ep: pd.Series, mtp: pd.Serie
     return tp, dp, mtp
 
 
+def _series(df: pd.DataFrame) -> pd.Series:
+    """A concurrency sweep's series (:func:`planner.calib.checks.inconsistent_sweeps`): the file the row was read from
+    (the first field of ``silicon_data_source``) and the engine's version."""
+    empty = pd.Series("", index=df.index)
+    src = df["silicon_data_source"].astype(str).str.split(";").str[0] if "silicon_data_source" in df.columns else empty
+    ver = df["backend_version"].astype(str) if "backend_version" in df.columns else empty
+    return src + "|" + ver
+
+
 def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Add normalised columns (prefixed ``n_``) and a ``reason`` where a row cannot be predicted."""
     out = pd.DataFrame(index=df.index)
@@ -247,10 +256,7 @@ def normalise(df: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         out["n_mode"] == "agg", out["a_tp"] * out["a_dp"] * out["a_pp"], out["d_tp"] * out["d_dp"] * out["d_pp"] * out["d_workers"]
     )
     out["n_framework"] = df["backend"].astype(str)
-    # a sweep's series: the file it was read from (the source's first field) and the engine's version
-    src = df["silicon_data_source"].astype(str).str.split(";").str[0] if "silicon_data_source" in df.columns else ""
-    ver = df["backend_version"].astype(str) if "backend_version" in df.columns else ""
-    out["n_series"] = src + "|" + ver
+    out["n_series"] = _series(df)
     for col, src in (("m_ttft", "silicon_ttft_ms"), ("m_tpot", "silicon_tpot_ms")):
         out[col] = pd.to_numeric(df[src], errors="coerce") if src in df.columns else np.nan
     out["m_otpg"] = np.nan
