@@ -7,7 +7,8 @@ loss still falls by more than ``fit.CONVERGED`` was stopped before its optimum.
     python bench/fit_convergence.py [--data FILE ...]     (about 2 min on 2 cores)
 
 Measured 2026-11-29 on the catalog of that day's first refit with two fixed alternations: GB200 TensorRT-LLM 57.9 ->
-48.4, GB200 SGLang 10.1 -> 9.5, every other pair within 1% (MI355X SGLang 59.1 -> 61.7: the prior's pull).
+48.4, GB200 SGLang 10.1 -> 9.5, every other pair within 1% (MI355X SGLang 59.1 -> 61.7: the prior's pull); on the
+catalog refitted with the fit run to convergence (7acaf24): every pair within +-2% (GB200 TensorRT-LLM 44.26 -> 44.40).
 """
 
 from __future__ import annotations
