@@ -100,3 +100,10 @@ def inconsistent_sweeps(out: pd.DataFrame) -> pd.Series:
             flag[g.index] = True
     return flag
 
+
+
+def unsteady(norm: pd.DataFrame) -> pd.Series:
+    """The rows :func:`inconsistent_sweeps` flagged (none for a frame built without them, e.g. by hand)."""
+    if "n_inconsistent" in norm.columns:
+        return norm["n_inconsistent"].astype(bool)
+    return pd.Series(False, index=norm.index)

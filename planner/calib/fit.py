@@ -7,8 +7,8 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    (:func:`planner.calib.checks.inconsistent_sweeps`) are left out of the fit and counted.
 2. TPOT factors (``TPOT_PARAMS``) are fitted first, then the TTFT factors (``TTFT_PARAMS``) with the
    TPOT ones held, on TTFT and TPOT residuals together (prefill capacity sets the decode batch of a
-   disaggregated pool), and the two stages alternate ``ROUNDS`` times, more while the loss still falls. A factor that fewer than ``MIN_ROWS`` rows
-   of a group respond to (``INFORM_DELTA``) keeps its prior. The loss is a
+   disaggregated pool), and the two stages alternate ``ROUNDS`` times, more while the loss still falls. A factor
+   that fewer than ``MIN_ROWS`` rows of a group respond to (``INFORM_DELTA``) keeps its prior. The loss is a
    robust (soft-L1) loss on ``log(predicted / measured)``, so a factor of 2 too high and too low
    weigh the same and outliers do not dominate.
 3. Per serving engine over all hardware (the engine prior); per hardware over all its engines (its
@@ -33,6 +33,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
+from planner.calib.checks import unsteady
 from planner.calib.predict import predict_normalised
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
@@ -49,6 +50,7 @@ MAX_ROUNDS = 6
 :data:`CONVERGED` (a group whose TPOT and TTFT factors trade against each other, as GB200 TensorRT-LLM's
 ``memory``, ``seq_overhead_us`` and ``prefill_compute`` do, is still moving after two)."""
 CONVERGED = 0.01
+"""Relative cut of the loss below which another alternation is not worth its time (:data:`MAX_ROUNDS`)."""
 INFORM_DELTA = 0.02
 """A row informs a factor when doubling the factor moves its prediction by more than 2%."""
 HARDWARE_FACTORS = ("compute", "compute_fp8", "compute_fp4", "gemm_half_tokens", "attention_compute", "memory",
@@ -303,8 +305,7 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     # fitted on: their per-worker batch and prefill capacity are guesses. Nor are concurrency sweeps that were not
     # measured in a steady state (``n_inconsistent``: TPOT falling as concurrency rises, ``calib.checks``).
     ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
-    if "n_inconsistent" in norm.columns:
-        ok &= ~norm["n_inconsistent"].astype(bool)
+    ok &= ~unsteady(norm)
     norm = norm[ok].copy()
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
     # not drowned by a large one of small benchmark batches); weights average 1.

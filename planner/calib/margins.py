@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.calib.checks import unsteady
 from planner.catalog.loader import Catalog
 from planner.catalog.schemas import Efficiency
 
@@ -33,8 +34,7 @@ def error_quantiles(norm: pd.DataFrame, pred: pd.DataFrame) -> dict[str, dict[st
     # the rows a fit uses: disaggregated rows that do not record their worker counts are guesses, and sweeps not
     # measured in a steady state are the measurement's errors, not the model's
     assumed = norm["n_workers_assumed"].astype(bool) if "n_workers_assumed" in norm else False
-    unsteady = norm["n_inconsistent"].astype(bool) if "n_inconsistent" in norm else False
-    ok = np.isfinite(r) & (r > 0) & ~assumed & ~unsteady
+    ok = np.isfinite(r) & (r > 0) & ~assumed & ~unsteady(norm)
     frame = pd.DataFrame({"hw": norm["n_hw"], "eng": norm["n_engine"], "mode": norm["n_mode"], "r": r})[ok]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for hw, g in frame.groupby("hw"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.calib.checks import unsteady
+
 CONC_BANDS = ([0, 8, 64, 512, np.inf], ["1-8", "9-64", "65-512", ">512"])
 """Concurrency bands (requests in flight) the report groups by."""
 DEPLOYMENT_LABELS = ("recorded", "workers assumed", "unsteady sweep")
@@ -50,9 +52,8 @@ def evaluation_frame(meas, pred: pd.DataFrame, note: pd.Series | None = None) ->
     f["conc"] = pd.to_numeric(n["n_conc"], errors="coerce")
     f["conc_band"] = pd.cut(f["conc"], CONC_BANDS[0], labels=CONC_BANDS[1])
     f["complete"] = ~n["n_workers_assumed"].astype(bool)
-    unsteady = n["n_inconsistent"].astype(bool) if "n_inconsistent" in n.columns else False
     f["deployment"] = np.where(~f["complete"], DEPLOYMENT_LABELS[1],
-                               np.where(unsteady, DEPLOYMENT_LABELS[2], DEPLOYMENT_LABELS[0]))
+                               np.where(unsteady(n), DEPLOYMENT_LABELS[2], DEPLOYMENT_LABELS[0]))
     for key, col in (("tpot", "m_tpot"), ("ttft", "m_ttft"), ("otpg", "m_otpg")):
         f[f"measured_{key}"] = pd.to_numeric(n[col], errors="coerce")
     f["predicted_tpot"] = pred["predicted_tpot_ms"]

@@ -13,6 +13,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from planner.calib.checks import unsteady
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import ENGINES
 from planner.perf.layout import expert_copies
@@ -397,10 +398,9 @@ def notes(norm: pd.DataFrame, pred: pd.DataFrame, catalog: Catalog, fmt: str) ->
         "worker counts not recorded: assumed decode workers to hold the concurrency, rate-matched prefill, and the "
         "faster of TP/DP attention with and without speculative decoding"
     )
-    if "n_inconsistent" in norm.columns:
-        odd = (note == "") & norm["n_inconsistent"].astype(bool)
-        note[odd] = ("its concurrency sweep's TPOT falls as concurrency rises (not a steady state): scored here, left "
-                     "out of the fit")
+    odd = (note == "") & unsteady(norm)
+    note[odd] = ("its concurrency sweep's TPOT falls as concurrency rises (not a steady state): scored here, left out "
+                 "of the fit")
     unheld = pred["layout_cannot_hold"]
     note[unheld] = (
         "the recorded layout cannot hold " + norm.loc[unheld, "n_model"] + "'s weights and one sequence in "
