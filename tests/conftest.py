@@ -103,16 +103,17 @@ TWO_NODE_SOURCES = ("long-context", "three-models", "growth-year", "multi-worklo
 expert or attention data parallelism (which one has one moves with the catalog's factors)."""
 
 
-def two_node_plan(dest: Path, plan: str | None = None) -> Path:
+def two_node_plan(dest: Path, plan: str | None = None, nth: int = 0) -> Path:
     """A copy of bundled ``plan`` (default: the first of :data:`TWO_NODE_SOURCES` with such a vLLM pool)
-    in ``dest`` whose first such pool spans two nodes (TP8 PP2, 16 GPUs a replica, stages over scale-out): the
-    multi-host shape a re-plan may or may not choose, for tests of what the export does with it."""
+    in ``dest`` whose first (``nth``: its ``nth``) such pool spans two nodes (TP8 PP2, 16 GPUs a replica, stages over
+    scale-out): the multi-host shape a re-plan may or may not choose, for tests of what the export does with it."""
     import json
     import shutil
 
     def vllm_pool(doc):
-        return next((p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] in ("h200-sxm", "b200-sxm")
-                     and p["layout"]["ep"] == 1 and p["layout"]["attn_dp"] == 1), None)
+        pools = [p for p in doc["pools"] if p["engine"] == "vllm" and p["hardware"] in ("h200-sxm", "b200-sxm")
+                 and p["layout"]["ep"] == 1 and p["layout"]["attn_dp"] == 1]
+        return pools[nth] if len(pools) > nth else None
 
     if plan is None:
         plan = next(n for n in TWO_NODE_SOURCES

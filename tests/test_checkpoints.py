@@ -109,9 +109,9 @@ def test_formats_without_a_checkpoint_are_not_planned_unless_self_quantised(tmp_
 
 
 def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog):
-    # long-context's vLLM pool, its replicas spread over two 8-GPU nodes (TP8 PP2): the stages talk over scale-out
-    # (the bundled plan keeps it in one node; re-planning decides that, not this test)
-    from planner.export.bundle import export_plan
+    # a bundled plan's vLLM pool, its replicas spread over two 8-GPU nodes (TP8 PP2): the stages talk over scale-out
+    # (the bundled plans keep them in one node; re-planning decides that, not this test)
+    from planner.export.bundle import export_plan, read_plan
     from planner.export.deploy import crosses_nodes
     from tests.conftest import two_node_plan
 
@@ -133,7 +133,10 @@ def test_workers_have_probes_and_cross_node_pools_request_rdma(tmp_path, catalog
     assert all(d.rdma_resource is None and not crosses_nodes(d) for d in pd)
     runbook = (tmp_path / "out" / "runbook.md").read_text()
     assert "RDMA between nodes" in runbook and "`rdma/ib`" in runbook
-    # the bundled plan: its first pool stays in one node, a later one hands KV across nodes; the runbook names the
-    # resource the crossing pools request (it read the first pool's, None, and failed)
-    export_plan(ROOT / "plans" / "long-context", ["k8s"], tmp_path / "out2", catalog, rdma_resource="rdma/ib")
+    # a plan whose first pool stays in one node and a later one spans two: the runbook names the resource the
+    # crossing pools request (it read the first pool's, None, and failed)
+    later = two_node_plan(tmp_path / "later", "three-models", nth=1)
+    first = read_plan(later).pools[0]
+    assert not first.scale_out and first.chips_per_replica <= 8
+    export_plan(later, ["k8s"], tmp_path / "out2", catalog, rdma_resource="rdma/ib")
     assert "`rdma/ib`" in (tmp_path / "out2" / "runbook.md").read_text()

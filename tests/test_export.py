@@ -378,18 +378,32 @@ def test_rack_replicas_across_hosts_claim_the_nvlink_channel(exported, catalog):
             assert needs_compute_domain(d) == (d.multi_host and d.unit_kind == "rack" and d.gpus <= d.scale_up_domain_chips)
 
 
-def test_prefix_families_stay_on_one_pool(exported):
+def test_prefix_families_stay_on_one_pool(exported, tmp_path, catalog):
     """Where a workload's pools reuse prefixes, each family bucket (every value 00-ff of the header) is sent to
     exactly one backend by a header rule, the backends' bucket shares are the weighted split's within one bucket
     (the largest remainder rounds each quota down or up), and the runbook lists them; a workload without prefix reuse
-    has only the weighted rule."""
+    has only the weighted rule. Beside the exported plans: llama-70b-margin (two aggregated pools with HBM prefix
+    caches) and llama-70b-day with prefix caches in HBM on its three aggregated pools."""
     import re
+    import shutil
 
     from planner.export import k8s
 
+    day = tmp_path / "plans" / "llama-70b-day"
+    shutil.copytree(ROOT / "plans" / "llama-70b-day", day)
+    doc = json.loads((day / "plan.json").read_text())
+    for p in doc["pools"]:
+        p["prefix_tier"] = "hbm"
+    (day / "plan.json").write_text(json.dumps(doc))
+    sources = {name: ROOT / "plans" / name for name in exported}
+    sources.update({"llama-70b-margin": ROOT / "plans" / "llama-70b-margin", "llama-70b-day-prefix": day})
+    exported = dict(exported)
+    for name in ("llama-70b-margin", "llama-70b-day-prefix"):
+        exported[name] = tmp_path / "out" / name
+        export_plan(sources[name], ["k8s"], exported[name], catalog)
     seen = 0
     for name, dest in exported.items():
-        plan = read_plan(ROOT / "plans" / name)
+        plan = read_plan(sources[name])
         for r in (o for o in yaml.safe_load_all((dest / "k8s" / "routes.yaml").read_text()) if o):
             rules = r["spec"]["rules"]
             w = next(x for x in plan.workloads if x.name.lower() == r["metadata"]["name"])
