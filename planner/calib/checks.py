@@ -87,7 +87,8 @@ def inconsistent_sweeps(out: pd.DataFrame) -> pd.Series:
     need = [k for k in SWEEP_KEYS if k in out.columns]
     if "n_series" not in out.columns or not {"n_conc", "m_tpot"} <= set(out.columns):
         return flag
-    ok = (out["reason"] == "") & ~out.get("n_workers_assumed", False).astype(bool)
+    assumed = out["n_workers_assumed"].astype(bool) if "n_workers_assumed" in out.columns else False
+    ok = (out["reason"] == "") & ~assumed
     ok &= np.isfinite(out["n_conc"].astype(float)) & (out["m_tpot"].astype(float) > 0)
     rows = out.loc[ok, need + ["n_conc", "m_tpot"]].copy()
     for k in need:  # group NaN cells (not recorded) together
@@ -99,7 +100,6 @@ def inconsistent_sweeps(out: pd.DataFrame) -> pd.Series:
         if float(np.min(t / np.maximum.accumulate(t))) < SWEEP_DROP:
             flag[g.index] = True
     return flag
-
 
 
 def unsteady(norm: pd.DataFrame) -> pd.Series:
