@@ -320,3 +320,51 @@ def test_fit_group_alternates_until_the_loss_stops_falling(monkeypatch):
         F.fit_group(None, None, F.START)
         assert calls == ["tpot", "ttft"] * rounds
     assert F.ROUNDS == 2 and F.MAX_ROUNDS == 6 and F.CONVERGED == 0.01
+
+
+def test_a_pair_keeps_at_most_pair_free_factors_of_its_own(monkeypatch):
+    """fit_pair: every factor the rows inform is fitted first; where more than PAIR_FREE moved, the PAIR_FREE whose
+    return to the prior costs the rows' loss most are refitted alone (from the first fit's values) and the rest
+    take the prior (the hardware's and the engine's shared fits)."""
+    import planner.calib.fit as F
+
+    prior = F.START
+    moved = {"memory": 0.6, "compute": 0.9, "seq_overhead_us": 40.0, "layer_overhead_us": 30.0,
+             "interference": 1.5, "queueing": 0.5, "first_token_steps": 9.0, "prefill_compute": 0.2,
+             "comm_overlap": 0.8, "collective_latency_us": 30.0}
+    # what returning each factor to the prior costs: its index, so the first 8 listed are the dearest
+    cost = {k: float(len(moved) - i) for i, k in enumerate(moved)}
+    calls = []
+
+    def group(norm, cat, start, pri, kernels=False, fixed_share=False, only=None):
+        calls.append((start, only))
+        return start.model_copy(update=moved) if only is None else start
+
+    def loss(norm, cat, eff):
+        return sum(cost[k] for k in moved if getattr(eff, k) != moved[k])
+
+    monkeypatch.setattr(F, "fit_group", group)
+    monkeypatch.setattr(F, "data_loss", loss)
+    eff, free = F.fit_pair(None, None, prior)
+    keep = list(moved)[:F.PAIR_FREE]
+    assert F.PAIR_FREE == 8 and sorted(free) == sorted(keep) and calls[1][1] == set(keep)
+    assert set(F.free_factors(eff, prior)) == set(keep)
+    for k in set(moved) - set(keep):
+        assert getattr(eff, k) == getattr(prior, k)
+    for k in keep:
+        assert getattr(eff, k) == moved[k]
+    # a pair whose rows move no more than PAIR_FREE factors keeps its one fit
+    few = dict(list(moved.items())[:3])
+    monkeypatch.setattr(F, "fit_group", lambda norm, cat, start, pri, kernels=False, fixed_share=False, only=None:
+                        start.model_copy(update=few))
+    eff, free = F.fit_pair(None, None, prior)
+    assert sorted(free) == sorted(few) and all(getattr(eff, k) == v for k, v in few.items())
+
+
+def test_free_factors_are_the_ones_moved_from_the_prior():
+    from planner.calib.fit import START, free_factors
+
+    assert free_factors(START, START) == []
+    eff = START.model_copy(update={"memory": START.memory * 1.0005, "queueing": START.queueing * 1.01,
+                                   "step_overhead_us": 0.0})
+    assert set(free_factors(eff, START)) == {"step_overhead_us", "queueing"}  # memory moved 0.05% only

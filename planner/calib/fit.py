@@ -14,7 +14,9 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
 3. Per serving engine over all hardware (the engine prior); per hardware over all its engines (its
    ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
    that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
-   engine's, by a penalty on the log of each factor's ratio to the prior.
+   engine's, by a penalty on the log of each factor's ratio to the prior. A pair keeps at most ``PAIR_FREE`` (8)
+   factors of its own (:func:`fit_pair`): those whose return to the prior would cost its rows most; the rest are
+   the prior's, shared with the hardware's other engines or the engine's other hardware.
 4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine and
    hardware vendor (the kernel stack) over every such hardware's p99 TTFT, after the rest (no median depends on it).
 5. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
@@ -77,6 +79,10 @@ OVERHEAD_WEIGHT = 0.2
 """Pull toward :data:`OVERHEAD_PRIOR`: one spread away costs ``OVERHEAD_WEIGHT * sqrt(rows)`` residual units."""
 PHYSICS_WEIGHT = 0.05
 """Pull toward :data:`PHYSICS_PRIOR`: a factor of 2 away costs ``PHYSICS_WEIGHT * sqrt(rows)`` residual units."""
+PAIR_FREE = 8
+"""End-to-end factors fitted on one (hardware, engine) group's own rows at most (issue 42); the rest are shared:
+the hardware's silicon and link factors (:data:`HARDWARE_FACTORS`, its fit over all its engines) and the engine's
+(its fit over all hardware)."""
 SHRINK = 0.15
 """Weight of the pull toward the engine prior, per factor, in log units (about one row's worth x 0.15 sqrt(n))."""
 
@@ -156,6 +162,9 @@ class FitResult:
     formats: dict[str, set[str]] | None = None
     """Per hardware, the compute factors (``compute``, ``compute_fp8``, ``compute_fp4``) its fitted rows run: the
     others are not set by its rows (:func:`efficiency_blocks` takes them from its kernels)."""
+    free: dict[tuple[str, str], list[str]] | None = None
+    """Per (hardware, engine) group, the factors fitted on its own rows (:func:`fit_pair`; at most
+    :data:`PAIR_FREE`)."""
     first_wave: dict[str, float] | None = None
     """The first wave's one-time delay of benchmark runs by ``engine@vendor``, ``engine``, ``@vendor`` and ``""``
     (:func:`planner.calib.wave.delays`); :func:`efficiency_blocks` gives each hardware its own vendor's."""
@@ -236,16 +245,19 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
 
 
 def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | None = None,
-              kernels: bool = False, fixed_share: bool = False) -> EngineEfficiency:
+              kernels: bool = False, fixed_share: bool = False, only=None) -> EngineEfficiency:
     """TPOT factors, then TTFT factors, at least twice and until a round cuts the loss by no more than
     :data:`CONVERGED`: prefill capacity feeds the decode batch of disaggregated rows, so the TPOT factors are
     refitted once the prefill factors have moved. ``kernels``: the rows' hardware composes
     its step from kernel curves, so only :data:`KERNEL_TPOT_PARAMS` and :data:`KERNEL_TTFT_PARAMS` are free.
     ``fixed_share``: the catalog times some terms by kernel curves (``KernelFits.terms``), so ``kernel_fixed_share``
-    (the share of those curves' fixed latencies a graph-replayed step pays) is free too."""
+    (the share of those curves' fixed latencies a graph-replayed step pays) is free too. ``only``: fit these
+    factors alone (:func:`fit_pair`), the rest held at ``start``."""
     tpot, ttft = (KERNEL_TPOT_PARAMS, KERNEL_TTFT_PARAMS) if kernels else (TPOT_PARAMS, TTFT_PARAMS)
     if fixed_share and not kernels:
         tpot = tpot + ("kernel_fixed_share",)
+    if only is not None:
+        tpot, ttft = (tuple(p for p in names if p in only) for names in (tpot, ttft))
     eff, last = start, np.inf
     for i in range(MAX_ROUNDS):
         eff = _fit_stage(norm, catalog, eff, tpot, "tpot", prior, kernels)
@@ -255,6 +267,43 @@ def fit_group(norm, catalog, start: EngineEfficiency, prior: EngineEfficiency | 
             break
         last = loss
     return eff
+
+
+def free_factors(eff: EngineEfficiency, prior: EngineEfficiency) -> list[str]:
+    """The factors of ``eff`` that its rows moved away from ``prior`` (by more than 0.1%, or 1e-4 from zero)."""
+    out = []
+    for k in BOUNDS:
+        a, b = float(getattr(eff, k)), float(getattr(prior, k))
+        if abs(a - b) > max(1e-3 * abs(b), 1e-4):
+            out.append(k)
+    return out
+
+
+def fit_pair(norm, catalog, prior: EngineEfficiency, kernels: bool = False, fixed_share: bool = False,
+             limit: int = PAIR_FREE) -> tuple[EngineEfficiency, list[str]]:
+    """(factors, the ones fitted on these rows) of one (hardware, engine) group: at most ``limit`` factors of its
+    own, the rest the ``prior`` (the hardware's silicon and links from its fit over all its engines, the engine's
+    fixed costs from its fit over all hardware). Every factor the rows inform is fitted first, then
+    :func:`restrict` keeps ``limit`` of them."""
+    full = fit_group(norm, catalog, prior, prior, kernels, fixed_share)
+    return restrict(norm, catalog, full, prior, kernels, fixed_share, limit)
+
+
+def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, kernels: bool = False,
+             fixed_share: bool = False, limit: int = PAIR_FREE) -> tuple[EngineEfficiency, list[str]]:
+    """``full`` (a group's fit with every factor its rows inform free) cut to at most ``limit`` factors of its own:
+    the ``limit`` whose return to the prior would cost the rows' loss most (:func:`data_loss`) are kept and refitted
+    alone, from ``full``'s values, so they take up what the others, back at the prior, no longer can."""
+    free = free_factors(full, prior)
+    if len(free) <= limit:
+        return full, free
+    base = data_loss(norm, catalog, full)
+    cost = {f: data_loss(norm, catalog, full.model_copy(update={f: getattr(prior, f)})) - base for f in free}
+    keep = sorted(free, key=lambda f: -cost[f])[:limit]
+    log.info("pair fit: %d factors moved, kept %s", len(free), keep)
+    start = prior.model_copy(update={f: getattr(full, f) for f in keep})
+    eff = fit_group(norm, catalog, start, prior, kernels, fixed_share, only=set(keep))
+    return eff, [f for f in keep if f in free_factors(eff, prior)]
 
 
 def data_loss(norm, catalog, eff: EngineEfficiency) -> float:
@@ -358,6 +407,7 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
         base = overall_k if k or kernel_terms(catalog, hw) else overall
         by_hw[hw] = fit(g, catalog, base, base, k)
     by_group: dict[tuple[str, str], EngineEfficiency] = {}
+    free: dict[tuple[str, str], list[str]] = {}
     rows: dict[tuple[str, str], int] = {}
     for (hw, eng), g in norm.groupby(["n_hw", "n_engine"]):
         rows[(hw, eng)] = len(g)
@@ -365,9 +415,9 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             k = has_kernels(catalog, hw)
             own = by_engine_k if k or kernel_terms(catalog, hw) else by_engine
             prior = group_prior(by_hw[hw], own.get(eng, by_engine[eng]))
-            by_group[(hw, eng)] = fit(g, catalog, prior, prior, k)
+            by_group[(hw, eng)], free[(hw, eng)] = fit_pair(g, catalog, prior, k, bool(terms.any()))
     res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
-                    row_formats(norm, catalog))
+                    row_formats(norm, catalog), free=free)
     return fit_first_wave(norm, catalog, res)
 
 
@@ -408,6 +458,7 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 as_of=as_of,
                 default=result.by_hw[hid],
                 by_engine=engines,
+                free_factors={eng: list((result.free or {}).get((hid, eng), [])) for eng in engines},
                 fitted_rows=n,
                 engine_rows={eng: k for (h, eng), k in result.rows.items() if h == hid and keep(eng)},
             )

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from planner.calib.data import QUANT, Measured, load_measured
-from planner.calib.fit import MIN_ROWS, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
+from planner.calib.fit import MIN_ROWS, PAIR_FREE, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
 from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, format_tail_table, summary_rows
 from planner.calib.predict import SPEC_TOKENS_ASSUMED, notes, predict_normalised
 from planner.catalog import Catalog
@@ -307,15 +307,19 @@ FACTOR_COLUMNS = (
 
 
 def _factors_table(catalog: Catalog) -> str:
-    head = ["hardware", "engine", "rows"] + [label for _, label, _ in FACTOR_COLUMNS]
+    head = ["hardware", "engine", "rows", "own"] + [label for _, label, _ in FACTOR_COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for h in catalog.hardware.values():
         effs = [("default", h.efficiency.default, h.efficiency.fitted_rows)] + [
             (eng, e, h.efficiency.engine_rows.get(eng, 0)) for eng, e in sorted(h.efficiency.by_engine.items())]
         for eng, e, n in effs:
-            cells = [h.id, eng, str(n)] + [format(getattr(e, k), f) for k, _, f in FACTOR_COLUMNS]
+            own = h.efficiency.free_factors.get(eng)
+            cells = [h.id, eng, str(n), "-" if own is None else str(len(own))]
+            cells += [format(getattr(e, k), f) for k, _, f in FACTOR_COLUMNS]
             lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine. Physical "
+    lines += ["", f"Per-engine rows are fitted where a system has at least {MIN_ROWS} rows of that engine, with at most "
+              f"{PAIR_FREE} factors of their own (column own: `free_factors` in the hardware file); the rest are the "
+              "hardware's silicon and link factors over all its engines and the engine's over all hardware. Physical "
               "expectations the fit is pulled toward: " + ", ".join(f"{k} {v:g}" for k, v in PHYSICS_PRIOR.items()) + "."]
     transferred = [f"{h.id} from {h.efficiency.transferred_from}" for h in catalog.hardware.values()
                    if h.efficiency.transferred_from]

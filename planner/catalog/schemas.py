@@ -189,6 +189,10 @@ class Efficiency(Strict):
     """Measured rows behind this fit (0: transferred from similar hardware)."""
     engine_rows: dict[EngineId, NonNegInt] = Field(default_factory=dict)
     """Measured rows of this hardware per engine (an engine absent here has no rows of its own)."""
+    free_factors: dict[EngineId, list[str]] = Field(default_factory=dict)
+    """Per engine, the end-to-end factors fitted on this hardware and engine's own rows (at most 8,
+    ``planner.calib.fit.PAIR_FREE``); every other factor of that engine's block is shared: the hardware's silicon and
+    links from its fit over all its engines, the engine's fixed costs from its fit over all hardware."""
     transferred_from: str | None = None
     """Where the factors come from when this hardware has no measured rows: another hardware id, or
     ``all-hardware`` for the fit over every measured row. None: fitted on this hardware's own rows."""

@@ -48,6 +48,8 @@ def calibrate_fit(
     else:
         for hid, b in blocks.items():
             typer.echo(f"{hid}: {b.fitted_rows} rows; default {b.default.model_dump()}")
+            for eng, own in sorted(b.free_factors.items()):
+                typer.echo(f"  {eng}: {len(own)} factors of its own ({', '.join(own) or 'none'})")
 
 
 @calibrate_app.command("kernels")
