@@ -382,8 +382,10 @@ def test_prefix_families_stay_on_one_pool(exported, tmp_path, catalog):
     """Where a workload's pools reuse prefixes, each family bucket (every value 00-ff of the header) is sent to
     exactly one backend by a header rule, the backends' bucket shares are the weighted split's within one bucket
     (the largest remainder rounds each quota down or up), and the runbook lists them; a workload without prefix reuse
-    has only the weighted rule. Beside the exported plans: llama-70b-margin (two aggregated pools with HBM prefix
-    caches) and llama-70b-day with prefix caches in HBM on its three aggregated pools."""
+    has only the weighted rule, and a backend whose quota is under one bucket may get none (deepseek-skewed's
+    aggregated replica, 0.19% of chat, since the catalog of 2026-11-29's second session). Beside the exported plans:
+    llama-70b-margin (its aggregated pools with HBM prefix caches; one since that catalog) and llama-70b-day with
+    prefix caches in HBM on its three aggregated pools."""
     import re
     import shutil
 
@@ -414,8 +416,11 @@ def test_prefix_families_stay_on_one_pool(exported, tmp_path, catalog):
                 continue
             seen += 1
             family = rules[:-1]
-            assert len(family) == len(weighted) <= 15  # Gateway API: at most 16 rules a route
             total = sum(b["weight"] for b in weighted)
+            assert len(family) <= len(weighted) <= 15  # Gateway API: at most 16 rules a route
+            # a backend without a family rule is one whose quota rounds down to no bucket (under one)
+            ruled = {f["backendRefs"][0]["name"] for f in family}
+            assert all(k8s.PREFIX_BUCKETS * b["weight"] / total < 1.0 for b in weighted if b["name"] not in ruled)
             hits = {}
             for v in (f"{i:02x}" for i in range(k8s.PREFIX_BUCKETS)):
                 owners = [f["backendRefs"][0]["name"] for f in family
