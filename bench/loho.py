@@ -99,6 +99,14 @@ def _fold(args):
     return hw, test.index, sib, allhw, rel, hyb
 
 
+def map_folds(fn, args: list, jobs: int) -> list:
+    """``fn`` over each fold's ``args``, in ``jobs`` processes (in this one when 1)."""
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            return list(ex.map(fn, args))
+    return [fn(x) for x in args]
+
+
 def hybrid(res, rel: str, block):
     """The all-hardware block with the kernel and link factors (``HARDWARE_FACTORS``) of the sibling's own fit over
     all its engines: the chip family's silicon, the engines' software from every other chip (``group_prior``'s split)."""
@@ -151,12 +159,7 @@ def main() -> None:
     t0 = time.perf_counter()
     if a.cache:
         a.cache.mkdir(parents=True, exist_ok=True)
-    args = [(norm, cat, h, a.cache) for h in systems]
-    if a.jobs > 1:
-        with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-            results = list(ex.map(_fold, args))
-    else:
-        results = [_fold(x) for x in args]
+    results = map_folds(_fold, [(norm, cat, h, a.cache) for h in systems], a.jobs)
     print(f"{len(systems)} folds in {time.perf_counter() - t0:.0f} s")
     for hw, _, _, _, rel, _ in results:
         print(f"  {hw} held out: inherits from {rel or 'the all-hardware fit'}")

@@ -17,7 +17,6 @@ import argparse
 import pickle
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,9 @@ from planner.calib import fit as F  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
 from planner.calib.report import _predict_with  # noqa: E402
 from planner.catalog.loader import load_catalog  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from loho import map_folds  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "calibration"
 DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.json"]
@@ -91,12 +93,7 @@ def main() -> None:
     if a.cache:
         a.cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    args = [(norm, cat, fold, i, a.cache) for i in range(a.folds)]
-    if a.jobs > 1:
-        with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-            results = list(ex.map(_fold, args))
-    else:
-        results = [_fold(x) for x in args]
+    results = map_folds(_fold, [(norm, cat, fold, i, a.cache) for i in range(a.folds)], a.jobs)
     print(f"{a.folds} folds over {norm['n_series'].nunique()} series in {time.perf_counter() - t0:.0f} s")
     rows = []
     for idx, cut, uncut in results:
