@@ -368,3 +368,18 @@ def test_free_factors_are_the_ones_moved_from_the_prior():
     eff = START.model_copy(update={"memory": START.memory * 1.0005, "queueing": START.queueing * 1.01,
                                    "step_overhead_us": 0.0})
     assert set(free_factors(eff, START)) == {"step_overhead_us", "queueing"}  # memory moved 0.05% only
+
+
+def test_a_free_factor_that_is_not_a_factor_is_refused():
+    import datetime as dt
+
+    from pydantic import ValidationError
+
+    from planner.catalog import Efficiency, EngineEfficiency
+
+    ok = Efficiency(source="fit", as_of=dt.date(2026, 11, 29), default=EngineEfficiency(),
+                    free_factors={"vllm": ["memory", "seq_overhead_us"]})
+    assert ok.free_factors == {"vllm": ["memory", "seq_overhead_us"]}
+    with pytest.raises(ValidationError, match="free_factors of vllm names memroy: not an efficiency factor"):
+        Efficiency(source="fit", as_of=dt.date(2026, 11, 29), default=EngineEfficiency(),
+                   free_factors={"vllm": ["memroy"]})

@@ -208,6 +208,15 @@ class Efficiency(Strict):
     """Kernel curves fitted on this system's measured kernels (None: no kernel rows; the step then uses the
     datasheet with the fitted factors above, or the kernel priors where another system's kernels transfer)."""
 
+    @field_validator("free_factors")
+    @classmethod
+    def _known_factors(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for engine, names in v.items():
+            unknown = [n for n in names if n not in EngineEfficiency.model_fields]
+            if unknown:
+                raise ValueError(f"free_factors of {engine} names {', '.join(unknown)}: not an efficiency factor")
+        return v
+
     def error_ratio(self, engine: str, serving: str, quantile: float) -> float:
         """Measured / predicted TPOT at ``quantile`` for pools of ``engine`` serving ``agg`` or ``disagg``
         (interpolated between stored quantiles; the hardware's ``all`` class where the engine has none)."""
