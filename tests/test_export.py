@@ -421,6 +421,9 @@ def test_prefix_families_stay_on_one_pool(exported, tmp_path, catalog):
             # a backend without a family rule is one whose quota rounds down to no bucket (under one)
             ruled = {f["backendRefs"][0]["name"] for f in family}
             assert all(k8s.PREFIX_BUCKETS * b["weight"] / total < 1.0 for b in weighted if b["name"] not in ruled)
+            runbook = (dest / "runbook.md").read_text()
+            for b in (b for b in weighted if b["name"] not in ruled):  # the runbook says it gets none, and why
+                assert f"| {b['name']} | none | 0.0% |" in runbook and f"{b['name']}: a share under one bucket" in runbook
             hits = {}
             for v in (f"{i:02x}" for i in range(k8s.PREFIX_BUCKETS)):
                 owners = [f["backendRefs"][0]["name"] for f in family

@@ -123,8 +123,9 @@ def runbook(plan: Plan, deps: list[Deployment], files: dict[str, list[str]], *, 
 
 
 def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
-    """Prefix-family routing: which family buckets each backend of a workload serves, beside the plan's share."""
-    L = []
+    """Prefix-family routing: which family buckets each backend of a workload serves, beside the plan's share (a
+    backend whose share rounds to no bucket is listed, and said so)."""
+    L, unranged = [], []
     for w in sorted({d.workload for d in deps}):
         ds = [d for d in deps if d.workload == w]
         if not k8s.prefix_routed(ds):
@@ -139,9 +140,19 @@ def _prefix_lines(plan: Plan, deps: list[Deployment]) -> list[str]:
                   "conversation id). The HTTPRoute sends each bucket range to one backend; requests without the "
                   "header take the weighted split (and lose that reuse).", "",
                   "| workload | backend | buckets | share of families | plan's share |", "|---|---|---|---:|---:|"]
-        for name, (lo, hi) in k8s.bucket_ranges(weights).items():
-            L.append(f"| {w} | {name} | {lo:02x}-{hi - 1:02x} | {(hi - lo) / k8s.PREFIX_BUCKETS:.1%} | "
-                     f"{weights[name] / total:.1%} |")
+        ranges = k8s.bucket_ranges(weights)
+        for name in weights:
+            if name in ranges:
+                lo, hi = ranges[name]
+                L.append(f"| {w} | {name} | {lo:02x}-{hi - 1:02x} | {(hi - lo) / k8s.PREFIX_BUCKETS:.1%} | "
+                         f"{weights[name] / total:.1%} |")
+            else:
+                unranged.append(name)
+                L.append(f"| {w} | {name} | none | 0.0% | {weights[name] / total:.1%} |")
+    if unranged:
+        L += ["", f"{', '.join(unranged)}: a share under one bucket (1/{k8s.PREFIX_BUCKETS} of the families) gets no "
+              "bucket range, so it serves only requests without the header and the backends with ranges take its "
+              "planned load; send some traffic without the header, or leave the pool out."]
     return L + [""] if L else []
 
 
