@@ -280,27 +280,28 @@ def free_factors(eff: EngineEfficiency, prior: EngineEfficiency) -> list[str]:
 
 
 def fit_pair(norm, catalog, prior: EngineEfficiency, kernels: bool = False, fixed_share: bool = False,
-             limit: int = PAIR_FREE) -> tuple[EngineEfficiency, list[str]]:
+             limit: int = PAIR_FREE, label: str = "") -> tuple[EngineEfficiency, list[str]]:
     """(factors, the ones fitted on these rows) of one (hardware, engine) group: at most ``limit`` factors of its
     own, the rest the ``prior`` (the hardware's silicon and links from its fit over all its engines, the engine's
     fixed costs from its fit over all hardware). Every factor the rows inform is fitted first, then
-    :func:`restrict` keeps ``limit`` of them."""
+    :func:`restrict` keeps ``limit`` of them. ``label`` names the pair in the log."""
     full = fit_group(norm, catalog, prior, prior, kernels, fixed_share)
-    return restrict(norm, catalog, full, prior, kernels, fixed_share, limit)
+    return restrict(norm, catalog, full, prior, kernels, fixed_share, limit, label)
 
 
 def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, kernels: bool = False,
-             fixed_share: bool = False, limit: int = PAIR_FREE) -> tuple[EngineEfficiency, list[str]]:
+             fixed_share: bool = False, limit: int = PAIR_FREE, label: str = "") -> tuple[EngineEfficiency, list[str]]:
     """``full`` (a group's fit with every factor its rows inform free) cut to at most ``limit`` factors of its own:
     the ``limit`` whose return to the prior would cost the rows' loss most (:func:`data_loss`) are kept and refitted
     alone, from ``full``'s values, so they take up what the others, back at the prior, no longer can."""
     free = free_factors(full, prior)
+    log.info("pair fit %s: %d factors moved from the prior", label, len(free))
     if len(free) <= limit:
         return full, free
     base = data_loss(norm, catalog, full)
     cost = {f: data_loss(norm, catalog, full.model_copy(update={f: getattr(prior, f)})) - base for f in free}
     keep = sorted(free, key=lambda f: -cost[f])[:limit]
-    log.info("pair fit: %d factors moved, kept %s", len(free), keep)
+    log.info("pair fit %s: kept %s", label, keep)
     start = prior.model_copy(update={f: getattr(full, f) for f in keep})
     eff = fit_group(norm, catalog, start, prior, kernels, fixed_share, only=set(keep))
     return eff, [f for f in keep if f in free_factors(eff, prior)]
@@ -415,7 +416,8 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             k = has_kernels(catalog, hw)
             own = by_engine_k if k or kernel_terms(catalog, hw) else by_engine
             prior = group_prior(by_hw[hw], own.get(eng, by_engine[eng]))
-            by_group[(hw, eng)], free[(hw, eng)] = fit_pair(g, catalog, prior, k, bool(terms.any()))
+            by_group[(hw, eng)], free[(hw, eng)] = fit_pair(g, catalog, prior, k, bool(terms.any()),
+                                                                  label=f"{hw}/{eng}")
     res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
                     row_formats(norm, catalog), free=free)
     return fit_first_wave(norm, catalog, res)
