@@ -64,6 +64,7 @@ def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
         if kf is None or "moe" not in kf.terms or not stats.experts:
             continue
         _, fmt = C.pick(kf, "moe", eng, C.MOE_FORMAT.get(ed, ("bf16",)))
+        kf = kf.model_copy(update={"overruled": []})  # the curve itself, overruled or not
         tp, ep, pp, dp = (g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
         spec = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else 0.0
         tokens = g["a_batch"].to_numpy(float) * (1.0 + spec)

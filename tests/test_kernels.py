@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -961,3 +962,70 @@ def test_trtllm_exchange_follows_the_engines_method_choice(catalog):
     a2a = C.trtllm_exchange(kf, g, 256.0, h, k, e_slots, 16.0, 16.0, 58.0, "fp4", e.kernel_fixed_share)[1]
     assert x_on == pytest.approx(float(a2a), rel=1e-12)
     assert x_on != pytest.approx(x_off, rel=1e-3)
+
+
+def _moe_rows(catalog, hw_id, engine, tpot_over_moe, n):
+    """``n`` measured aggregated DeepSeek-V3 rows (FP8 experts, TP8 EP1 at 8..64 sequences) whose measured TPOT is
+    ``tpot_over_moe`` times the MoE time the hardware's curve gives at that batch."""
+    from planner.perf import compose as C
+
+    hw = catalog.hardware[hw_id]
+    m = catalog.models["deepseek-v3"]
+    plain = hw.efficiency.kernels.model_copy(update={"overruled": []})
+    batch = np.linspace(8.0, 64.0, n)
+    moe = C.moe_gemm_time(plain, engine, m, hw, "fp8", batch, 1.0, 8.0, 58.0, 1.0, 1.0, 1.0, 1.0)
+    return pd.DataFrame({
+        "reason": "", "n_workers_assumed": False, "n_hw": hw_id, "n_engine": engine, "n_model": "deepseek-v3",
+        "n_expert": "fp8", "n_mode": "agg", "n_spec": np.nan, "a_tp": 8.0, "a_ep": 1.0, "a_pp": 1.0, "a_dp": 1.0,
+        "a_batch": batch, "m_tpot": np.asarray(moe) * 1e3 * tpot_over_moe})
+
+
+def test_a_moe_curve_slower_than_the_engines_measured_steps_is_overruled(catalog):
+    """A fused-MoE curve whose MoE time alone exceeds the whole measured step on more than a tenth of an engine's rows
+    (with at least OVERRULE_MIN_ROWS rows) is not the kernel the engine runs: it is overruled for that engine and
+    format; curves below the measured steps, or judged on too few rows, are kept."""
+    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_moe
+
+    n = OVERRULE_MIN_ROWS
+    hw = _terms(catalog.hardware["h200-sxm"], ["moe"])
+    cat = replace(catalog, hardware={**catalog.hardware, "h200-sxm": hw})
+    fast = _moe_rows(cat, "h200-sxm", "trtllm", 0.8, n)  # measured steps shorter than the curve's MoE alone
+    slow = _moe_rows(cat, "h200-sxm", "trtllm", 2.0, n)
+    assert overruled_moe(fast, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+    assert overruled_moe(slow, cat) == {}
+    assert overruled_moe(fast.iloc[: n - 1], cat) == {}
+    # a tenth of the rows may sit above (noise, a shorter measured step); more may not
+    mixed = pd.concat([slow.iloc[: n - 1], fast.iloc[:1]], ignore_index=True)
+    assert overruled_moe(mixed, cat) == {}
+    mixed = pd.concat([slow.iloc[: n - 3], fast.iloc[:3]], ignore_index=True)
+    assert overruled_moe(mixed, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+    # a row with drafts is judged against TPOT times 1 + drafts, the longest its step can be
+    spec = fast.assign(n_spec=3.0, a_batch=fast["a_batch"] / 4.0, m_tpot=fast["m_tpot"] / 0.8 * 0.3)
+    assert overruled_moe(spec, cat) == {}  # the MoE takes 1 / (0.3 * 4) = 0.83 of the longest step
+    # only the engine whose rows contradict the curve loses it
+    other = _moe_rows(cat, "h200-sxm", "sglang", 2.0, n)
+    assert overruled_moe(pd.concat([fast, other], ignore_index=True), cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+
+
+def test_an_overruled_moe_curve_leaves_that_engines_step_on_the_roofline(catalog):
+    """``KernelFits.overruled``: the engine's decode step times its MoE layers as a catalog without the term does;
+    another engine keeps the curve; a malformed entry is refused by the schema."""
+    from planner.catalog.kernel_fits import KernelFits
+    from planner.perf.roofline import Setup, decode_step
+
+    base = catalog.hardware["h200-sxm"]
+    on = _terms(base, ["moe"])
+    off = _terms(base, [])
+    kf = on.efficiency.kernels.model_copy(update={"overruled": ["moe/trtllm/fp8_block"]})
+    over = on.model_copy(update={"efficiency": on.efficiency.model_copy(update={"kernels": kf})})
+    m = catalog.models["deepseek-v3"]
+
+    def step(hw, engine):
+        s = Setup(m, hw, hw.efficiency.for_engine(engine), "fp8", "fp8", "fp8", engine=engine)
+        return float(decode_step(s, 8, 1, 1, 1, 64.0, 2048.0).step_s)
+
+    assert step(over, "trtllm") == pytest.approx(step(off, "trtllm"), rel=1e-12)
+    assert step(over, "trtllm") != pytest.approx(step(on, "trtllm"), rel=1e-3)
+    assert step(over, "sglang") == pytest.approx(step(on, "sglang"), rel=1e-12)
+    with pytest.raises(ValueError, match="moe/ENGINE/FORMAT"):
+        KernelFits.model_validate({**kf.model_dump(), "overruled": ["gemm/trtllm/fp8"]})

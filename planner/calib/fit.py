@@ -36,6 +36,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.checks import unsteady
+from planner.calib.consistency import overruled_moe, with_overruled
 from planner.calib.predict import predict_normalised
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
@@ -168,6 +169,9 @@ class FitResult:
     first_wave: dict[str, float] | None = None
     """The first wave's one-time delay of benchmark runs by ``engine@vendor``, ``engine``, ``@vendor`` and ``""``
     (:func:`planner.calib.wave.delays`); :func:`efficiency_blocks` gives each hardware its own vendor's."""
+    overruled: dict[str, list[str]] | None = None
+    """Per hardware, the fused-MoE curves its engines' measured steps contradict (:mod:`planner.calib.consistency`):
+    fitted, and written, with those MoE layers on the roofline."""
 
 
 def _lo_hi(names):
@@ -377,6 +381,9 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             f"only {len(norm)} of {total if total is not None else len(norm)} rows can be fitted (known model and system, "
             f"positive measured TTFT and TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
         )
+    # Fused-MoE curves that the engines' own measured steps contradict leave the composition (KernelFits.overruled).
+    overruled = overruled_moe(norm, catalog)
+    catalog = with_overruled(catalog, overruled)
     # The all-hardware fit, which hardware without kernel curves inherits, is made on the roofline alone; hardware
     # whose step times some terms by its own curves (``kernel_terms``) gets priors and a transfer fitted on such
     # hardware's rows with those terms on.
@@ -419,7 +426,7 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             by_group[(hw, eng)], free[(hw, eng)] = fit_pair(g, catalog, prior, k, bool(terms.any()),
                                                                   label=f"{hw}/{eng}")
     res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
-                    row_formats(norm, catalog), free=free)
+                    row_formats(norm, catalog), free=free, overruled=overruled)
     return fit_first_wave(norm, catalog, res)
 
 
@@ -494,10 +501,18 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
                 fitted_rows=0,
                 transferred_from="all-hardware",
             )
-    # The kernel curves are fitted by `calibrate kernels` on other data: an end-to-end refit keeps them.
-    out = {hid: set_vendor_delays(eff.model_copy(update={"kernels": catalog.hardware[hid].efficiency.kernels}),
+    # The kernel curves are fitted by `calibrate kernels` on other data: an end-to-end refit keeps them, with the
+    # curves its rows overrule (hardware that takes a relative's factors, the relative's, which those were fitted with).
+    out = {hid: set_vendor_delays(eff.model_copy(update={"kernels": _kernels(catalog, hid, result, eff)}),
                                   result.first_wave, catalog.hardware[hid].vendor) for hid, eff in out.items()}
     return {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
+
+
+def _kernels(catalog: Catalog, hid: str, result: FitResult, eff: Efficiency):
+    kf = catalog.hardware[hid].efficiency.kernels
+    if kf is None or result.overruled is None:
+        return kf
+    return kf.model_copy(update={"overruled": list(result.overruled.get(eff.transferred_from or hid, []))})
 
 
 def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResult) -> Efficiency:

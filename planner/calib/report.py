@@ -351,6 +351,12 @@ def _kernel_table(catalog: Catalog) -> list[str]:
             hrows = sum(c.holdout_rows for c in held)
             hmape = f"{100 * sum(c.holdout_rows * c.holdout_mape for c in held) / hrows:.1f}%" if hrows else "n/a"
             lines.append(f"| {h.id} | {FAMILY_TITLES.get(fam, fam)} | {len(cs)} | {rows:,} | {100 * fit:.1f}% | {hmape} |")
+    over = [f"{h.id}: {', '.join(h.efficiency.kernels.overruled)}" for h in catalog.hardware.values()
+            if h.efficiency.kernels is not None and h.efficiency.kernels.overruled]
+    if over:
+        lines += ["", "Fused-MoE curves the engines' own measured steps overrule (their MoE time alone exceeds the measured "
+                  "TPOT on more than a tenth of the engine's rows; those engines' MoE layers keep the roofline, "
+                  "`planner.calib.consistency`): " + "; ".join(over) + "."]
     return lines if any_ else []
 
 

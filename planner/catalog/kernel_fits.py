@@ -107,9 +107,18 @@ class KernelFits(Strict):
     and reduce-scatter (``planner.perf.compose.trtllm_exchange``). Their
     fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
     terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
+    overruled: list[str] = Field(default_factory=list)
+    """Fused-MoE curves that an engine's own measured decode steps on this hardware contradict, keyed
+    ``moe/ENGINE/FORMAT`` (the curve that engine would use, its own or another engine's): on more than a tenth of that
+    engine's measured rows the curve's MoE time alone exceeds the whole measured step, so the engine does not run the
+    measured kernel there, and its MoE layers keep the roofline with the fitted factors. Written by
+    ``planner calibrate fit`` (:mod:`planner.calib.consistency`), which decides it from the rows it fits on."""
 
     @model_validator(mode="after")
     def _check(self) -> KernelFits:
+        for key in self.overruled:
+            if key.count("/") != 2 or not key.startswith("moe/"):
+                raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT")
         for key, c in self.curves.items():
             fam = key.split("/", 1)[0]
             if key.count("/") != 2 or fam not in KERNEL_PARAMS:

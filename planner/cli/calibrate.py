@@ -104,7 +104,9 @@ def calibrate_kernels(
             old = hw.efficiency.kernels
             on = compose if compose is not None else (old.compose if old is not None else False)
             kept = term_list if term_list is not None else (list(old.terms) if old is not None else [])
-            block = block.model_copy(update={"compose": on, "terms": kept})
+            # the curves an end-to-end fit overruled stay so until the next `calibrate fit` decides again
+            block = block.model_copy(update={"compose": on, "terms": kept,
+                                             "overruled": list(old.overruled) if old is not None else []})
             if old is not None and family:
                 # A refit of some families keeps the other families' curves of the block (and replaces every curve of
                 # the refitted families, whatever their keys were).

@@ -200,7 +200,8 @@ def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_d
     s = P.model_stats(m)
     fmts = MOE_FORMAT.get(expert_dtype, ("bf16",))
     p, fmt = pick(kf, "moe", engine, fmts)
-    if p is None:
+    if p is None or f"moe/{engine}/{fmt}" in kf.overruled:
+        # no curve, or one this engine's measured steps contradict (``KernelFits.overruled``): the roofline
         return None
     # Attention data parallelism with expert parallelism runs the dispatch-fed grouped GEMMs (DeepEP + DeepGEMM),
     # measured as their own curve (``ENGINE-deepep``) where the system has it; elsewhere the fused MoE's.
