@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.calib import fit as F  # noqa: E402
+from planner.calib.consistency import moe_shares  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
 from planner.calib.predict import (  # noqa: E402
     _role_setup,
@@ -43,44 +44,12 @@ from planner.calib.predict import (  # noqa: E402
 )
 from planner.catalog.loader import load_catalog  # noqa: E402
 from planner.errors import InputError  # noqa: E402
-from planner.perf import compose as C  # noqa: E402
-from planner.perf import params as P  # noqa: E402
 from planner.perf.roofline import Setup, decode_step  # noqa: E402
 from planner.perf.serving import prefill_capacity_rps  # noqa: E402
 from planner.perf.setup import engine_options  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "calibration"
 DATA = [SHARED / "silicon_calibration.csv", SHARED / "inferencex" / "dsr1_runs.json"]
-
-
-def moe_shares(norm: pd.DataFrame, cat) -> pd.DataFrame:
-    """Per aggregated row with a kernel-timed MoE: the curve's time of a decode step over the measured step."""
-    rows = []
-    agg = norm[(norm["n_mode"] == "agg") & (norm["reason"] == "") & (norm["m_tpot"] > 0)]
-    for (mid, hid, eng, ed), g in agg.groupby(["n_model", "n_hw", "n_engine", "n_expert"]):
-        hw, model = cat.hardware[hid], cat.models[mid]
-        kf = hw.efficiency.kernels
-        stats = P.model_stats(model)
-        if kf is None or "moe" not in kf.terms or not stats.experts:
-            continue
-        _, fmt = C.pick(kf, "moe", eng, C.MOE_FORMAT.get(ed, ("bf16",)))
-        kf = kf.model_copy(update={"overruled": []})  # the curve itself, overruled or not
-        tp, ep, pp, dp = (g[f"a_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
-        spec = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else 0.0
-        tokens = g["a_batch"].to_numpy(float) * (1.0 + spec)
-        stage = tp * dp
-        times = [C.moe_gemm_time(kf, eng, model, hw, ed, tokens, ep, stage, stats.moe_layers / pp, 1.0, 1.0,
-                                 fixed, dp) for fixed in (1.0, 0.0)]
-        if times[0] is None:
-            continue
-        # the measured step: TPOT times the tokens a step yields, at most 1 + drafts (an upper bound on the step, so
-        # a share above 1 is a contradiction whatever the drafts' acceptance)
-        meas = g["m_tpot"].to_numpy(float) / 1e3 * (1.0 + spec)
-        rows.append(pd.DataFrame({"system": hid, "engine": eng, "model": mid, "expert": ed, "curve": fmt,
-                                  "spec": np.broadcast_to(np.where(np.asarray(spec) > 0, "on", "off"), len(g)),
-                                  "share": np.asarray(times[0]) / meas, "share_no_fixed": np.asarray(times[1]) / meas},
-                                 index=g.index))
-    return pd.concat(rows) if rows else pd.DataFrame()
 
 
 def bandwidth_floors(norm: pd.DataFrame, cat) -> pd.DataFrame:
@@ -145,7 +114,7 @@ def main() -> int:
         except InputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        s = moe_shares(norm, cat)
+        s = moe_shares(norm, cat, modes=("agg",)).rename(columns={"hw": "system", "curve": "key", "fmt": "curve"})
         if s.empty:
             print(f"{path.name}: no aggregated rows with a kernel-timed MoE\n")
         else:

@@ -1029,3 +1029,5 @@ def test_an_overruled_moe_curve_leaves_that_engines_step_on_the_roofline(catalog
     assert step(over, "sglang") == pytest.approx(step(on, "sglang"), rel=1e-12)
     with pytest.raises(ValueError, match="moe/ENGINE/FORMAT"):
         KernelFits.model_validate({**kf.model_dump(), "overruled": ["gemm/trtllm/fp8"]})
+    with pytest.raises(ValueError, match="ENGINE one of"):
+        KernelFits.model_validate({**kf.model_dump(), "overruled": ["moe/trtlm/fp8_block"]})  # a typo matches nothing

@@ -37,12 +37,15 @@ def _timed(catalog: Catalog, hw_id: str) -> bool:
     return kf is not None and (kf.compose or "moe" in kf.terms)
 
 
-def moe_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Per measured decode row of a MoE model on hardware whose step times its MoE layers by a kernel curve
-    (aggregated rows, and disaggregated rows that record their workers): ``hw``, ``curve`` (``moe/ENGINE/FORMAT``,
-    the curve that engine would use) and ``share``, the curve's MoE time of one step at the row's batch (its drafts
-    included) over the measured step (TPOT times ``1 + drafts``: ``bench/kernel_vs_e2e.py`` prints the same share)."""
-    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)]
+def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("agg", "disagg")) -> pd.DataFrame:
+    """Per measured decode row of a MoE model on hardware whose step times its MoE layers by a kernel curve (rows of
+    ``modes``; disaggregated ones only where they record their workers), indexed as ``norm``: ``hw``, ``engine``,
+    ``model``, ``expert``, ``fmt`` and ``curve`` (``moe/ENGINE/FORMAT``, the curve that engine would use, overruled or
+    not), ``spec`` (``on`` / ``off``), and ``share`` (``share_no_fixed``): the curve's MoE time of one step at the
+    row's batch (drafts included), with (without) its fixed latency, over the measured step (TPOT times
+    ``1 + drafts``, the longest a step can be whatever the drafts' acceptance; ``bench/kernel_vs_e2e.py`` prints it)."""
+    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
+              & norm["n_mode"].isin(modes)]
     frames = []
     for (hid, eng, mid, ed, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", "n_expert", "n_mode"], sort=False):
         m = catalog.models[mid]
@@ -50,24 +53,24 @@ def moe_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         if not s.experts or not _timed(catalog, hid):
             continue
         hw = catalog.hardware[hid]
-        kf = hw.efficiency.kernels
+        kf = hw.efficiency.kernels.model_copy(update={"overruled": []})  # the curve itself
         _, fmt = C.pick(kf, "moe", eng, C.MOE_FORMAT.get(ed, ("bf16",)))
         if fmt is None:
             continue
         x = "a" if mode == "agg" else "d"
         tp, ep, pp, dp = (g[f"{x}_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
-        drafts = g["n_spec"].fillna(0.0).to_numpy(float)
+        drafts = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else np.zeros(len(g))
         tokens = g[f"{x}_batch"].to_numpy(float) * (1.0 + drafts)
-        plain = kf.model_copy(update={"overruled": []})
-        t = C.moe_gemm_time(plain, eng, m, hw, ed, tokens, ep, tp * dp, s.moe_layers / pp, 1.0, 1.0, 1.0, dp)
-        if t is None:
-            continue
-        # the measured step: TPOT times the most tokens a step can yield (1 + drafts), so that it bounds the step from
-        # above whatever the drafts' acceptance
+        times = [C.moe_gemm_time(kf, eng, m, hw, ed, tokens, ep, tp * dp, s.moe_layers / pp, 1.0, 1.0, fixed, dp)
+                 for fixed in (1.0, 0.0)]
         step_ms = g["m_tpot"].to_numpy(float) * (1.0 + drafts)
-        frames.append(pd.DataFrame({"hw": hid, "curve": f"moe/{eng}/{fmt}",
-                                    "share": np.asarray(t, dtype=float) * 1e3 / step_ms}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["hw", "curve", "share"])
+        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "expert": ed, "fmt": fmt,
+                                    "curve": f"moe/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"),
+                                    "share": np.asarray(times[0], dtype=float) * 1e3 / step_ms,
+                                    "share_no_fixed": np.asarray(times[1], dtype=float) * 1e3 / step_ms},
+                                   index=g.index))
+    cols = ["hw", "engine", "model", "expert", "fmt", "curve", "spec", "share", "share_no_fixed"]
+    return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
 
 
 def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
@@ -83,9 +86,15 @@ def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
     return {h: sorted(v) for h, v in out.items()}
 
 
+def update_kernels(catalog: Catalog, update: dict[str, dict]) -> Catalog:
+    """``catalog`` with the kernel block of each hardware in ``update`` updated by its fields (hardware without a
+    kernel block left as it is)."""
+    hw = {h: s.model_copy(update={"efficiency": s.efficiency.model_copy(update={
+        "kernels": s.efficiency.kernels.model_copy(update=update[h])})})
+          if h in update and s.efficiency.kernels is not None else s for h, s in catalog.hardware.items()}
+    return replace(catalog, hardware=hw)
+
+
 def with_overruled(catalog: Catalog, overruled: dict[str, list[str]]) -> Catalog:
     """``catalog`` with each kernel block's ``overruled`` set from ``overruled`` (empty for hardware not in it)."""
-    hw = {h: s.model_copy(update={"efficiency": s.efficiency.model_copy(update={
-        "kernels": s.efficiency.kernels.model_copy(update={"overruled": list(overruled.get(h, []))})})})
-          if s.efficiency.kernels is not None else s for h, s in catalog.hardware.items()}
-    return replace(catalog, hardware=hw)
+    return update_kernels(catalog, {h: {"overruled": list(overruled.get(h, []))} for h in catalog.hardware})

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -36,7 +36,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.checks import unsteady
-from planner.calib.consistency import overruled_moe, with_overruled
+from planner.calib.consistency import overruled_moe, update_kernels, with_overruled
 from planner.calib.predict import predict_normalised
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
@@ -328,10 +328,7 @@ def kernel_terms(catalog: Catalog, hw_id: str) -> bool:
 def roofline_catalog(catalog: Catalog) -> Catalog:
     """``catalog`` with no term of a roofline step timed by kernel curves (every ``KernelFits.terms`` emptied): the
     physics of hardware without curves, on which the all-hardware fit that such hardware inherits is made."""
-    hw = {h: s.model_copy(update={"efficiency": s.efficiency.model_copy(update={
-        "kernels": s.efficiency.kernels.model_copy(update={"terms": []})})})
-          if kernel_terms(catalog, h) else s for h, s in catalog.hardware.items()}
-    return replace(catalog, hardware=hw)
+    return update_kernels(catalog, {h: {"terms": []} for h in catalog.hardware if kernel_terms(catalog, h)})
 
 
 def has_kernels(catalog: Catalog, hw_id: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from planner.catalog.fields import AsOf, NonNegInt, Strict
+from planner.catalog.fields import ENGINES, AsOf, NonNegInt, Strict
 
 KERNEL_PARAMS: dict[str, tuple[str, ...]] = {
     "gemm": ("t0_us", "compute", "tile_half", "memory", "sharpness", "act_bytes"),
@@ -117,8 +117,9 @@ class KernelFits(Strict):
     @model_validator(mode="after")
     def _check(self) -> KernelFits:
         for key in self.overruled:
-            if key.count("/") != 2 or not key.startswith("moe/"):
-                raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT")
+            if key.count("/") != 2 or not key.startswith("moe/") or key.split("/")[1] not in ENGINES:
+                raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT with ENGINE one of "
+                                 f"{', '.join(ENGINES)}")
         for key, c in self.curves.items():
             fam = key.split("/", 1)[0]
             if key.count("/") != 2 or fam not in KERNEL_PARAMS:
