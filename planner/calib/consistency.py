@@ -8,8 +8,9 @@ dense GEMMs, communication and overheads. This module finds the (hardware, engin
 happens on more than a tenth of the engine's measured rows (:data:`OVERRULE_QUANTILE`), with at least
 :data:`OVERRULE_MIN_ROWS` rows to judge by; ``planner calibrate fit`` then times their MoE layers on the roofline with
 fitted factors, as on hardware without curves. Rows are measured runs of the data the fit is given; the curve is
-evaluated at each row's own decode batch and layout, uniform routing, and its fixed latency paid in full (the
-kernel as measured), so the test leans towards keeping a curve.
+evaluated at each row's own decode batch and layout with uniform routing (no imbalance: leaning towards keeping a
+curve) and its fixed latency paid in full (the kernel as measured: leaning towards overruling it), against the
+longest the measured step can be, TPOT times ``1 + drafts``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from planner.perf import params as P
 log = logging.getLogger(__name__)
 
 OVERRULE_QUANTILE = 0.9
-"""A curve is overruled where this quantile of (its MoE time / the measured TPOT) over an engine's rows exceeds 1."""
+"""A curve is overruled where this quantile of (its MoE time / the measured step, TPOT x (1 + drafts)) over an engine's
+rows exceeds 1."""
 OVERRULE_MIN_ROWS = 20
 """Fewest measured rows of a (hardware, engine, format) to overrule its curve on."""
 
@@ -81,7 +83,7 @@ def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
         q = float(g["share"].quantile(OVERRULE_QUANTILE))
         if len(g) >= OVERRULE_MIN_ROWS and q > 1.0:
             out.setdefault(hid, []).append(key)
-            log.info("%s: %s overruled (its MoE time alone over the measured TPOT: p%d %.2f over %d rows)", hid, key,
+            log.info("%s: %s overruled (its MoE time alone over the measured step: p%d %.2f over %d rows)", hid, key,
                      round(OVERRULE_QUANTILE * 100), q, len(g))
     return {h: sorted(v) for h, v in out.items()}
 

@@ -355,7 +355,7 @@ def _kernel_table(catalog: Catalog) -> list[str]:
             if h.efficiency.kernels is not None and h.efficiency.kernels.overruled]
     if over:
         lines += ["", "Fused-MoE curves the engines' own measured steps overrule (their MoE time alone exceeds the measured "
-                  "TPOT on more than a tenth of the engine's rows; those engines' MoE layers keep the roofline, "
+                  "step, TPOT x (1 + drafts), on more than a tenth of the engine's rows; those engines' MoE layers keep the roofline, "
                   "`planner.calib.consistency`): " + "; ".join(over) + "."]
     return lines if any_ else []
 
