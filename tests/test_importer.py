@@ -56,6 +56,23 @@ def test_import_features():
     assert glm.architecture.attention.sparse_topk_tokens == 2048
 
 
+def test_an_fp8_config_without_weight_blocks_scales_whole_tensors(tmp_path):
+    """``fp8_scales``: DeepSeek's FP8 config names 128x128 weight blocks (block, the default); an FP8 config without
+    ``weight_block_size`` scales whole tensors; a bf16 config says nothing of FP8 scales."""
+    import json
+
+    ds = import_config(HF_CONFIGS / "deepseek-ai--DeepSeek-V3.json", model_id="x")
+    assert ds.fp8_scales == "block"
+    cfg = json.loads((HF_CONFIGS / "meta-llama--Meta-Llama-3.1-70B.json").read_text())
+    assert import_config(HF_CONFIGS / "meta-llama--Meta-Llama-3.1-70B.json", model_id="x").fp8_scales == "block"
+    p = tmp_path / "org--model-FP8.json"
+    p.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}}))
+    spec = import_config(p, model_id="x")
+    assert spec.weights_dtype == "fp8" and spec.fp8_scales == "tensor"
+    p.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    assert import_config(p, model_id="x").fp8_scales == "block"
+
+
 def test_bad_config(tmp_path):
     p = tmp_path / "cfg.json"
     p.write_text('{"hidden_size": 4096}')

@@ -976,7 +976,7 @@ def _moe_rows(catalog, hw_id, engine, tpot_over_moe, n):
     moe = C.moe_gemm_time(plain, engine, m, hw, "fp8", batch, 1.0, 8.0, 58.0, 1.0, 1.0, 1.0, 1.0)
     return pd.DataFrame({
         "reason": "", "n_workers_assumed": False, "n_hw": hw_id, "n_engine": engine, "n_model": "deepseek-v3",
-        "n_expert": "fp8", "n_mode": "agg", "n_spec": np.nan, "a_tp": 8.0, "a_ep": 1.0, "a_pp": 1.0, "a_dp": 1.0,
+        "n_dense": "fp8", "n_expert": "fp8", "n_mode": "agg", "n_spec": np.nan, "a_tp": 8.0, "a_ep": 1.0, "a_pp": 1.0, "a_dp": 1.0,
         "a_batch": batch, "m_tpot": np.asarray(moe) * 1e3 * tpot_over_moe})
 
 
@@ -1028,6 +1028,108 @@ def test_an_overruled_moe_curve_leaves_that_engines_step_on_the_roofline(catalog
     assert step(over, "trtllm") != pytest.approx(step(on, "trtllm"), rel=1e-3)
     assert step(over, "sglang") == pytest.approx(step(on, "sglang"), rel=1e-12)
     with pytest.raises(ValueError, match="moe/ENGINE/FORMAT"):
-        KernelFits.model_validate({**kf.model_dump(), "overruled": ["gemm/trtllm/fp8"]})
+        KernelFits.model_validate({**kf.model_dump(), "overruled": ["attn_decode/trtllm/fp8"]})
     with pytest.raises(ValueError, match="ENGINE one of"):
         KernelFits.model_validate({**kf.model_dump(), "overruled": ["moe/trtlm/fp8_block"]})  # a typo matches nothing
+
+
+def test_partial_terms_time_the_dense_gemms_by_their_curve(catalog):
+    """``terms: [moe, gemm]``: a decode step's non-expert GEMMs (projections, shared experts, dense FFN layers, LM
+    head) are the GEMM curve's time at the model's shapes and the rank's rows, added to the fused MoE curve's; the
+    roofline's ``compute_fp8`` no longer times them (halving it moves nothing); a dense model's GEMMs are the curve
+    alone, its weights streamed inside it."""
+    from planner.perf import compose as C
+    from planner.perf.roofline import Setup, decode_step, expert_load_imbalance
+
+    m = catalog.models["deepseek-v3"]
+    hw = _terms(catalog.hardware["h200-sxm"], ["moe", "gemm"])
+    moe_only = _terms(catalog.hardware["h200-sxm"], ["moe"])
+    eff = hw.efficiency.for_engine("trtllm")
+    B, S = 8 * 256.0, 1536.0
+    s = Setup(m, hw, eff, "fp8", "fp8", "fp8", engine="trtllm")
+    on = decode_step(s, 1, 8, 1, 8, B, S)
+    base = decode_step(Setup(m, moe_only, eff, "fp8", "fp8", "fp8", engine="trtllm"), 1, 8, 1, 8, B, S)
+    kf = hw.efficiency.kernels
+    ne = float(C.dense_gemm_time(kf, "trtllm", m, hw, "fp8", B / 8, 1.0, float(m.architecture.layers),
+                                 float(s.stats.moe_layers), 1.0, eff.kernel_fixed_share))
+    ex = float(C.moe_gemm_time(kf, "trtllm", m, hw, "fp8", B, 8.0, 8.0, float(s.stats.moe_layers),
+                               expert_load_imbalance(s, 8.0, B), s.expert_copies, eff.kernel_fixed_share, 8.0))
+    assert float(on.gemm_compute_s) == pytest.approx(ne + ex, rel=1e-6)
+    assert float(on.gemm_compute_s) != pytest.approx(float(base.gemm_compute_s), rel=1e-3)
+    halved = Setup(m, hw, eff.model_copy(update={"compute_fp8": 0.5 * eff.compute_fp8}), "fp8", "fp8", "fp8",
+                   engine="trtllm")
+    assert float(decode_step(halved, 1, 8, 1, 8, B, S).gemm_compute_s) == pytest.approx(float(on.gemm_compute_s))
+    assert float(on.comm_s) == float(base.comm_s) and float(on.attn_compute_s) == float(base.attn_compute_s)
+    llama = catalog.models["llama-3.1-70b"]
+    got = decode_step(Setup(llama, hw, eff, "fp8", "fp8", "fp8", engine="trtllm"), 2, 1, 1, 1, 64.0, S)
+    curve = float(C.dense_gemm_time(kf, "trtllm", llama, hw, "fp8", 64.0, 2.0, float(llama.architecture.layers), 0.0,
+                                    1.0, eff.kernel_fixed_share))
+    assert float(got.gemm_compute_s) == pytest.approx(curve, rel=1e-6)
+    assert float(got.gemm_memory_s) <= curve + 1e-12
+
+
+def test_fp8_gemms_follow_the_checkpoints_scale_granularity(catalog):
+    """``ModelSpec.fp8_scales``: a model whose FP8 checkpoint scales whole tensors (Llama's ModelOpt FP8) is timed by
+    the per-tensor FP8 GEMM curve, a block-scaled one (DeepSeek) by the block-scaled curve; other formats are
+    unaffected."""
+    from planner.perf import compose as C
+
+    llama = catalog.models["llama-3.1-70b"]
+    assert llama.fp8_scales == "tensor" and catalog.models["deepseek-v3"].fp8_scales == "block"
+    block = llama.model_copy(update={"fp8_scales": "block"})
+    assert C.formats(C.GEMM_FORMAT, llama, "fp8") == ("fp8", "fp8_block")
+    assert C.formats(C.GEMM_FORMAT, block, "fp8") == ("fp8_block", "fp8")
+    assert C.formats(C.GEMM_FORMAT, llama, "bf16") == C.GEMM_FORMAT["bf16"]
+    hw = catalog.hardware["b200-sxm"]
+    kf = hw.efficiency.kernels
+    args = (np.array([16.0, 256.0]), 1.0, float(llama.architecture.layers), 0.0, 1.0, 1.0)
+    t_tensor = C.dense_gemm_time(kf, "vllm", llama, hw, "fp8", *args)
+    t_block = C.dense_gemm_time(kf, "vllm", block, hw, "fp8", *args)
+    only_tensor = kf.model_copy(update={"curves": {k: v for k, v in kf.curves.items() if not k.endswith("/fp8_block")}})
+    np.testing.assert_allclose(t_tensor, C.dense_gemm_time(only_tensor, "vllm", block, hw, "fp8", *args), rtol=1e-12)
+    assert not np.allclose(t_tensor, t_block, rtol=1e-3)
+
+
+def _gemm_rows(catalog, hw_id, engine, tpot_over_gemm, n):
+    """``n`` measured aggregated Llama-3.1-70B rows (FP8, TP2 at 8..64 sequences) whose measured TPOT is
+    ``tpot_over_gemm`` times the non-expert GEMM time the hardware's curve gives at that batch."""
+    from planner.perf import compose as C
+
+    hw = catalog.hardware[hw_id]
+    m = catalog.models["llama-3.1-70b"]
+    plain = hw.efficiency.kernels.model_copy(update={"overruled": []})
+    batch = np.linspace(8.0, 64.0, n)
+    t = C.dense_gemm_time(plain, engine, m, hw, "fp8", batch, 2.0, float(m.architecture.layers), 0.0, 1.0)
+    return pd.DataFrame({
+        "reason": "", "n_workers_assumed": False, "n_hw": hw_id, "n_engine": engine, "n_model": "llama-3.1-70b",
+        "n_dense": "fp8", "n_expert": "fp8", "n_mode": "agg", "n_spec": np.nan, "a_tp": 2.0, "a_ep": 1.0,
+        "a_pp": 1.0, "a_dp": 1.0, "a_batch": batch, "m_tpot": np.asarray(t) * 1e3 * tpot_over_gemm})
+
+
+def test_a_gemm_curve_slower_than_the_engines_measured_steps_leaves_the_step(catalog):
+    """Dense GEMM curves are judged as fused-MoE ones: where the curve's non-expert GEMMs alone exceed the measured
+    step on more than a tenth of an engine's rows, ``gemm/ENGINE/FORMAT`` is overruled, and that engine's step times
+    its GEMMs on the roofline (another engine keeps the curve)."""
+    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_curves, overruled_moe
+    from planner.perf.roofline import Setup, decode_step
+
+    n = OVERRULE_MIN_ROWS
+    hw = _terms(catalog.hardware["h200-sxm"], ["gemm"])
+    cat = replace(catalog, hardware={**catalog.hardware, "h200-sxm": hw})
+    fast = _gemm_rows(cat, "h200-sxm", "vllm", 0.8, n)
+    slow = _gemm_rows(cat, "h200-sxm", "vllm", 1.5, n)
+    assert overruled_curves(fast, cat) == {"h200-sxm": ["gemm/vllm/fp8"]}
+    assert overruled_curves(slow, cat) == {} and overruled_moe(fast, cat) == {}
+    assert overruled_curves(fast.iloc[: n - 1], cat) == {}
+    kf = hw.efficiency.kernels.model_copy(update={"overruled": ["gemm/vllm/fp8"]})
+    over = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
+    off = _terms(catalog.hardware["h200-sxm"], [])
+    m = catalog.models["llama-3.1-70b"]
+
+    def step(h, engine):
+        s = Setup(m, h, h.efficiency.for_engine(engine), "fp8", "fp8", "fp8", engine=engine)
+        return float(decode_step(s, 2, 1, 1, 1, 32.0, 2048.0).step_s)
+
+    assert step(over, "vllm") == pytest.approx(step(off, "vllm"), rel=1e-12)
+    assert step(over, "vllm") != pytest.approx(step(hw, "vllm"), rel=1e-3)
+    assert step(over, "trtllm") == pytest.approx(step(hw, "trtllm"), rel=1e-12)

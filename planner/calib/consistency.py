@@ -11,6 +11,11 @@ fitted factors, as on hardware without curves. Rows are measured runs of the dat
 evaluated at each row's own decode batch and layout with uniform routing (no imbalance: leaning towards keeping a
 curve) and its fixed latency paid in full (the kernel as measured: leaning towards overruling it), against the
 longest the measured step can be, TPOT times ``1 + drafts``.
+
+Dense GEMM curves are judged the same way where the step times its non-expert GEMMs by them (the ``gemm`` term): the
+curve's attention projections, dense and shared FFNs and LM head of one step at the row's tokens per attention rank,
+against the measured step (the collector's block-scaled FP8 GEMM for vLLM on Blackwell, 12 TFLOP/s at 16 rows, is not
+the kernel vLLM's serving rows ran).
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ OVERRULE_MIN_ROWS = 20
 """Fewest measured rows of a (hardware, engine, format) to overrule its curve on."""
 
 
-def _timed(catalog: Catalog, hw_id: str) -> bool:
+def _timed(catalog: Catalog, hw_id: str, term: str = "moe") -> bool:
     kf = catalog.hardware[hw_id].efficiency.kernels
-    return kf is not None and (kf.compose or "moe" in kf.terms)
+    return kf is not None and (kf.compose or term in kf.terms)
 
 
 def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("agg", "disagg")) -> pd.DataFrame:
@@ -56,7 +61,7 @@ def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("
             continue
         hw = catalog.hardware[hid]
         kf = hw.efficiency.kernels.model_copy(update={"overruled": []})  # the curve itself
-        _, fmt = C.pick(kf, "moe", eng, C.MOE_FORMAT.get(ed, ("bf16",)))
+        _, fmt = C.pick(kf, "moe", eng, C.formats(C.MOE_FORMAT, m, ed))
         if fmt is None:
             continue
         x = "a" if mode == "agg" else "d"
@@ -75,17 +80,52 @@ def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("
     return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
 
 
-def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
-    """Per hardware, the fused-MoE curves its engines' measured rows contradict (see the module's text)."""
-    sh = moe_shares(norm, catalog)
+def gemm_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """As :func:`moe_shares` for the non-expert GEMMs of every measured decode row on hardware whose step times them by
+    its dense GEMM curve (``gemm`` term): ``curve`` is ``gemm/ENGINE/FORMAT``, ``share`` the curve's GEMM time of one
+    step at the row's tokens per attention rank (drafts included, fixed latency in full) over TPOT x (1 + drafts)."""
+    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)]
+    frames = []
+    for (hid, eng, mid, dd, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", "n_dense", "n_mode"], sort=False):
+        if not _timed(catalog, hid, "gemm"):
+            continue
+        m = catalog.models[mid]
+        s = P.model_stats(m)
+        hw = catalog.hardware[hid]
+        kf = hw.efficiency.kernels.model_copy(update={"overruled": []})
+        _, fmt = C.pick(kf, "gemm", eng, C.formats(C.GEMM_FORMAT, m, dd))
+        if fmt is None:
+            continue
+        x = "a" if mode == "agg" else "d"
+        tp, pp, dp = (g[f"{x}_{k}"].to_numpy(float) for k in ("tp", "pp", "dp"))
+        drafts = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else np.zeros(len(g))
+        rows = g[f"{x}_batch"].to_numpy(float) * (1.0 + drafts) / np.maximum(dp, 1.0)
+        t = C.dense_gemm_time(kf, eng, m, hw, dd, rows, tp, m.architecture.layers / pp, s.moe_layers / pp, 1.0 / pp)
+        step_ms = g["m_tpot"].to_numpy(float) * (1.0 + drafts)
+        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "expert": dd, "fmt": fmt,
+                                    "curve": f"gemm/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"),
+                                    "share": np.asarray(t, dtype=float) * 1e3 / step_ms}, index=g.index))
+    cols = ["hw", "engine", "model", "expert", "fmt", "curve", "spec", "share"]
+    return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
+
+
+def overruled_curves(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
+    """Per hardware, the fused-MoE and dense GEMM curves its engines' measured rows contradict (see the module's
+    text)."""
+    sh = pd.concat([moe_shares(norm, catalog)[["hw", "curve", "share"]], gemm_shares(norm, catalog)[["hw", "curve", "share"]]])
     out: dict[str, list[str]] = {}
     for (hid, key), g in sh.groupby(["hw", "curve"]):
         q = float(g["share"].quantile(OVERRULE_QUANTILE))
         if len(g) >= OVERRULE_MIN_ROWS and q > 1.0:
             out.setdefault(hid, []).append(key)
-            log.info("%s: %s overruled (its MoE time alone over the measured step: p%d %.2f over %d rows)", hid, key,
+            log.info("%s: %s overruled (its time alone over the measured step: p%d %.2f over %d rows)", hid, key,
                      round(OVERRULE_QUANTILE * 100), q, len(g))
     return {h: sorted(v) for h, v in out.items()}
+
+
+def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
+    """:func:`overruled_curves` restricted to the fused-MoE curves."""
+    return {h: k for h, v in overruled_curves(norm, catalog).items() if (k := [c for c in v if c.startswith("moe/")])}
 
 
 def update_kernels(catalog: Catalog, update: dict[str, dict]) -> Catalog:

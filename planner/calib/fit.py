@@ -36,7 +36,7 @@ from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
 from planner.calib.checks import unsteady
-from planner.calib.consistency import overruled_moe, update_kernels, with_overruled
+from planner.calib.consistency import overruled_curves, update_kernels, with_overruled
 from planner.calib.predict import predict_normalised
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
@@ -378,8 +378,8 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             f"only {len(norm)} of {total if total is not None else len(norm)} rows can be fitted (known model and system, "
             f"positive measured TTFT and TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
         )
-    # Fused-MoE curves that the engines' own measured steps contradict leave the composition (KernelFits.overruled).
-    overruled = overruled_moe(norm, catalog)
+    # Kernel curves that the engines' own measured steps contradict leave the composition (KernelFits.overruled).
+    overruled = overruled_curves(norm, catalog)
     catalog = with_overruled(catalog, overruled)
     # The all-hardware fit, which hardware without kernel curves inherits, is made on the roofline alone; hardware
     # whose step times some terms by its own curves (``kernel_terms``) gets priors and a transfer fitted on such

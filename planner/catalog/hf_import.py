@@ -204,6 +204,9 @@ def config_to_entry(cfg: dict[str, Any], *, model_id: str, hf_id: str, name: str
     }
     if edtype:
         entry["expert_weights_dtype"] = edtype
+    q = cfg.get("quantization_config") or {}
+    if wdtype == "fp8" and str(q.get("quant_method", "")).lower() == "fp8" and not q.get("weight_block_size"):
+        entry["fp8_scales"] = "tensor"  # an FP8 config without weight blocks scales whole tensors
     if rope_scaling.get("original_max_position_embeddings"):
         entry["notes"] = (
             f"RoPE scaling {rope_scaling.get('type') or rope_scaling.get('rope_type')} x{rope_scaling.get('factor')}"

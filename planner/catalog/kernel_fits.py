@@ -27,7 +27,7 @@ RENAMED = (("moe", "copy_ns", "copy_bytes", "the fused-MoE curve now charges eve
              "over HBM; refit with planner calibrate kernels --data DIR --family moe --write"),)
 """Parameters a catalog of an earlier release may still carry: (family, old name, new name, what to do)."""
 
-KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange")
+KERNEL_TERMS = ("moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange", "gemm")
 """Terms of the roofline step a kernel block can time on its own (``KernelFits.terms``)."""
 
 KERNEL_BOUNDS: dict[str, dict[str, tuple[float, float]]] = {
@@ -90,7 +90,7 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
-    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange"]] = Field(
+    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange", "gemm"]] = Field(
         default_factory=list)
     """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
     composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
@@ -104,21 +104,26 @@ class KernelFits(Strict):
     place of ``prefill_compute`` on the attention peak (the pass's GEMMs keep ``prefill_compute``), and
     ``trtllm_exchange`` (with ``exchange``), TensorRT-LLM's decode exchange as its MoE chooses it: its NVLink
     all-to-all curve where its expert parallelism exceeds top-k on a multi-node NVLink domain, else NCCL's all-gather
-    and reduce-scatter (``planner.perf.compose.trtllm_exchange``). Their
+    and reduce-scatter (``planner.perf.compose.trtllm_exchange``), and ``gemm``, a decode step's non-expert GEMMs
+    (attention projections, dense and shared FFNs, LM head) at the model's shapes in place of their roofline with the
+    fitted compute and memory factors (an FP8 model by the curve of its checkpoint's scale granularity,
+    ``ModelSpec.fp8_scales``). Their
     fixed latencies are paid at the fitted ``kernel_fixed_share``; the end-to-end factors are fitted with these
     terms frozen (``planner calibrate fit``). Empty: the datasheet roofline throughout."""
     overruled: list[str] = Field(default_factory=list)
-    """Fused-MoE curves that an engine's own measured decode steps on this hardware contradict, keyed
-    ``moe/ENGINE/FORMAT`` (the curve that engine would use, its own or another engine's): on more than a tenth of that
-    engine's measured rows the curve's MoE time alone exceeds the whole measured step, so the engine does not run the
-    measured kernel there, and its MoE layers keep the roofline with the fitted factors. Written by
+    """Fused-MoE and dense GEMM curves that an engine's own measured decode steps on this hardware contradict, keyed
+    ``moe/ENGINE/FORMAT`` or ``gemm/ENGINE/FORMAT`` (the curve that engine would use, its own or another engine's): on
+    more than a tenth of that engine's measured rows the curve's time alone (its MoE layers, or its non-expert GEMMs
+    where the ``gemm`` term is on) exceeds the whole measured step, so the engine does not run the measured kernel
+    there, and those layers keep the roofline with the fitted factors. Written by
     ``planner calibrate fit`` (:mod:`planner.calib.consistency`), which decides it from the rows it fits on."""
 
     @model_validator(mode="after")
     def _check(self) -> KernelFits:
         for key in self.overruled:
-            if key.count("/") != 2 or not key.startswith("moe/") or key.split("/")[1] not in ENGINES:
-                raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT with ENGINE one of "
+            if key.count("/") != 2 or key.split("/")[0] not in ("moe", "gemm") or key.split("/")[1] not in ENGINES:
+                raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT or gemm/ENGINE/FORMAT "
+                                 f"with ENGINE one of "
                                  f"{', '.join(ENGINES)}")
         for key, c in self.curves.items():
             fam = key.split("/", 1)[0]

@@ -1,9 +1,6 @@
-"""Pydantic schemas of catalog entries.
-
-Every key carries its unit (``hbm_bandwidth_tb_s``, ``power_w``); the ``si`` helpers convert once so
-that ``perf/`` sees bytes, seconds and FLOP/s only. Models are strict and frozen: an unknown key, a
-missing key or a negative value is an error that names the field.
-"""
+"""Pydantic schemas of catalog entries. Every key carries its unit (``hbm_bandwidth_tb_s``, ``power_w``); the ``si``
+helpers convert once so that ``perf/`` sees bytes, seconds and FLOP/s only. Models are strict and frozen: an unknown
+key, a missing key or a negative value is an error that names the field."""
 
 from __future__ import annotations
 
@@ -78,9 +75,7 @@ class PurchaseUnit(Strict):
 
 
 class EngineEfficiency(Strict):
-    """Empirical factors for one serving engine on one hardware (fitted on measured data).
-
-    Decode step time = max(FLOPs / (F * compute), bytes / (W * memory)) + communication
+    """Empirical factors for one serving engine on one hardware (fitted on measured data). Decode step time = max(FLOPs / (F * compute), bytes / (W * memory)) + communication
     + step_overhead_us + layer_overhead_us * layers_per_stage (+ moe_layer_overhead_us per MoE layer); prefill uses ``prefill_compute``.
     """
 
@@ -661,6 +656,9 @@ class ModelSpec(Strict):
     """Native format of the dense (non-expert) weights."""
     expert_weights_dtype: Dtype | None = None
     """Native format of routed-expert weights, where it differs (gpt-oss: MXFP4 experts)."""
+    fp8_scales: Literal["block", "tensor"] = "block"
+    """Scales of its FP8 checkpoint: ``block`` (128x128 weight blocks: DeepSeek, Kimi, Qwen3) or ``tensor`` (one a
+    tensor: NVIDIA ModelOpt's Llama); the two run different GEMM kernels, timed by their own curves."""
     max_context_tokens: PosInt
     context_extension: ContextExtension | None = None
     """Where ``max_context_tokens`` is beyond the checkpoint's own ``max_position_embeddings``: that length and the

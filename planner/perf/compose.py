@@ -11,6 +11,7 @@ shape of the model (a few per layer kind), never a loop over rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from planner.catalog.schemas import KernelFits, ModelSpec
 from planner.perf import kernels as K
 from planner.perf import params as P
 from planner.units import dtype_bytes
+
+if TYPE_CHECKING:
+    from planner.perf.setup import Setup
 
 GEMM_FORMAT = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"), "int8": ("fp8", "fp8_block"),
                "fp4": ("fp4",), "int4": ("fp8_block", "bf16")}
@@ -28,6 +32,15 @@ MOE_FORMAT = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"),
 MATHS = {"bf16": "bf16", "fp8_block": "fp8", "fp8": "fp8", "fp4": "fp4", "mxfp4_w4a16": "bf16", "int4_w4a16": "bf16",
          "mxfp4_w4a8": "fp8", "int4_w4a8": "fp8"}
 """Maths format of each curve's tensor-core operations (its peak FLOP/s)."""
+
+
+def formats(table: dict[str, tuple[str, ...]], m: ModelSpec, dtype: str) -> tuple[str, ...]:
+    """Curve formats for ``dtype`` weights of model ``m`` in order of preference: ``table``'s, with an FP8 model whose
+    checkpoint scales whole tensors (``ModelSpec.fp8_scales``) timed by the per-tensor curve first."""
+    fmts = table.get(dtype, ("bf16",))
+    if dtype == "fp8" and m.fp8_scales == "tensor":
+        fmts = ("fp8", *(f for f in fmts if f != "fp8"))
+    return fmts
 
 
 @dataclass(frozen=True)
@@ -161,9 +174,10 @@ def dense_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, dense_
     sh = _shapes(m)
     a = m.architecture
     at = a.attention
-    p, fmt = pick(kf, "gemm", engine, GEMM_FORMAT.get(dense_dtype, ("bf16",)))
+    p, fmt = pick(kf, "gemm", engine, formats(GEMM_FORMAT, m, dense_dtype))
     pb, _ = pick(kf, "gemm", engine, ("bf16",))
-    if p is None or pb is None:
+    if p is None or pb is None or f"gemm/{engine}/{fmt}" in kf.overruled:
+        # no curve, or one this engine's measured steps contradict (``KernelFits.overruled``): the roofline
         return None
     wb = dtype_bytes(dense_dtype)
     F = hw.flops(MATHS[fmt])
@@ -198,7 +212,7 @@ def moe_gemm_time(kf: KernelFits, engine: str | None, m: ModelSpec, hw, expert_d
     attention data parallelism (``dp`` ranks) a chip routes its own rank's ``tokens / dp`` tokens only (the
     dispatch brings it the copies for its experts); with tensor-parallel attention every chip routes them all."""
     s = P.model_stats(m)
-    fmts = MOE_FORMAT.get(expert_dtype, ("bf16",))
+    fmts = formats(MOE_FORMAT, m, expert_dtype)
     p, fmt = pick(kf, "moe", engine, fmts)
     if p is None or f"moe/{engine}/{fmt}" in kf.overruled:
         # no curve, or one this engine's measured steps contradict (``KernelFits.overruled``): the roofline
@@ -368,3 +382,35 @@ def trtllm_exchange(kf: KernelFits, hw, tokens_per_rank, hidden, top_k, experts,
 
 MAX_MEASURED_GPUS = 8
 """Largest group the kernel collectives were measured on (one node); larger groups keep datasheet physics."""
+
+
+def partial_gemm_terms(setup: Setup, tokens, tok_rank, tp, ep, pp, dp, imb, layers, moe_layers, ne_c, gemm_c, gemm_m,
+                       expert_t):
+    """(GEMM compute, GEMM memory, routed experts' time, whether the MoE curve timed them) of a decode stage pass under
+    a partial composition (``KernelFits.terms``), from the roofline's (``ne_c``: its non-expert GEMM compute).
+    ``moe``: the fused MoE layers from the system's curve at the stage's ``tokens``, in place of the expert GEMMs'
+    roofline and the fitted per-MoE-layer overhead (the curve's fixed latency stands for it), the non-expert GEMMs
+    at ``max(compute, memory)`` of the roofline. ``gemm``: those non-expert GEMMs (attention projections, dense and
+    shared FFNs, LM head) from the GEMM curve at the model's shapes and the busiest rank's ``tok_rank`` rows instead,
+    their weights streamed inside it (added to the routed experts' roofline compute where no MoE curve times them)."""
+    e, m, s = setup.eff, setup.model, setup.stats
+    moe_timed = False
+    mk = setup.term_kernels("moe") if s.experts else None
+    if mk is not None:
+        ex = moe_gemm_time(mk, setup.engine, m, setup.hw, setup.expert_dtype, tokens, ep, tp * dp, moe_layers, imb,
+                           setup.expert_copies, e.kernel_fixed_share, dp)
+        if ex is not None:
+            ne_m = setup.streamed_nonexpert_bytes / (tp * pp) / (setup.hbm_bw * e.memory)
+            gemm_c = np.maximum(ne_c, ne_m) + ex
+            gemm_m = np.minimum(gemm_m, gemm_c)
+            expert_t, moe_timed = ex, True
+    gk = setup.term_kernels("gemm")
+    ne = None if gk is None else dense_gemm_time(gk, setup.engine, m, setup.hw, setup.dense_dtype, tok_rank, tp, layers,
+                                                 moe_layers, 1.0 / pp, e.kernel_fixed_share)
+    if ne is not None:
+        if s.experts and not moe_timed:
+            gemm_c = ne + (gemm_c - ne_c)
+        else:
+            gemm_c = ne + (expert_t if moe_timed else 0.0)
+            gemm_m = np.minimum(gemm_m, gemm_c)
+    return gemm_c, gemm_m, expert_t, moe_timed

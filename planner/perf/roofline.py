@@ -334,20 +334,10 @@ def _stage_parts(setup: Setup, tp, ep, pp, dp, mb, S, xb, I, xr=None) -> _Parts:
             gemm_c = ne + ex
             gemm_m = np.minimum(gemm_m, gemm_c)
             expert_t = ex
-    # A partial composition (``KernelFits.terms``): the fused MoE layers from the system's own curve, in place of the
-    # expert GEMMs' roofline and the fitted per-MoE-layer overhead (the curve's fixed latency times that), the
-    # non-expert GEMMs on the roofline.
-    moe_timed = False
-    mk = setup.term_kernels("moe") if s.experts else None
-    if mk is not None:
-        ex = C.moe_gemm_time(mk, setup.engine, m_, hw, setup.expert_dtype, tokens, ep, stage, moe_layers_stage, imb,
-                             setup.expert_copies, e.kernel_fixed_share, dp)
-        if ex is not None:
-            ne_m = setup.streamed_nonexpert_bytes / (tp * pp) / (setup.hbm_bw * e.memory)
-            gemm_c = np.maximum(ne_c, ne_m) + ex
-            gemm_m = np.minimum(gemm_m, gemm_c)
-            expert_t = ex
-            moe_timed = True
+    # A partial composition (``KernelFits.terms``): the fused MoE layers and the non-expert GEMMs from the system's
+    # own curves where the block names them, the rest on the roofline.
+    gemm_c, gemm_m, expert_t, moe_timed = C.partial_gemm_terms(
+        setup, tokens, tok_rank, tp, ep, pp, dp, imb, layers_stage, moe_layers_stage, ne_c, gemm_c, gemm_m, expert_t)
     # Dense layers: all-reduces inside the tp group. MoE layers: with attention DP, the attention
     # all-reduce and an exchange across the stage; with TP attention, two all-reduces as a dense layer.
     comm = _all_reduce(setup, kf, tp, msg, ar_per_layer * dense_layers_stage, alpha)
