@@ -964,6 +964,20 @@ def test_trtllm_exchange_follows_the_engines_method_choice(catalog):
     assert x_on != pytest.approx(x_off, rel=1e-3)
 
 
+def _overruled_on(hw, keys):
+    """``hw`` with ``keys`` in its kernel block's ``overruled``."""
+    kf = hw.efficiency.kernels.model_copy(update={"overruled": list(keys)})
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
+
+
+def _decode_step_s(m, hw, engine, tp, batch):
+    """Seconds of one decode step of ``m`` (FP8 weights and KV cache) at TP ``tp``, ``batch`` sequences of 2,048."""
+    from planner.perf.roofline import Setup, decode_step
+
+    s = Setup(m, hw, hw.efficiency.for_engine(engine), "fp8", "fp8", "fp8", engine=engine)
+    return float(decode_step(s, tp, 1, 1, 1, batch, 2048.0).step_s)
+
+
 def _moe_rows(catalog, hw_id, engine, tpot_over_moe, n):
     """``n`` measured aggregated DeepSeek-V3 rows (FP8 experts, TP8 EP1 at 8..64 sequences) whose measured TPOT is
     ``tpot_over_moe`` times the MoE time the hardware's curve gives at that batch."""
@@ -1011,18 +1025,15 @@ def test_an_overruled_moe_curve_leaves_that_engines_step_on_the_roofline(catalog
     """``KernelFits.overruled``: the engine's decode step times its MoE layers as a catalog without the term does;
     another engine keeps the curve; a malformed entry is refused by the schema."""
     from planner.catalog.kernel_fits import KernelFits
-    from planner.perf.roofline import Setup, decode_step
 
     base = catalog.hardware["h200-sxm"]
     on = _terms(base, ["moe"])
     off = _terms(base, [])
-    kf = on.efficiency.kernels.model_copy(update={"overruled": ["moe/trtllm/fp8_block"]})
-    over = on.model_copy(update={"efficiency": on.efficiency.model_copy(update={"kernels": kf})})
-    m = catalog.models["deepseek-v3"]
+    over = _overruled_on(on, ["moe/trtllm/fp8_block"])
+    kf = over.efficiency.kernels
 
     def step(hw, engine):
-        s = Setup(m, hw, hw.efficiency.for_engine(engine), "fp8", "fp8", "fp8", engine=engine)
-        return float(decode_step(s, 8, 1, 1, 1, 64.0, 2048.0).step_s)
+        return _decode_step_s(catalog.models["deepseek-v3"], hw, engine, 8, 64.0)
 
     assert step(over, "trtllm") == pytest.approx(step(off, "trtllm"), rel=1e-12)
     assert step(over, "trtllm") != pytest.approx(step(on, "trtllm"), rel=1e-3)
@@ -1111,7 +1122,6 @@ def test_a_gemm_curve_slower_than_the_engines_measured_steps_leaves_the_step(cat
     step on more than a tenth of an engine's rows, ``gemm/ENGINE/FORMAT`` is overruled, and that engine's step times
     its GEMMs on the roofline (another engine keeps the curve)."""
     from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_curves, overruled_moe
-    from planner.perf.roofline import Setup, decode_step
 
     n = OVERRULE_MIN_ROWS
     hw = _terms(catalog.hardware["h200-sxm"], ["gemm"])
@@ -1121,14 +1131,11 @@ def test_a_gemm_curve_slower_than_the_engines_measured_steps_leaves_the_step(cat
     assert overruled_curves(fast, cat) == {"h200-sxm": ["gemm/vllm/fp8"]}
     assert overruled_curves(slow, cat) == {} and overruled_moe(fast, cat) == {}
     assert overruled_curves(fast.iloc[: n - 1], cat) == {}
-    kf = hw.efficiency.kernels.model_copy(update={"overruled": ["gemm/vllm/fp8"]})
-    over = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"kernels": kf})})
+    over = _overruled_on(hw, ["gemm/vllm/fp8"])
     off = _terms(catalog.hardware["h200-sxm"], [])
-    m = catalog.models["llama-3.1-70b"]
 
     def step(h, engine):
-        s = Setup(m, h, h.efficiency.for_engine(engine), "fp8", "fp8", "fp8", engine=engine)
-        return float(decode_step(s, 2, 1, 1, 1, 32.0, 2048.0).step_s)
+        return _decode_step_s(catalog.models["llama-3.1-70b"], h, engine, 2, 32.0)
 
     assert step(over, "vllm") == pytest.approx(step(off, "vllm"), rel=1e-12)
     assert step(over, "vllm") != pytest.approx(step(hw, "vllm"), rel=1e-3)
