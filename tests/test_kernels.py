@@ -998,27 +998,27 @@ def test_a_moe_curve_slower_than_the_engines_measured_steps_is_overruled(catalog
     """A fused-MoE curve whose MoE time alone exceeds the whole measured step on more than a tenth of an engine's rows
     (with at least OVERRULE_MIN_ROWS rows) is not the kernel the engine runs: it is overruled for that engine and
     format; curves below the measured steps, or judged on too few rows, are kept."""
-    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_moe
+    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_curves
 
     n = OVERRULE_MIN_ROWS
     hw = _terms(catalog.hardware["h200-sxm"], ["moe"])
     cat = replace(catalog, hardware={**catalog.hardware, "h200-sxm": hw})
     fast = _moe_rows(cat, "h200-sxm", "trtllm", 0.8, n)  # measured steps shorter than the curve's MoE alone
     slow = _moe_rows(cat, "h200-sxm", "trtllm", 2.0, n)
-    assert overruled_moe(fast, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
-    assert overruled_moe(slow, cat) == {}
-    assert overruled_moe(fast.iloc[: n - 1], cat) == {}
+    assert overruled_curves(fast, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+    assert overruled_curves(slow, cat) == {}
+    assert overruled_curves(fast.iloc[: n - 1], cat) == {}
     # a tenth of the rows may sit above (noise, a shorter measured step); more may not
     mixed = pd.concat([slow.iloc[: n - 1], fast.iloc[:1]], ignore_index=True)
-    assert overruled_moe(mixed, cat) == {}
+    assert overruled_curves(mixed, cat) == {}
     mixed = pd.concat([slow.iloc[: n - 3], fast.iloc[:3]], ignore_index=True)
-    assert overruled_moe(mixed, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+    assert overruled_curves(mixed, cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
     # a row with drafts is judged against TPOT times 1 + drafts, the longest its step can be
     spec = fast.assign(n_spec=3.0, a_batch=fast["a_batch"] / 4.0, m_tpot=fast["m_tpot"] / 0.8 * 0.3)
-    assert overruled_moe(spec, cat) == {}  # the MoE takes 1 / (0.3 * 4) = 0.83 of the longest step
+    assert overruled_curves(spec, cat) == {}  # the MoE takes 1 / (0.3 * 4) = 0.83 of the longest step
     # only the engine whose rows contradict the curve loses it
     other = _moe_rows(cat, "h200-sxm", "sglang", 2.0, n)
-    assert overruled_moe(pd.concat([fast, other], ignore_index=True), cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
+    assert overruled_curves(pd.concat([fast, other], ignore_index=True), cat) == {"h200-sxm": ["moe/trtllm/fp8_block"]}
 
 
 def test_an_overruled_moe_curve_leaves_that_engines_step_on_the_roofline(catalog):
@@ -1121,7 +1121,7 @@ def test_a_gemm_curve_slower_than_the_engines_measured_steps_leaves_the_step(cat
     """Dense GEMM curves are judged as fused-MoE ones: where the curve's non-expert GEMMs alone exceed the measured
     step on more than a tenth of an engine's rows, ``gemm/ENGINE/FORMAT`` is overruled, and that engine's step times
     its GEMMs on the roofline (another engine keeps the curve)."""
-    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_curves, overruled_moe
+    from planner.calib.consistency import OVERRULE_MIN_ROWS, overruled_curves
 
     n = OVERRULE_MIN_ROWS
     hw = _terms(catalog.hardware["h200-sxm"], ["gemm"])
@@ -1129,7 +1129,8 @@ def test_a_gemm_curve_slower_than_the_engines_measured_steps_leaves_the_step(cat
     fast = _gemm_rows(cat, "h200-sxm", "vllm", 0.8, n)
     slow = _gemm_rows(cat, "h200-sxm", "vllm", 1.5, n)
     assert overruled_curves(fast, cat) == {"h200-sxm": ["gemm/vllm/fp8"]}
-    assert overruled_curves(slow, cat) == {} and overruled_moe(fast, cat) == {}
+    assert overruled_curves(slow, cat) == {}
+    assert overruled_curves(fast, replace(catalog, hardware={**catalog.hardware, "h200-sxm": _terms(hw, ["moe"])})) == {}
     assert overruled_curves(fast.iloc[: n - 1], cat) == {}
     over = _overruled_on(hw, ["gemm/vllm/fp8"])
     off = _terms(catalog.hardware["h200-sxm"], [])

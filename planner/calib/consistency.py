@@ -112,7 +112,8 @@ def gemm_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 def overruled_curves(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
     """Per hardware, the fused-MoE and dense GEMM curves its engines' measured rows contradict (see the module's
     text)."""
-    sh = pd.concat([moe_shares(norm, catalog)[["hw", "curve", "share"]], gemm_shares(norm, catalog)[["hw", "curve", "share"]]])
+    cols = ["hw", "curve", "share"]
+    sh = pd.concat([moe_shares(norm, catalog)[cols], gemm_shares(norm, catalog)[cols]])
     out: dict[str, list[str]] = {}
     for (hid, key), g in sh.groupby(["hw", "curve"]):
         q = float(g["share"].quantile(OVERRULE_QUANTILE))
@@ -121,11 +122,6 @@ def overruled_curves(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str
             log.info("%s: %s overruled (its time alone over the measured step: p%d %.2f over %d rows)", hid, key,
                      round(OVERRULE_QUANTILE * 100), q, len(g))
     return {h: sorted(v) for h, v in out.items()}
-
-
-def overruled_moe(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
-    """:func:`overruled_curves` restricted to the fused-MoE curves."""
-    return {h: k for h, v in overruled_curves(norm, catalog).items() if (k := [c for c in v if c.startswith("moe/")])}
 
 
 def update_kernels(catalog: Catalog, update: dict[str, dict]) -> Catalog:

@@ -90,8 +90,8 @@ class KernelFits(Strict):
     fitted for that composition). False: the curves are stored and reported, and the step keeps the datasheet
     roofline with the factors above, which predict the measured serving rows better today (docs/validation.md,
     `python bench/kernel_composition.py`); `planner calibrate kernels --compose` turns it on."""
-    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange", "gemm"]] = Field(
-        default_factory=list)
+    terms: list[Literal["moe", "all_reduce", "exchange", "attention", "prefill_attention", "trtllm_exchange",
+                        "gemm"]] = Field(default_factory=list)
     """Terms of the calibrated roofline step that these curves time where ``compose`` is off (a partial
     composition): ``moe``, the fused MoE layers of a decode step (its grouped GEMMs, in place of the expert
     GEMMs' roofline and the fitted ``moe_layer_overhead_us``), and ``all_reduce``, the engine's own all-reduce of
@@ -123,8 +123,7 @@ class KernelFits(Strict):
         for key in self.overruled:
             if key.count("/") != 2 or key.split("/")[0] not in ("moe", "gemm") or key.split("/")[1] not in ENGINES:
                 raise ValueError(f"kernels.overruled entry {key!r} must be moe/ENGINE/FORMAT or gemm/ENGINE/FORMAT "
-                                 f"with ENGINE one of "
-                                 f"{', '.join(ENGINES)}")
+                                 f"with ENGINE one of {', '.join(ENGINES)}")
         for key, c in self.curves.items():
             fam = key.split("/", 1)[0]
             if key.count("/") != 2 or fam not in KERNEL_PARAMS:

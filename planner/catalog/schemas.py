@@ -75,9 +75,9 @@ class PurchaseUnit(Strict):
 
 
 class EngineEfficiency(Strict):
-    """Empirical factors for one serving engine on one hardware (fitted on measured data). Decode step time = max(FLOPs / (F * compute), bytes / (W * memory)) + communication
-    + step_overhead_us + layer_overhead_us * layers_per_stage (+ moe_layer_overhead_us per MoE layer); prefill uses ``prefill_compute``.
-    """
+    """Empirical factors for one serving engine on one hardware (fitted on measured data). Decode step time =
+    max(FLOPs / (F * compute), bytes / (W * memory)) + communication + step_overhead_us + layer_overhead_us *
+    layers_per_stage (+ moe_layer_overhead_us per MoE layer); prefill uses ``prefill_compute``."""
 
     compute: Fraction = 1.0
     """Achievable fraction of dense peak FLOP/s in decode GEMMs and attention of large shape (bf16 maths, and
