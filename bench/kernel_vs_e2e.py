@@ -11,6 +11,10 @@ step can yield, so that the step is bounded from above whatever the drafts' acce
 the whole measured step (``share > 1``) the curve is not what the engine ran for that row, or the row ran something
 it does not record (speculative decoding the silicon format has no column for).
 
+Then the same for the non-expert GEMMs (attention projections, dense and shared FFNs, LM head) of every measured row,
+timed by the GEMM curve the ``gemm`` term would take (``planner.calib.consistency.gemm_shares``, the term put on every
+kernel block for the table though the catalog keeps it off), per group the median and p90 share.
+
 Also checks each disaggregated row that records its deployment against Little's law (the request rate its closed
 loop completed, which its prefill pool sustained, over the catalog's prefill capacity), and every aggregated row
 against the HBM floor of its decode step (the weights its batch touches and its KV
@@ -35,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.calib import fit as F  # noqa: E402
-from planner.calib.consistency import moe_shares  # noqa: E402
+from planner.calib.consistency import gemm_shares, moe_shares, with_term  # noqa: E402
 from planner.calib.data import load_measured  # noqa: E402
 from planner.calib.predict import (  # noqa: E402
     _role_setup,
@@ -103,6 +107,21 @@ def _above(frame: pd.DataFrame, col: str, by: list[str], what: str, rows: str, m
     print()
 
 
+def _gemm_table(norm: pd.DataFrame, cat) -> None:
+    """Print the non-expert GEMM curve's time of a decode step over the measured step per group, as the ``gemm`` term
+    would take it (on every kernel block here, whatever the catalog says): a p90 above 1 over at least
+    ``OVERRULE_MIN_ROWS`` rows is what ``planner calibrate fit`` overrules where the term is on."""
+    g = gemm_shares(norm, with_term(cat, "gemm"))
+    if g.empty:
+        return
+    t = g.groupby(["hw", "engine", "model", "dense", "fmt", "spec"]).agg(
+        rows=("share", "size"), share=("share", "median"), p90=("share", lambda x: x.quantile(0.9)))
+    print("non-expert GEMM curve time of a decode step / measured TPOT x (1 + drafts) (all rows, the gemm term as it "
+          "would time them)\n")
+    print(t.round(2).to_string())
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, action="append")
@@ -127,6 +146,7 @@ def main() -> int:
             print(t.round(2).to_string())
             print(f"\n{int((s['share_no_fixed'] > 1).sum())} of {len(s)} rows: the MoE curve alone, without its fixed "
                   "latency, takes longer than the measured step\n")
+        _gemm_table(norm, cat)
         _above(bandwidth_floors(norm, cat), "floor_share", ["system", "engine", "model"],
                "HBM floor of the decode step / measured step", "aggregated",
                "the row measured a step faster than its weights and KV cache can stream")

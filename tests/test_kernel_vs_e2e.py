@@ -61,6 +61,28 @@ def test_the_moe_curve_share_scales_with_the_measured_step_and_drafts(catalog, t
     assert (drafts["share"] < s["share"]).all()
 
 
+def test_the_gemm_curve_share_is_the_rows_own_and_needs_the_term(catalog, tmp_path):
+    """The non-expert GEMM curve's share of a measured step exists only where the gemm term would time the step
+    (``with_term``); it is the curve's time at the row's own batch over TPOT, so halving the TPOT doubles it, and
+    Llama-3.1-70B's GEMMs take the per-tensor FP8 curve (its checkpoint's scales)."""
+    from planner.calib.consistency import gemm_shares, with_term
+
+    mod = _module()
+    norm = _rows(catalog, tmp_path, "meta-llama/Llama-3.1-70B", "h200_sxm", "trtllm")
+    assert len(norm) >= 3
+    assert gemm_shares(norm, catalog).empty  # the catalog keeps the term off
+    on = with_term(catalog, "gemm")
+    assert "gemm" in on.hardware["h200-sxm"].efficiency.kernels.terms
+    assert on.hardware["h200-sxm"].efficiency.kernels.terms[:-1] == catalog.hardware["h200-sxm"].efficiency.kernels.terms
+    s = gemm_shares(norm, on)
+    assert len(s) == len(norm) and (s["share"] > 0).all()
+    fp8 = s[s["dense"] == "fp8"]
+    assert len(fp8) and (fp8["curve"] == "gemm/trtllm/fp8").all()
+    half = gemm_shares(norm.assign(m_tpot=norm["m_tpot"] / 2.0), on)
+    assert np.allclose(half["share"], 2.0 * s["share"])
+    assert mod.gemm_shares is gemm_shares
+
+
 def test_a_closed_loop_faster_than_its_prefill_pool_is_flagged(catalog, tmp_path):
     """Little's law: the rate a disaggregated run completed, conc / (TTFT + (O - 1) TPOT), over the model's prefill
     capacity of its recorded pool; the capacity is the model's alone, so the same run measured twice as fast is

@@ -82,8 +82,9 @@ def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("
 
 def gemm_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """As :func:`moe_shares` for the non-expert GEMMs of every measured decode row on hardware whose step times them by
-    its dense GEMM curve (``gemm`` term): ``curve`` is ``gemm/ENGINE/FORMAT``, ``share`` the curve's GEMM time of one
-    step at the row's tokens per attention rank (drafts included, fixed latency in full) over TPOT x (1 + drafts)."""
+    its dense GEMM curve (``gemm`` term): ``dense`` is the row's dense weight format, ``curve`` ``gemm/ENGINE/FORMAT``,
+    ``share`` the curve's GEMM time of one step at the row's tokens per attention rank (drafts included, fixed latency
+    in full) over TPOT x (1 + drafts)."""
     ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)]
     frames = []
     for (hid, eng, mid, dd, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", "n_dense", "n_mode"], sort=False):
@@ -102,11 +103,18 @@ def gemm_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         rows = g[f"{x}_batch"].to_numpy(float) * (1.0 + drafts) / np.maximum(dp, 1.0)
         t = C.dense_gemm_time(kf, eng, m, hw, dd, rows, tp, m.architecture.layers / pp, s.moe_layers / pp, 1.0 / pp)
         step_ms = g["m_tpot"].to_numpy(float) * (1.0 + drafts)
-        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "expert": dd, "fmt": fmt,
+        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "dense": dd, "fmt": fmt,
                                     "curve": f"gemm/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"),
                                     "share": np.asarray(t, dtype=float) * 1e3 / step_ms}, index=g.index))
-    cols = ["hw", "engine", "model", "expert", "fmt", "curve", "spec", "share"]
+    cols = ["hw", "engine", "model", "dense", "fmt", "curve", "spec", "share"]
     return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
+
+
+def with_term(catalog: Catalog, term: str) -> Catalog:
+    """``catalog`` with ``term`` among the terms of every kernel block (what the step would take were it on)."""
+    return update_kernels(catalog, {h: {"terms": [*s.efficiency.kernels.terms, *([] if term in s.efficiency.kernels.terms
+                                                                                 else [term])]}
+                                    for h, s in catalog.hardware.items() if s.efficiency.kernels is not None})
 
 
 def overruled_curves(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
