@@ -44,6 +44,39 @@ def _timed(catalog: Catalog, hw_id: str, term: str = "moe") -> bool:
     return kf is not None and (kf.compose or term in kf.terms)
 
 
+FAMILIES = {"moe": ("n_expert", C.MOE_FORMAT), "gemm": ("n_dense", C.GEMM_FORMAT)}
+"""Per judged curve family: the row's weight-format column and the format table its curve is picked from."""
+
+
+def _groups(norm: pd.DataFrame, catalog: Catalog, family: str, modes: tuple[str, ...]):
+    """Per (hardware, engine, model, format, mode) group of measured decode rows of ``modes`` (disaggregated ones only
+    where they record their workers) on hardware whose step times ``family`` by a curve: (group, model, hardware,
+    its kernel block with nothing overruled, the row's format, the curve's format, the layout column prefix, drafts
+    a step, the measured step in ms: TPOT x (1 + drafts), the longest a step can be whatever the drafts' acceptance)."""
+    col, table = FAMILIES[family]
+    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
+              & norm["n_mode"].isin(modes)]
+    for (hid, eng, mid, dt, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", col, "n_mode"], sort=False):
+        m = catalog.models[mid]
+        if (family == "moe" and not P.model_stats(m).experts) or not _timed(catalog, hid, family):
+            continue
+        hw = catalog.hardware[hid]
+        kf = hw.efficiency.kernels.model_copy(update={"overruled": []})  # the curve itself
+        _, fmt = C.pick(kf, family, eng, C.formats(table, m, dt))
+        if fmt is None:
+            continue
+        drafts = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else np.zeros(len(g))
+        yield g, m, hw, kf, dt, fmt, "a" if mode == "agg" else "d", drafts, g["m_tpot"].to_numpy(float) * (1.0 + drafts)
+
+
+def _frame(g, family: str, dtype_key: str, dt: str, fmt: str, drafts, shares: dict) -> pd.DataFrame:
+    """One group's rows of :func:`moe_shares` or :func:`gemm_shares`."""
+    eng = g["n_engine"].iloc[0]
+    return pd.DataFrame({"hw": g["n_hw"].iloc[0], "engine": eng, "model": g["n_model"].iloc[0], dtype_key: dt, "fmt": fmt,
+                         "curve": f"{family}/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"), **shares},
+                        index=g.index)
+
+
 def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("agg", "disagg")) -> pd.DataFrame:
     """Per measured decode row of a MoE model on hardware whose step times its MoE layers by a kernel curve (rows of
     ``modes``; disaggregated ones only where they record their workers), indexed as ``norm``: ``hw``, ``engine``,
@@ -51,31 +84,15 @@ def moe_shares(norm: pd.DataFrame, catalog: Catalog, modes: tuple[str, ...] = ("
     not), ``spec`` (``on`` / ``off``), and ``share`` (``share_no_fixed``): the curve's MoE time of one step at the
     row's batch (drafts included), with (without) its fixed latency, over the measured step (TPOT times
     ``1 + drafts``, the longest a step can be whatever the drafts' acceptance; ``bench/kernel_vs_e2e.py`` prints it)."""
-    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
-              & norm["n_mode"].isin(modes)]
     frames = []
-    for (hid, eng, mid, ed, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", "n_expert", "n_mode"], sort=False):
-        m = catalog.models[mid]
-        s = P.model_stats(m)
-        if not s.experts or not _timed(catalog, hid):
-            continue
-        hw = catalog.hardware[hid]
-        kf = hw.efficiency.kernels.model_copy(update={"overruled": []})  # the curve itself
-        _, fmt = C.pick(kf, "moe", eng, C.formats(C.MOE_FORMAT, m, ed))
-        if fmt is None:
-            continue
-        x = "a" if mode == "agg" else "d"
+    for g, m, hw, kf, ed, fmt, x, drafts, step_ms in _groups(norm, catalog, "moe", modes):
         tp, ep, pp, dp = (g[f"{x}_{k}"].to_numpy(float) for k in ("tp", "ep", "pp", "dp"))
-        drafts = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else np.zeros(len(g))
         tokens = g[f"{x}_batch"].to_numpy(float) * (1.0 + drafts)
-        times = [C.moe_gemm_time(kf, eng, m, hw, ed, tokens, ep, tp * dp, s.moe_layers / pp, 1.0, 1.0, fixed, dp)
-                 for fixed in (1.0, 0.0)]
-        step_ms = g["m_tpot"].to_numpy(float) * (1.0 + drafts)
-        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "expert": ed, "fmt": fmt,
-                                    "curve": f"moe/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"),
-                                    "share": np.asarray(times[0], dtype=float) * 1e3 / step_ms,
-                                    "share_no_fixed": np.asarray(times[1], dtype=float) * 1e3 / step_ms},
-                                   index=g.index))
+        layers = P.model_stats(m).moe_layers / pp
+        eng = g["n_engine"].iloc[0]
+        share = {k: np.asarray(C.moe_gemm_time(kf, eng, m, hw, ed, tokens, ep, tp * dp, layers, 1.0, 1.0, fixed, dp),
+                               dtype=float) * 1e3 / step_ms for k, fixed in (("share", 1.0), ("share_no_fixed", 0.0))}
+        frames.append(_frame(g, "moe", "expert", ed, fmt, drafts, share))
     cols = ["hw", "engine", "model", "expert", "fmt", "curve", "spec", "share", "share_no_fixed"]
     return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
 
@@ -85,36 +102,23 @@ def gemm_shares(norm: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     its dense GEMM curve (``gemm`` term): ``dense`` is the row's dense weight format, ``curve`` ``gemm/ENGINE/FORMAT``,
     ``share`` the curve's GEMM time of one step at the row's tokens per attention rank (drafts included, fixed latency
     in full) over TPOT x (1 + drafts)."""
-    ok = norm[(norm["reason"] == "") & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)]
     frames = []
-    for (hid, eng, mid, dd, mode), g in ok.groupby(["n_hw", "n_engine", "n_model", "n_dense", "n_mode"], sort=False):
-        if not _timed(catalog, hid, "gemm"):
-            continue
-        m = catalog.models[mid]
-        s = P.model_stats(m)
-        hw = catalog.hardware[hid]
-        kf = hw.efficiency.kernels.model_copy(update={"overruled": []})
-        _, fmt = C.pick(kf, "gemm", eng, C.formats(C.GEMM_FORMAT, m, dd))
-        if fmt is None:
-            continue
-        x = "a" if mode == "agg" else "d"
+    for g, m, hw, kf, dd, fmt, x, drafts, step_ms in _groups(norm, catalog, "gemm", ("agg", "disagg")):
         tp, pp, dp = (g[f"{x}_{k}"].to_numpy(float) for k in ("tp", "pp", "dp"))
-        drafts = g["n_spec"].fillna(0.0).to_numpy(float) if "n_spec" in g.columns else np.zeros(len(g))
         rows = g[f"{x}_batch"].to_numpy(float) * (1.0 + drafts) / np.maximum(dp, 1.0)
-        t = C.dense_gemm_time(kf, eng, m, hw, dd, rows, tp, m.architecture.layers / pp, s.moe_layers / pp, 1.0 / pp)
-        step_ms = g["m_tpot"].to_numpy(float) * (1.0 + drafts)
-        frames.append(pd.DataFrame({"hw": hid, "engine": eng, "model": mid, "dense": dd, "fmt": fmt,
-                                    "curve": f"gemm/{eng}/{fmt}", "spec": np.where(drafts > 0, "on", "off"),
-                                    "share": np.asarray(t, dtype=float) * 1e3 / step_ms}, index=g.index))
+        t = C.dense_gemm_time(kf, g["n_engine"].iloc[0], m, hw, dd, rows, tp, m.architecture.layers / pp,
+                              P.model_stats(m).moe_layers / pp, 1.0 / pp)
+        frames.append(_frame(g, "gemm", "dense", dd, fmt, drafts,
+                             {"share": np.asarray(t, dtype=float) * 1e3 / step_ms}))
     cols = ["hw", "engine", "model", "dense", "fmt", "curve", "spec", "share"]
     return pd.concat(frames) if frames else pd.DataFrame(columns=cols)
 
 
 def with_term(catalog: Catalog, term: str) -> Catalog:
     """``catalog`` with ``term`` among the terms of every kernel block (what the step would take were it on)."""
-    return update_kernels(catalog, {h: {"terms": [*s.efficiency.kernels.terms, *([] if term in s.efficiency.kernels.terms
-                                                                                 else [term])]}
-                                    for h, s in catalog.hardware.items() if s.efficiency.kernels is not None})
+    blocks = {h: s.efficiency.kernels for h, s in catalog.hardware.items() if s.efficiency.kernels is not None}
+    return update_kernels(catalog, {h: {"terms": kf.terms + ([] if term in kf.terms else [term])}
+                                    for h, kf in blocks.items()})
 
 
 def overruled_curves(norm: pd.DataFrame, catalog: Catalog) -> dict[str, list[str]]:
