@@ -20,7 +20,9 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
 4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine and
    hardware vendor (the kernel stack) over every such hardware's p99 TTFT, after the rest (no median depends on it).
 5. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
-   and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``.
+   and generation) or the all-data fit, recorded as transferred with ``fitted_rows: 0``. Hardware with a few rows,
+   fewer than ``MIN_ROWS``, is transferred too, with its per-step cost and prefill rate anchored on those rows
+   (:mod:`planner.calib.anchor`), which enter no other fit.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from planner.calib import silicon as S
+from planner.calib.anchor import anchored, few_row_hardware
 from planner.calib.checks import unsteady
 from planner.calib.consistency import overruled_curves, update_kernels, with_overruled
 from planner.calib.predict import predict_normalised
@@ -172,6 +175,9 @@ class FitResult:
     overruled: dict[str, list[str]] | None = None
     """Per hardware, the fused-MoE curves its engines' measured steps contradict (:mod:`planner.calib.consistency`):
     fitted, and written, with those MoE layers on the roofline."""
+    anchor_rows: pd.DataFrame | None = None
+    """Rows of hardware with too few for a fit of its own: they anchor its transferred factors
+    (:func:`planner.calib.anchor.anchored`)."""
 
 
 def _lo_hi(names):
@@ -359,9 +365,13 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     ok &= ~unsteady(norm)
     norm = norm[ok].copy()
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
-    # not drowned by a large one of small benchmark batches); weights average 1.
-    counts = norm["src"].map(norm["src"].value_counts()).astype(float)
-    norm["w"] = len(norm) / (norm["src"].nunique() * counts)
+    # not drowned by a large one of small benchmark batches); weights average 1. Rows of hardware with too few rows
+    # for a fit of its own only anchor that hardware (:mod:`planner.calib.anchor`) and weigh nothing here.
+    fitted = ~norm["n_hw"].isin(few_row_hardware(norm, MIN_ROWS))
+    main = norm[fitted]
+    counts = main["src"].map(main["src"].value_counts()).astype(float)
+    norm["w"] = 1.0
+    norm.loc[fitted, "w"] = len(main) / (max(main["src"].nunique(), 1) * counts)
     return norm, int((~ok).sum())
 
 
@@ -372,11 +382,16 @@ def fit(data, catalog: Catalog) -> FitResult:
 
 
 def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int | None = None) -> FitResult:
-    """Fit per engine, per hardware and engine, and per hardware on prepared rows (:func:`prepare`)."""
+    """Fit per engine, per hardware and engine, and per hardware on prepared rows (:func:`prepare`). Rows of hardware
+    with fewer than ``MIN_ROWS`` rows enter no fit: they anchor that hardware's transferred factors
+    (:mod:`planner.calib.anchor`)."""
+    few = norm["n_hw"].isin(few_row_hardware(norm, MIN_ROWS))
+    anchor_rows, norm = norm[few], norm[~few]
     if len(norm) < MIN_ROWS:
         raise InputError(
             f"only {len(norm)} of {total if total is not None else len(norm)} rows can be fitted (known model and system, "
-            f"positive measured TTFT and TPOT, worker counts for disagg rows); at least {MIN_ROWS} are needed"
+            f"positive measured TTFT and TPOT, worker counts for disagg rows, at least {MIN_ROWS} of a hardware); "
+            f"at least {MIN_ROWS} are needed"
         )
     # Kernel curves that the engines' own measured steps contradict leave the composition (KernelFits.overruled).
     overruled = overruled_curves(norm, catalog)
@@ -423,7 +438,8 @@ def fit_norm(norm: pd.DataFrame, catalog: Catalog, dropped: int = 0, total: int 
             by_group[(hw, eng)], free[(hw, eng)] = fit_pair(g, catalog, prior, k, bool(terms.any()),
                                                                   label=f"{hw}/{eng}")
     res = FitResult(by_group, by_hw, by_engine, overall, rows, rows_hw, dropped, overall_k, by_engine_k,
-                    row_formats(norm, catalog), free=free, overruled=overruled)
+                    row_formats(norm, catalog), free=free, overruled=overruled,
+                    anchor_rows=anchor_rows if len(anchor_rows) else None)
     return fit_first_wave(norm, catalog, res)
 
 
@@ -502,7 +518,8 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
     # curves its rows overrule (hardware that takes a relative's factors, the relative's, which those were fitted with).
     out = {hid: set_vendor_delays(eff.model_copy(update={"kernels": _kernels(catalog, hid, result, eff)}),
                                   result.first_wave, catalog.hardware[hid].vendor) for hid, eff in out.items()}
-    return {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
+    out = {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
+    return anchored(out, result.anchor_rows, catalog, data_name)
 
 
 def _kernels(catalog: Catalog, hid: str, result: FitResult, eff: Efficiency):

@@ -234,6 +234,11 @@ def unvalidated(hw) -> str | None:
     if eff.fitted_rows > 0:
         return None
     src = eff.transferred_from or "other hardware"
+    n = sum(eff.engine_rows.values())
+    if n:
+        names = sorted({f for fs in eff.free_factors.values() for f in fs})
+        return (f"unvalidated: factors transferred from {src}, {', '.join(names) or 'nothing'} anchored on {n} "
+                f"measured row{'s' if n != 1 else ''} of {hw.id} (too few for a fit of its own)")
     return f"unvalidated: factors transferred from {src} (no measured rows for {hw.id})"
 
 
