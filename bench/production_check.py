@@ -64,7 +64,10 @@ Cases:
   16 Trainium2 chips, BF16, TP64 over the 64 logical cores, NxD Inference under vLLM), LLMPerf at one request at a
   time, 10,000 input and 1,500 output tokens: p50 TPOT 19.8 ms and p50 TTFT 575.6 ms, given as 1 / TPOT (tokens/s per
   user) and 1 / TTFT (prefills/s) so that above 1 is too fast as everywhere here. Our layout: TP16 over the 16 chips
-  (the chip is the planner's unit), evaluated as Llama 3.1 70B (the same architecture).
+  (the chip is the planner's unit), evaluated as Llama 3.1 70B (the same architecture). Trainium2's factors are
+  transferred, with its per-step cost and prefill rate anchored on the same series' Llama-3.1-405B run
+  (``catalogs/measured/trn2-nxdi.csv``, :mod:`planner.calib.anchor`); this 70B run is in no fit, so it checks the
+  anchor on a model it has not seen.
 - ``palm-tpu-v4-decode``: PaLM 540B, int8 weights, 64 TPU v4 chips, batch 64, 2,048-token context: 1.82 s for 64
   generated tokens, 35.2 tokens/s per user (POPE Table 2, low-latency). Our layout: TP64 is not a divisor of 48
   heads (the paper pads them to 64) and the paper's 2D weight-stationary layout is not one of ours: the case

@@ -30,8 +30,17 @@ def _predicted(catalog, norm, eff):
     return predict_normalised(norm, catalog, lambda h, e: eff).iloc[0]
 
 
-def test_a_row_slower_than_the_transfer_sets_the_chips_step_cost_and_nothing_else(catalog):
+def _transfer(catalog):
+    """trn2's block as a plain transfer (the bundled one is anchored already): its anchored factors set back."""
     eff = catalog.hardware["trn2"].efficiency
+    base = eff.for_engine("vllm").model_copy(update={"step_overhead_us": 0.0, "prefill_comm_bandwidth": 0.2,
+                                                     "prefill_compute": 0.3})
+    return eff.model_copy(update={"default": base, "by_engine": {"vllm": base}, "engine_rows": {},
+                                  "free_factors": {}})
+
+
+def test_a_row_slower_than_the_transfer_sets_the_chips_step_cost_and_nothing_else(catalog):
+    eff = _transfer(catalog)
     assert eff.fitted_rows == 0 and eff.transferred_from
     base = eff.for_engine("vllm")
     p0 = _predicted(catalog, _row(catalog, 1.0, 1.0), base)
@@ -52,7 +61,7 @@ def test_a_row_slower_than_the_transfer_sets_the_chips_step_cost_and_nothing_els
 
 
 def test_a_faster_prefill_moves_the_links_share_first_then_the_compute_rate(catalog):
-    eff = catalog.hardware["trn2"].efficiency
+    eff = _transfer(catalog)
     base = eff.for_engine("vllm")
     p0 = _predicted(catalog, _row(catalog, 1.0, 1.0), base)
     norm = _row(catalog, p0["predicted_tpot_ms"], 0.5 * p0["predicted_ttft_ms"])
@@ -92,3 +101,13 @@ def test_a_plan_says_a_pool_on_an_anchored_chip_is_still_a_transfer(catalog):
     assert "prefill_compute, step_overhead_us anchored on 1 measured row of trn2" in msg
     plain = hw.efficiency.model_copy(update={"engine_rows": {}, "free_factors": {}})
     assert "no measured rows for trn2" in unvalidated(hw.model_copy(update={"efficiency": plain}))
+
+
+def test_the_bundled_trn2_block_is_anchored_on_the_bundled_row(catalog):
+    eff = catalog.hardware["trn2"].efficiency
+    assert eff.fitted_rows == 0 and eff.engine_rows == {"vllm": 1}
+    assert "anchored on 1 measured row of trn2-nxdi.csv" in eff.source
+    m = load_measured(TRN2_ROWS, catalog, measured=True)
+    p = predict_normalised(m.norm, catalog).iloc[0]
+    assert p["predicted_tpot_ms"] == pytest.approx(37.93, rel=0.01)
+    assert p["predicted_ttft_ms"] == pytest.approx(2441.96, rel=0.02)

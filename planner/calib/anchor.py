@@ -77,7 +77,7 @@ def anchor_block(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency) ->
 def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: Catalog,
              data_name: str) -> dict[str, Efficiency]:
     """``blocks`` with each transferred hardware that has ``rows`` anchored on them: every engine block with rows of
-    its own, and the default on all of them. The block stays a transfer (``fitted_rows`` 0, ``transferred_from``);
+    its own, and the default on all of them (``data_name`` names the rows' file where they carry no ``src``). The block stays a transfer (``fitted_rows`` 0, ``transferred_from``);
     ``engine_rows`` and ``free_factors`` record the rows and the factors they set, and ``source`` says so."""
     if rows is None or rows.empty:
         return blocks
@@ -94,8 +94,11 @@ def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: 
             counts[str(eng)] = len(h)
             moved = sorted(set(moved) | set(free[str(eng)]))
         n = len(g)
-        note = (f"; {', '.join(moved)} anchored on {n} measured row{'s' if n != 1 else ''} of {data_name} "
+        files = " and ".join(sorted(g["src"].astype(str).unique())) if "src" in g.columns else data_name
+        note = (f"; {', '.join(moved)} anchored on {n} measured row{'s' if n != 1 else ''} of {files} "
                 "(planner.calib.anchor)") if moved else ""
+        source = eff.source.replace(f"no measured rows for {hid}",
+                                    f"{n} measured row{'s' if n != 1 else ''} for {hid}, too few for a fit of its own")
         out[str(hid)] = eff.model_copy(update={"default": default, "by_engine": engines, "engine_rows": counts,
-                                               "free_factors": free, "source": eff.source + note})
+                                               "free_factors": free, "source": source + note})
     return out
