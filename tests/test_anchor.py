@@ -46,7 +46,7 @@ def test_a_row_slower_than_the_transfer_sets_the_chips_step_cost_and_nothing_els
     p0 = _predicted(catalog, _row(catalog, 1.0, 1.0), base)
     # measured: the transferred step plus 5 ms a step, the transferred TTFT
     norm = _row(catalog, p0["predicted_tpot_ms"] + 5.0, p0["predicted_ttft_ms"])
-    b = anchored({"trn2": eff}, norm, catalog, "one.csv")["trn2"]
+    b = anchored({"trn2": eff}, norm, catalog, "one.csv", F.BOUNDS, F.INFORM_DELTA)["trn2"]
     got = b.for_engine("vllm")
     assert got.step_overhead_us == pytest.approx(base.step_overhead_us + 5000.0, rel=0.02)
     p1 = _predicted(catalog, norm, got)
@@ -65,7 +65,7 @@ def test_a_faster_prefill_moves_the_links_share_first_then_the_compute_rate(cata
     base = eff.for_engine("vllm")
     p0 = _predicted(catalog, _row(catalog, 1.0, 1.0), base)
     norm = _row(catalog, p0["predicted_tpot_ms"], 0.5 * p0["predicted_ttft_ms"])
-    got = anchored({"trn2": eff}, norm, catalog, "one.csv")["trn2"].for_engine("vllm")
+    got = anchored({"trn2": eff}, norm, catalog, "one.csv", F.BOUNDS, F.INFORM_DELTA)["trn2"].for_engine("vllm")
     assert got.prefill_comm_bandwidth > base.prefill_comm_bandwidth
     assert got.prefill_compute > base.prefill_compute
     assert _predicted(catalog, norm, got)["predicted_ttft_ms"] == pytest.approx(norm["m_ttft"].iloc[0], rel=0.01)

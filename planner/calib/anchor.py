@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from planner.calib.predict import log_residuals
+from planner.calib.wave import F_SCALE
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 
 ANCHORS = {"tpot": ("step_overhead_us",), "ttft": ("prefill_comm_bandwidth", "prefill_compute")}
@@ -40,42 +42,43 @@ def few_row_hardware(norm: pd.DataFrame, min_rows: int) -> set[str]:
     return {str(h) for h, n in counts.items() if 0 < n < min_rows}
 
 
-def _fit_one(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, name: str, target: str) -> EngineEfficiency:
-    """``eff`` with ``name`` fitted on ``rows`` (robust least squares on log predicted / measured), or unchanged when
-    doubling it moves no row's prediction by more than :data:`planner.calib.fit.INFORM_DELTA`."""
-    from planner.calib import fit as F
-
-    lo, hi = F.BOUNDS[name]
-    r0 = F._residuals(rows, catalog, eff, target, weighted=False)
+def _fit_one(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, name: str, target: str,
+             bounds: tuple[float, float], inform: float) -> EngineEfficiency:
+    """``eff`` with ``name`` fitted within ``bounds`` on ``rows`` (robust least squares on log predicted / measured),
+    or unchanged when doubling it moves no row's prediction by more than ``inform``."""
+    lo, hi = bounds
+    r0 = log_residuals(rows, catalog, eff, target, weighted=False)
     v = float(getattr(eff, name))
     probe = min(max(2.0 * v, lo + 0.25 * (hi - lo)), hi) if v < hi else lo + 0.5 * (hi - lo)
-    r1 = F._residuals(rows, catalog, eff.model_copy(update={name: probe}), target, weighted=False)
-    if not np.any(np.abs(r1 - r0) > F.INFORM_DELTA):
+    r1 = log_residuals(rows, catalog, eff.model_copy(update={name: probe}), target, weighted=False)
+    if not np.any(np.abs(r1 - r0) > inform):
         return eff
 
     def fun(z):
-        return F._residuals(rows, catalog, eff.model_copy(update={name: float(lo + z[0] * (hi - lo))}), target,
-                            weighted=False)
+        return log_residuals(rows, catalog, eff.model_copy(update={name: float(lo + z[0] * (hi - lo))}), target,
+                             weighted=False)
 
     z0 = np.clip((v - lo) / (hi - lo), 1e-6, 1.0 - 1e-6)
-    sol = least_squares(fun, [z0], bounds=(0.0, 1.0), loss="soft_l1", f_scale=F.F_SCALE, diff_step=1e-3, max_nfev=200)
+    sol = least_squares(fun, [z0], bounds=(0.0, 1.0), loss="soft_l1", f_scale=F_SCALE, diff_step=1e-3, max_nfev=200)
     return eff.model_copy(update={name: float(round(lo + sol.x[0] * (hi - lo), 4))})
 
 
-def anchor_block(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency) -> tuple[EngineEfficiency, list[str]]:
-    """(``eff`` with :data:`ANCHORS` fitted on ``rows``, the anchored factors that moved)."""
+def anchor_block(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, bounds: dict[str, tuple[float, float]],
+                 inform: float) -> tuple[EngineEfficiency, list[str]]:
+    """(``eff`` with :data:`ANCHORS` fitted on ``rows``, the anchored factors that moved); ``bounds`` and ``inform`` are
+    the fit's (:data:`planner.calib.fit.BOUNDS`, :data:`planner.calib.fit.INFORM_DELTA`)."""
     out = eff
     for _ in range(ROUNDS):
         for target, names in ANCHORS.items():
             for name in names:
-                out = _fit_one(rows, catalog, out, name, target)
+                out = _fit_one(rows, catalog, out, name, target, bounds[name], inform)
     moved = [n for names in ANCHORS.values() for n in names
              if abs(float(getattr(out, n)) - float(getattr(eff, n))) > max(1e-3 * abs(float(getattr(eff, n))), 1e-4)]
     return out, moved
 
 
-def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: Catalog,
-             data_name: str) -> dict[str, Efficiency]:
+def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: Catalog, data_name: str,
+             bounds: dict[str, tuple[float, float]], inform: float) -> dict[str, Efficiency]:
     """``blocks`` with each transferred hardware that has ``rows`` anchored on them: every engine block with rows of
     its own, and the default on all of them (``data_name`` names the rows' file where they carry no ``src``). The block stays a transfer (``fitted_rows`` 0, ``transferred_from``);
     ``engine_rows`` and ``free_factors`` record the rows and the factors they set, and ``source`` says so."""
@@ -86,11 +89,11 @@ def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: 
         eff = out.get(str(hid))
         if eff is None or eff.fitted_rows > 0:
             continue
-        default, moved = anchor_block(g, catalog, eff.default)
+        default, moved = anchor_block(g, catalog, eff.default, bounds, inform)
         engines, free, counts = dict(eff.by_engine), {}, {}
         for eng, h in g.groupby("n_engine"):
             base = eff.by_engine.get(str(eng), eff.default)
-            engines[str(eng)], free[str(eng)] = anchor_block(h, catalog, base)
+            engines[str(eng)], free[str(eng)] = anchor_block(h, catalog, base, bounds, inform)
             counts[str(eng)] = len(h)
             moved = sorted(set(moved) | set(free[str(eng)]))
         n = len(g)

@@ -40,7 +40,7 @@ from planner.calib import silicon as S
 from planner.calib.anchor import anchored, few_row_hardware
 from planner.calib.checks import unsteady
 from planner.calib.consistency import overruled_curves, update_kernels, with_overruled
-from planner.calib.predict import predict_normalised
+from planner.calib.predict import log_residuals as _residuals
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
@@ -184,24 +184,6 @@ def _lo_hi(names):
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     return lo, hi
-
-
-def _residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str, weighted: bool = True) -> np.ndarray:
-    def eff_for(_h: str, _e: str) -> EngineEfficiency:
-        return eff
-
-    pred = predict_normalised(norm, catalog, eff_for)
-    # The TTFT factors are fitted on TPOT as well: prefill capacity feeds a disaggregated decode pool (a pool
-    # starved by its prefill runs a smaller batch), so a prefill factor that TTFT alone would pick can break TPOT.
-    pairs = [("predicted_tpot_ms", "m_tpot")] + ([("predicted_ttft_ms", "m_ttft")] if target == "ttft" else [])
-    out = []
-    for col, meas in pairs:
-        r = np.log(pred[col].to_numpy(float) / norm[meas].to_numpy(float))
-        r = np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
-        if weighted and "w" in norm.columns:
-            r = r * np.sqrt(norm["w"].to_numpy(float))
-        out.append(r)
-    return np.concatenate(out)
 
 
 def _informed(norm, catalog, base: EngineEfficiency, names, target) -> list[str]:
@@ -519,7 +501,7 @@ def efficiency_blocks(result: FitResult, catalog: Catalog, data_name: str, as_of
     out = {hid: set_vendor_delays(eff.model_copy(update={"kernels": _kernels(catalog, hid, result, eff)}),
                                   result.first_wave, catalog.hardware[hid].vendor) for hid, eff in out.items()}
     out = {hid: kernel_silicon(eff, catalog, hid, result) for hid, eff in out.items()}
-    return anchored(out, result.anchor_rows, catalog, data_name)
+    return anchored(out, result.anchor_rows, catalog, data_name, BOUNDS, INFORM_DELTA)
 
 
 def _kernels(catalog: Catalog, hid: str, result: FitResult, eff: Efficiency):

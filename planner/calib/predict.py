@@ -445,3 +445,25 @@ def finite_run_share(conc, requests, e2el_s, ttft_s, idle_s=0.0) -> np.ndarray:
         drain = x / np.sqrt(1.0 + x * x)
         share = k / (k + drain + np.maximum(np.nan_to_num(idle), 0.0) / e2el)
     return np.where(np.isfinite(share) & (k > 0), share, 1.0)
+
+
+def log_residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str,
+                  weighted: bool = True) -> np.ndarray:
+    """``log(predicted / measured)`` of ``norm``'s TPOT (``target`` "tpot") or TPOT and TTFT ("ttft") with every row
+    predicted under ``eff``, times the square root of the rows' weight ``w`` where ``weighted`` (what the fits
+    minimise: :mod:`planner.calib.fit`, :mod:`planner.calib.anchor`)."""
+    def eff_for(_h: str, _e: str) -> EngineEfficiency:
+        return eff
+
+    pred = predict_normalised(norm, catalog, eff_for)
+    # The TTFT factors are fitted on TPOT as well: prefill capacity feeds a disaggregated decode pool (a pool
+    # starved by its prefill runs a smaller batch), so a prefill factor that TTFT alone would pick can break TPOT.
+    pairs = [("predicted_tpot_ms", "m_tpot")] + ([("predicted_ttft_ms", "m_ttft")] if target == "ttft" else [])
+    out = []
+    for col, meas in pairs:
+        r = np.log(pred[col].to_numpy(float) / norm[meas].to_numpy(float))
+        r = np.nan_to_num(r, nan=0.0, posinf=5.0, neginf=-5.0)
+        if weighted and "w" in norm.columns:
+            r = r * np.sqrt(norm["w"].to_numpy(float))
+        out.append(r)
+    return np.concatenate(out)
