@@ -45,7 +45,10 @@ def few_row_hardware(norm: pd.DataFrame, min_rows: int) -> set[str]:
 def _fit_one(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, name: str, target: str,
              bounds: tuple[float, float], inform: float) -> EngineEfficiency:
     """``eff`` with ``name`` fitted within ``bounds`` on ``rows`` (robust least squares on log predicted / measured),
-    or unchanged when doubling it moves no row's prediction by more than ``inform``."""
+    or unchanged when doubling it moves no row's prediction by more than ``inform``. Not the fit's own stage
+    (:func:`planner.calib.fit._fit_stage`): that one starts a factor sitting on its bound (a transferred overhead of 0)
+    a hair inside it, where the trust region's scaling leaves it frozen (the 405B row: from 0 us it stays at 0, from
+    1 us it reaches 7,413 us); this starts at least a millionth of the range inside."""
     lo, hi = bounds
     r0 = log_residuals(rows, catalog, eff, target, weighted=False)
     v = float(getattr(eff, name))
