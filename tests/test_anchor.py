@@ -114,3 +114,15 @@ def test_the_bundled_trn2_block_is_anchored_on_the_bundled_row(catalog):
     p = predict_normalised(m.norm, catalog).iloc[0]
     assert p["predicted_tpot_ms"] == pytest.approx(37.93, rel=0.01)
     assert p["predicted_ttft_ms"] == pytest.approx(2441.96, rel=0.02)
+
+
+def test_a_fit_stage_moves_a_factor_that_starts_on_its_bound(catalog, monkeypatch):
+    """The fit's stages start a factor a millionth of its range inside its bounds: from exactly 0 (an overhead the
+    prior put on its lower bound) the trust region's scaling would leave it frozen there."""
+    monkeypatch.setattr(F, "MIN_ROWS", 1)
+    m = load_measured(TRN2_ROWS, catalog, measured=True)
+    norm, _ = F.prepare([m], catalog)
+    base = catalog.hardware["trn2"].efficiency.for_engine("vllm").model_copy(update={"step_overhead_us": 0.0})
+    out = F._fit_stage(norm, catalog, base, ("step_overhead_us",), "tpot", None)
+    assert out.step_overhead_us > 1000.0
+    assert _predicted(catalog, norm, out)["predicted_tpot_ms"] == pytest.approx(37.93, rel=0.01)

@@ -46,9 +46,9 @@ def _fit_one(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, name: 
              bounds: tuple[float, float], inform: float) -> EngineEfficiency:
     """``eff`` with ``name`` fitted within ``bounds`` on ``rows`` (robust least squares on log predicted / measured),
     or unchanged when doubling it moves no row's prediction by more than ``inform``. Not the fit's own stage
-    (:func:`planner.calib.fit._fit_stage`): that one starts a factor sitting on its bound (a transferred overhead of 0)
-    a hair inside it, where the trust region's scaling leaves it frozen (the 405B row: from 0 us it stays at 0, from
-    1 us it reaches 7,413 us); this starts at least a millionth of the range inside."""
+    (:func:`planner.calib.fit._fit_stage`), which wants ``MIN_ROWS`` informing rows and pulls toward the physical
+    priors: here one row decides alone. Like the stage, it starts a millionth of the range inside the bounds (on a
+    bound the trust region's scaling would leave the factor frozen)."""
     lo, hi = bounds
     r0 = log_residuals(rows, catalog, eff, target, weighted=False)
     v = float(getattr(eff, name))

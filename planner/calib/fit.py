@@ -230,7 +230,7 @@ def _fit_stage(norm, catalog, base: EngineEfficiency, names, target, prior: Engi
             r = np.concatenate([r, [OVERHEAD_WEIGHT * np.sqrt(n) * (x[i] - mu) / sd for i, mu, sd in over]])
         return r
 
-    z0 = (x0 - lo) / scale
+    z0 = np.clip((x0 - lo) / scale, 1e-6, 1.0 - 1e-6)  # off the bounds, where the trust region would freeze it
     sol = least_squares(fun, z0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=F_SCALE, diff_step=1e-3, max_nfev=200)
     x = lo + sol.x * scale
     return base.model_copy(update={k: float(round(v, 4)) for k, v in zip(names, x, strict=True)})
