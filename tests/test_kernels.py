@@ -947,12 +947,14 @@ def test_trtllm_exchange_follows_the_engines_method_choice(catalog):
     terms = list(kf.terms)
     on = _terms(g, terms + ["trtllm_exchange"])
 
-    def comm(hw, eng):
+    def comm(hw, eng, per_rank=256.0):
         s = Setup(m, hw, hw.efficiency.for_engine(eng), "fp8", "fp4", "fp8", engine=eng)
-        return float(decode_step(s, 1, 16, 1, 16, 16 * 256.0, 2048.0).comm_s)
+        return float(decode_step(s, 1, 16, 1, 16, 16 * per_rank, 2048.0).comm_s)
 
     assert "trtllm_exchange" not in terms and comm(on, "sglang") == comm(g, "sglang")
-    assert comm(on, "trtllm") != pytest.approx(comm(g, "trtllm"), rel=1e-3)
+    # the step's communication changes under TensorRT-LLM (at 256 a rank the all-to-all alone happens to cost within
+    # 0.1% of DeepEP's exchange plus the all-reduces with the 2026-12-07 factors, so a second batch is checked too)
+    assert any(comm(on, "trtllm", b) != pytest.approx(comm(g, "trtllm", b), rel=1e-3) for b in (256.0, 64.0))
     from planner.perf.roofline import _decode_exchange
 
     e = g.efficiency.for_engine("trtllm")
