@@ -83,8 +83,10 @@ def anchor_block(rows: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, bo
 def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: Catalog, data_name: str,
              bounds: dict[str, tuple[float, float]], inform: float) -> dict[str, Efficiency]:
     """``blocks`` with each transferred hardware that has ``rows`` anchored on them: every engine block with rows of
-    its own, and the default on all of them (``data_name`` names the rows' file where they carry no ``src``). The block stays a transfer (``fitted_rows`` 0, ``transferred_from``);
-    ``engine_rows`` and ``free_factors`` record the rows and the factors they set, and ``source`` says so."""
+    its own, and the default on all of them (``data_name`` names the rows' file where they carry no ``src``). An engine
+    the hardware's block does not list (one that does not run on it) anchors only the default. The block stays a
+    transfer (``fitted_rows`` 0, ``transferred_from``); ``engine_rows`` and ``free_factors`` record the rows and the
+    factors they set, and ``source`` says so."""
     if rows is None or rows.empty:
         return blocks
     out = dict(blocks)
@@ -95,8 +97,9 @@ def anchored(blocks: dict[str, Efficiency], rows: pd.DataFrame | None, catalog: 
         default, moved = anchor_block(g, catalog, eff.default, bounds, inform)
         engines, free, counts = dict(eff.by_engine), {}, {}
         for eng, h in g.groupby("n_engine"):
-            base = eff.by_engine.get(str(eng), eff.default)
-            engines[str(eng)], free[str(eng)] = anchor_block(h, catalog, base, bounds, inform)
+            if str(eng) not in eff.by_engine:
+                continue
+            engines[str(eng)], free[str(eng)] = anchor_block(h, catalog, eff.by_engine[str(eng)], bounds, inform)
             counts[str(eng)] = len(h)
             moved = sorted(set(moved) | set(free[str(eng)]))
         n = len(g)
