@@ -322,43 +322,93 @@ def test_fit_group_alternates_until_the_loss_stops_falling(monkeypatch):
     assert F.ROUNDS == 2 and F.MAX_ROUNDS == 6 and F.CONVERGED == 0.01
 
 
-def test_a_pair_keeps_at_most_pair_free_factors_of_its_own(monkeypatch):
-    """fit_pair: every factor the rows inform is fitted first; where more than PAIR_FREE moved, the PAIR_FREE whose
-    return to the prior costs the rows' loss most are refitted alone (from the first fit's values) and the rest
-    take the prior (the hardware's and the engine's shared fits)."""
+def _linear_pair(seed=0):
+    """A pair whose rows' weighted log errors are linear in ten factors (``r = r0 + J (x - full)``), two of which
+    (``seq_overhead_us``, ``layer_overhead_us``) move the rows alike: the rows cannot tell them apart."""
     import planner.calib.fit as F
 
-    prior = F.START
     moved = {"memory": 0.6, "compute": 0.9, "seq_overhead_us": 40.0, "layer_overhead_us": 30.0,
              "interference": 1.5, "queueing": 0.5, "first_token_steps": 9.0, "prefill_compute": 0.2,
              "comm_overlap": 0.8, "collective_latency_us": 30.0}
-    # what returning each factor to the prior costs: its index, so the first 8 listed are the dearest
-    cost = {k: float(len(moved) - i) for i, k in enumerate(moved)}
+    names = list(moved)
+    rng = np.random.default_rng(seed)
+    full = np.array([moved[k] for k in names])
+    prior = np.array([getattr(F.START, k) for k in names])
+    jac = rng.normal(size=(60, len(names))) / np.maximum(np.abs(full - prior), 1e-3)
+    jac[:, 2] *= 3.0
+    jac[:, 3] = 2.0 * jac[:, 2] * (full[2] - prior[2]) / (full[3] - prior[3])
+    r0 = 0.05 * rng.normal(size=60)
+    return F, moved, names, full, prior, jac, r0
+
+
+def test_a_pair_keeps_the_factors_whose_refit_leaves_the_least_loss_brute_force(monkeypatch):
+    """fit_pair: every factor the rows inform is fitted first; where more than PAIR_FREE moved, the PAIR_FREE kept are
+    those with whose refit the others' return to the prior costs least (the profile cost), against every kept set
+    refitted by weighted least squares; a factor another can stand in for is not kept twice."""
+    from itertools import combinations
+
+    F, moved, names, full, prior, jac, r0 = _linear_pair()
+
+    def resid(norm, cat, eff, target, weighted=True):
+        return r0 + jac @ (np.array([float(getattr(eff, k)) for k in names]) - full)
+
     calls = []
 
     def group(norm, cat, start, pri, kernels=False, fixed_share=False, only=None):
-        calls.append((start, only))
+        calls.append(only)
         return start.model_copy(update=moved) if only is None else start
 
-    def loss(norm, cat, eff):
-        return sum(cost[k] for k in moved if getattr(eff, k) != moved[k])
-
     monkeypatch.setattr(F, "fit_group", group)
-    monkeypatch.setattr(F, "data_loss", loss)
-    eff, free = F.fit_pair(None, None, prior)
-    keep = list(moved)[:F.PAIR_FREE]
-    assert F.PAIR_FREE == 8 and sorted(free) == sorted(keep) and calls[1][1] == set(keep)
-    assert set(F.free_factors(eff, prior)) == set(keep)
-    for k in set(moved) - set(keep):
-        assert getattr(eff, k) == getattr(prior, k)
-    for k in keep:
-        assert getattr(eff, k) == moved[k]
+    monkeypatch.setattr(F, "_residuals", resid)
+    eff, free = F.fit_pair(None, None, F.START)
+    w = 1.0 / np.sqrt(1.0 + (r0 / F.F_SCALE) ** 2)
+    sw = np.sqrt(w)
+    costs = {}
+    for kept in combinations(range(len(names)), F.PAIR_FREE):
+        ret = [i for i in range(len(names)) if i not in kept]
+        base = r0 + jac[:, ret] @ (prior[ret] - full[ret])
+        e, *_ = np.linalg.lstsq(jac[:, kept] * sw[:, None], -base * sw, rcond=None)
+        costs[kept] = float(np.sum(w * (base + jac[:, kept] @ e) ** 2) - np.sum(w * r0 ** 2))
+    chosen = tuple(sorted(names.index(k) for k in free))
+    best = [names[i] for i in chosen]
+    # the cheapest kept set (two of them tie: the rows cannot tell the alike pair apart)
+    assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-6)
+    assert sorted(costs.values())[2] > min(costs.values()) + 1.0
+    assert F.PAIR_FREE == 8 and calls[1] == set(best)
+    assert ("seq_overhead_us" in best) != ("layer_overhead_us" in best)
+    for k in set(moved) - set(best):
+        assert getattr(eff, k) == getattr(F.START, k)
     # a pair whose rows move no more than PAIR_FREE factors keeps its one fit
     few = dict(list(moved.items())[:3])
     monkeypatch.setattr(F, "fit_group", lambda norm, cat, start, pri, kernels=False, fixed_share=False, only=None:
                         start.model_copy(update=few))
-    eff, free = F.fit_pair(None, None, prior)
+    eff, free = F.fit_pair(None, None, F.START)
     assert sorted(free) == sorted(few) and all(getattr(eff, k) == v for k, v in few.items())
+
+
+def test_profile_costs_are_the_refit_losses_and_the_greedy_path_agrees_on_a_linear_pair(monkeypatch):
+    """planner.calib.profile: on residuals linear in the factors the profile cost of each kept set is the weighted
+    least-squares refit's loss increase (an identity), and the greedy path (more sets than EXACT_SETS) finds the
+    same kept set here as the enumeration."""
+    from planner.calib import profile as P
+
+    _, _, names, full, prior, jac, r0 = _linear_pair(seed=3)
+    w = np.linspace(0.5, 1.0, len(r0))
+    delta = prior - full
+    a, b = P._normal(jac, w, r0)
+    kept = np.array([[0, 2, 4, 6, 8], [1, 3, 5, 7, 9], [0, 1, 2, 3, 4]])
+    got = P.set_costs(a, b, delta, kept)
+    sw = np.sqrt(w)
+    for k, c in zip(kept, got, strict=True):
+        ret = [i for i in range(len(names)) if i not in k]
+        base = r0 + jac[:, ret] @ delta[ret]
+        e, *_ = np.linalg.lstsq(jac[:, k] * sw[:, None], -base * sw, rcond=None)
+        assert c == pytest.approx(float(np.sum(w * (base + jac[:, k] @ e) ** 2) - np.sum(w * r0 ** 2)), rel=1e-3)
+    exact, cost = P.keep_by_profile(jac, w, r0, delta, 8)
+    monkeypatch.setattr(P, "EXACT_SETS", 1)
+    greedy, gcost = P.keep_by_profile(jac, w, r0, delta, 8)
+    assert sorted(exact) == sorted(greedy) and gcost == pytest.approx(cost)
+    assert P.keep_by_profile(jac[:, :3], w, r0, delta[:3], 8) == ([0, 1, 2], 0.0)
 
 
 def test_free_factors_are_the_ones_moved_from_the_prior():

@@ -240,7 +240,7 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     """Some silicon rows are InferenceX runs exported twice. Matching them (configuration, date, TPOT within 3%)
     recovers the speculative decoding InferenceX records: the silicon file holds both MTP and plain runs of one
     configuration under the same fields, the MTP ones measured faster."""
-    from planner.calib.report import shared_runs
+    from planner.calib.shared import shared_runs
 
     sil = load_measured(CALIB, catalog, measured=True)
     ix = load_measured(IX, catalog, measured=True)
@@ -255,6 +255,27 @@ def test_runs_exported_to_both_files_carry_the_speculation_the_silicon_file_lack
     tp = rows.assign(spec=shared["spec_method"]).groupby(key + ["spec"])["silicon_tpot_ms"].median().unstack("spec")
     tp = tp.dropna()
     assert len(tp) and (tp["mtp"] / tp["none"]).median() < 1.0
+
+
+def test_a_run_exported_to_both_files_is_fitted_once_as_the_copy_that_records_its_drafts(catalog):
+    """The fit takes a run exported twice from the InferenceX file (which records its speculative decoding) and
+    leaves its silicon copy out; the silicon file fitted on its own keeps every row."""
+    from planner.calib.fit import prepare
+    from planner.calib.shared import shared_runs, silicon_copies
+
+    sil = load_measured(CALIB, catalog, measured=True)
+    ix = load_measured(IX, catalog, measured=True)
+    shared = shared_runs(sil, ix)
+    assert len(shared) and set(silicon_copies([sil, ix])["silicon_calibration.csv"]) == set(shared.index)
+    assert silicon_copies([sil]) == {}
+    both, dropped_both = prepare([sil, ix], catalog)
+    alone, dropped_alone = prepare([sil], catalog)
+    fitted_sil = set(both.loc[both["src"] == "silicon_calibration.csv", "row_in_file"])
+    assert not fitted_sil & set(shared.index)
+    assert set(alone["row_in_file"]) - fitted_sil == set(shared.index) & set(alone["row_in_file"])
+    assert len(set(shared.index) & set(alone["row_in_file"])) > 0
+    assert dropped_both - dropped_alone == len(ix.norm) - (both["src"] == "dsr1_runs.json").sum() + len(
+        set(shared.index) & set(alone["row_in_file"]))
 
 
 def _closed_loop_tpots(clients: int, prompt: int, output: int, seed: int = 0) -> tuple[np.ndarray, float]:

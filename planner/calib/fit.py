@@ -15,8 +15,9 @@ Method (re-run with ``planner calibrate fit --data FILE --write``):
    ``default``); then per hardware and engine where at least ``MIN_ROWS`` rows exist, shrunk toward a prior
    that takes the kernel and link factors (``HARDWARE_FACTORS``) from the hardware's fit and the rest from the
    engine's, by a penalty on the log of each factor's ratio to the prior. A pair keeps at most ``PAIR_FREE`` (8)
-   factors of its own (:func:`fit_pair`): those whose return to the prior would cost its rows most; the rest are
-   the prior's, shared with the hardware's other engines or the engine's other hardware.
+   factors of its own (:func:`fit_pair`): those that, refitted, leave the least loss with the others back at the
+   prior (:mod:`planner.calib.profile`); the rest are the prior's, shared with the hardware's other engines or the
+   engine's other hardware.
 4. The first wave's one-time delay of benchmark runs (``first_wave_s``, :mod:`planner.calib.wave`), per engine and
    hardware vendor (the kernel stack) over every such hardware's p99 TTFT, after the rest (no median depends on it).
 5. Hardware without measured rows gets the factors of its nearest measured relative (same vendor
@@ -41,6 +42,7 @@ from planner.calib.anchor import anchored, few_row_hardware
 from planner.calib.checks import unsteady
 from planner.calib.consistency import overruled_curves, update_kernels, with_overruled
 from planner.calib.predict import log_residuals as _residuals
+from planner.calib.profile import keep_by_profile
 from planner.calib.wave import F_SCALE, fit_first_wave, set_vendor_delays
 from planner.catalog import Catalog, Efficiency, EngineEfficiency
 from planner.errors import InputError
@@ -284,16 +286,21 @@ def fit_pair(norm, catalog, prior: EngineEfficiency, kernels: bool = False, fixe
 def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, kernels: bool = False,
              fixed_share: bool = False, limit: int = PAIR_FREE, label: str = "") -> tuple[EngineEfficiency, list[str]]:
     """``full`` (a group's fit with every factor its rows inform free) cut to at most ``limit`` factors of its own:
-    the ``limit`` whose return to the prior would cost the rows' loss most (:func:`data_loss`) are kept and refitted
-    alone, from ``full``'s values, so they take up what the others, back at the prior, no longer can."""
+    the ``limit`` kept are those with whose refit the return of all the others to the prior costs the rows least
+    (:mod:`planner.calib.profile`: a factor whose effect another can take up is not kept for that effect), refitted
+    alone from ``full``'s values, so they take up what the others, back at the prior, no longer can."""
     free = free_factors(full, prior)
     log.info("pair fit %s: %d factors moved from the prior", label, len(free))
     if len(free) <= limit:
         return full, free
-    base = data_loss(norm, catalog, full)
-    cost = {f: data_loss(norm, catalog, full.model_copy(update={f: getattr(prior, f)})) - base for f in free}
-    keep = sorted(free, key=lambda f: -cost[f])[:limit]
-    log.info("pair fit %s: kept %s", label, keep)
+    r0 = _residuals(norm, catalog, full, "ttft")
+    delta = np.array([float(getattr(prior, f)) - float(getattr(full, f)) for f in free])
+    jac = np.column_stack([
+        (_residuals(norm, catalog, full.model_copy(update={f: getattr(prior, f)}), "ttft") - r0) / d
+        for f, d in zip(free, delta, strict=True)])
+    idx, cost = keep_by_profile(jac, 1.0 / np.sqrt(1.0 + (r0 / F_SCALE) ** 2), r0, delta, limit)
+    keep = [free[i] for i in idx]
+    log.info("pair fit %s: kept %s (profile cost of the others' return %.4g)", label, keep, cost)
     start = prior.model_copy(update={f: getattr(full, f) for f in keep})
     eff = fit_group(norm, catalog, start, prior, kernels, fixed_share, only=set(keep))
     return eff, [f for f in keep if f in free_factors(eff, prior)]
@@ -331,21 +338,26 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     from pathlib import Path
 
     from planner.calib.data import Measured, normalise
+    from planner.calib.shared import silicon_copies
 
     sets = data if isinstance(data, list) else [Measured(Path("rows"), "silicon", data, normalise(data, catalog))]
+    # A run exported to both formats is fitted once, as the InferenceX copy, which records its speculative decoding
+    # (the silicon copy of an MTP run reads as a plain run ~1.6x slower than measured).
+    copies = silicon_copies(sets)
     frames = []
     for m in sets:
         n = m.norm.copy()
         n["src"] = m.path.name
         n["row_in_file"] = n.index
+        n["n_copy"] = n.index.isin(copies.get(m.path.name, pd.Index([])))
         frames.append(n)
     norm = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     # Disaggregated rows that do not record their worker counts are predicted (and reported) but not
     # fitted on: their per-worker batch and prefill capacity are guesses. Nor are concurrency sweeps that were not
     # measured in a steady state (``n_inconsistent``: TPOT falling as concurrency rises, ``calib.checks``).
     ok = (norm["reason"] == "") & (norm["m_ttft"] > 0) & (norm["m_tpot"] > 0) & ~norm["n_workers_assumed"].astype(bool)
-    ok &= ~unsteady(norm)
-    norm = norm[ok].copy()
+    ok &= ~unsteady(norm) & ~norm["n_copy"].to_numpy(bool)
+    norm = norm[ok].drop(columns="n_copy")
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
     # not drowned by a large one of small benchmark batches); weights average 1. Rows of hardware with too few rows
     # for a fit of its own only anchor that hardware (:mod:`planner.calib.anchor`) and weigh nothing here.

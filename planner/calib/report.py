@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from planner.calib.data import QUANT, Measured, load_measured
+from planner.calib.data import Measured, load_measured
 from planner.calib.fit import MIN_ROWS, PAIR_FREE, PHYSICS_PRIOR, efficiency_blocks, fit_norm, prepare
 from planner.calib.metrics import CONC_BANDS, evaluation_frame, format_table, format_tail_table, summary_rows
 from planner.calib.predict import SPEC_TOKENS_ASSUMED, notes, predict_normalised
+from planner.calib.shared import SHARED_TPOT_TOL, shared_runs
 from planner.catalog import Catalog
 from planner.catalog.writer import atomic_write_text
 
@@ -166,45 +167,6 @@ def _drivers(frame: pd.DataFrame) -> str:
     for (mode, band), g in f.groupby(["mode", "conc_band"], observed=True):
         lines.append(f"| {mode} | {band} | {len(g)} | {_bias(g, 'tpot')} | {_bias(g, 'ttft')} | {_bias(g, 'otpg')} |")
     return "\n".join(lines)
-
-
-SHARED_TPOT_TOL = 0.03
-"""Two records are one run exported twice when their configuration and date agree and their measured TPOTs
-are within 3% (repeat runs of one configuration on one date differ by more, see the repeatability tables)."""
-
-
-def shared_runs(sil, ix) -> pd.DataFrame:
-    """Rows of a silicon file that are also runs of an InferenceX file (same hardware, engine, precision,
-    nominal lengths, concurrency, serving mode and date, and the same measured TPOT within :data:`SHARED_TPOT_TOL`),
-    with the speculative decoding the InferenceX run records (``spec_method``), which the silicon format does
-    not carry. Index: the silicon rows; column ``spec_method``. A diagnostic of the data only: no prediction
-    reads it."""
-    def keys(m, date, prec):
-        n = m.norm
-        return pd.DataFrame({
-            "hw": n["n_hw"].astype(str), "eng": n["n_engine"].astype(str), "prec": prec,
-            "isl": pd.to_numeric(m.raw["isl"], errors="coerce").to_numpy(),
-            "osl": pd.to_numeric(m.raw["osl"], errors="coerce").to_numpy(),
-            "conc": pd.to_numeric(n["n_conc"], errors="coerce"), "mode": n["n_mode"].astype(str), "date": date,
-            "tpot": pd.to_numeric(n["m_tpot"], errors="coerce"),
-        }, index=n.index)
-
-    if not {"silicon_data_source", "precision"} <= set(sil.raw.columns) or not {"date", "precision"} <= set(ix.raw.columns):
-        return pd.DataFrame({"spec_method": pd.Series(dtype=str)})
-
-    def prec(col):  # the number format as the normaliser reads it (nvfp4 and mxfp4 are fp4)
-        low = col.astype(str).str.lower()
-        return low.map(QUANT).fillna(low)
-
-    s_date = sil.raw["silicon_data_source"].astype(str).str.extract(r"measured=(\d{4}-\d\d-\d\d)")[0]
-    a = keys(sil, s_date, prec(sil.raw["precision"])).rename_axis("row").reset_index()
-    b = keys(ix, ix.raw["date"].astype(str).str[:10], prec(ix.raw["precision"]))
-    b["spec_method"] = ix.raw["spec_method"].astype(str).to_numpy()
-    on = ["hw", "eng", "prec", "isl", "osl", "conc", "mode", "date"]
-    m = a.dropna(subset=["date"]).merge(b, on=on, suffixes=("", "_ix"))
-    m = m[(m["tpot_ix"] / m["tpot"] - 1.0).abs() <= SHARED_TPOT_TOL]
-    m = m.drop_duplicates("row").set_index("row")
-    return m[["spec_method"]]
 
 
 def _shared_table(sets, frames) -> list[str]:

@@ -62,7 +62,7 @@ def calibration_extracts(shared: Path, out: Path) -> tuple[int, int]:
     import pandas as pd
 
     from planner.calib.data import load_measured
-    from planner.calib.report import shared_runs
+    from planner.calib.shared import shared_runs
     from planner.catalog import load_catalog
 
     cal = shared / "calibration"
@@ -98,7 +98,7 @@ def _matching_runs(sil, ix, rows: list) -> set[int]:
     """Positions of the InferenceX runs ``shared_runs`` pairs with the silicon ``rows``."""
     import dataclasses
 
-    from planner.calib.report import shared_runs
+    from planner.calib.shared import shared_runs
 
     sub = dataclasses.replace(sil, raw=sil.raw.loc[rows], norm=sil.norm.loc[rows])
     return {i for i in range(len(ix.raw))
