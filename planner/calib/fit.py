@@ -338,18 +338,19 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     from pathlib import Path
 
     from planner.calib.data import Measured, normalise
-    from planner.calib.shared import silicon_copies
+    from planner.calib.shared import repeated_rows, silicon_copies
 
     sets = data if isinstance(data, list) else [Measured(Path("rows"), "silicon", data, normalise(data, catalog))]
     # A run exported to both formats is fitted once, as the InferenceX copy, which records its speculative decoding
-    # (the silicon copy of an MTP run reads as a plain run ~1.6x slower than measured).
+    # (the silicon copy of an MTP run reads as a plain run ~1.6x slower than measured); a run a file records twice,
+    # once.
     copies = silicon_copies(sets)
     frames = []
     for m in sets:
         n = m.norm.copy()
         n["src"] = m.path.name
         n["row_in_file"] = n.index
-        n["n_copy"] = n.index.isin(copies.get(m.path.name, pd.Index([])))
+        n["n_copy"] = n.index.isin(copies.get(m.path.name, pd.Index([]))) | repeated_rows(m.norm).to_numpy(bool)
         frames.append(n)
     norm = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     # Disaggregated rows that do not record their worker counts are predicted (and reported) but not

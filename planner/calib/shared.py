@@ -64,3 +64,15 @@ def silicon_copies(sets) -> dict[str, pd.Index]:
             idx = idx.union(shared_runs(m, other).index)
         out[m.path.name] = idx
     return out
+
+
+RECORD_ONLY = ("n_series", "n_framework", "reason", "n_inconsistent")
+"""Normalised columns that say where a row was recorded, not what ran or what was measured."""
+
+
+def repeated_rows(norm: pd.DataFrame) -> pd.Series:
+    """Rows of one normalised file that repeat an earlier row of it in every normalised field and both measurements:
+    one run recorded twice (the silicon file holds runs exported from two sources under two ids, at times under
+    another checkpoint path or a layout the normaliser reads alike). The fit counts it once."""
+    keys = [c for c in norm.columns if c[:2] in ("n_", "a_", "p_", "d_", "m_") and c not in RECORD_ONLY]
+    return norm.duplicated(subset=keys, keep="first")
