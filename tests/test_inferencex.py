@@ -278,6 +278,27 @@ def test_a_run_exported_to_both_files_is_fitted_once_as_the_copy_that_records_it
         set(shared.index) & set(alone["row_in_file"]))
 
 
+def test_a_run_a_file_records_twice_is_fitted_once(catalog):
+    """A row that repeats an earlier row of its file in every normalised field and both measurements (the same run
+    exported under two ids and sources) is left out of the fit and counted; a row that differs in one measurement
+    or one field stays."""
+    from planner.calib.data import Measured
+    from planner.calib.fit import prepare
+    from planner.calib.shared import repeated_rows
+
+    sil = load_measured(CALIB, catalog, measured=True)
+    base = sil.norm[(sil.norm["reason"] == "") & ~sil.norm["n_workers_assumed"].astype(bool)]
+    base = base[~repeated_rows(sil.norm).reindex(base.index, fill_value=False)].head(4)
+    copy = base.iloc[[0]].assign(n_series="another export")
+    slower = base.iloc[[1]].assign(m_tpot=base["m_tpot"].iloc[1] * 1.01)
+    wider = base.iloc[[2]].assign(n_conc=base["n_conc"].iloc[2] + 1.0)
+    norm = pd.concat([base, copy, slower, wider], ignore_index=True)
+    assert repeated_rows(norm).tolist() == [False] * 4 + [True, False, False]
+    raw = pd.concat([sil.raw.loc[base.index]] + [sil.raw.loc[[i]] for i in base.index[:3]], ignore_index=True)
+    kept, dropped = prepare([Measured(CALIB, "silicon", raw, norm)], catalog)
+    assert len(kept) + dropped == len(norm) and 4 not in set(kept["row_in_file"]) and {5, 6} <= set(kept["row_in_file"])
+
+
 def _closed_loop_tpots(clients: int, prompt: int, output: int, seed: int = 0) -> tuple[np.ndarray, float]:
     """Per-request TPOT of a discrete-event simulation of the InferenceX benchmark on a prefill-first engine:
     ``clients`` requests released at once, ten times as many in all, lengths uniform in [0.8 L, L]; a prefill pass
