@@ -1,12 +1,14 @@
 """Does a (hardware, engine) pair's own fit predict runs it has not seen better with every factor its rows inform
-free (~9-16) or with at most ``PAIR_FREE`` (8) of its own (issue 42, Deliver 2)?
+free (~9-16) or with at most ``PAIR_FREE`` (8) of its own (issue 42, Deliver 2), and which 8: those with whose refit
+the others' return to the prior costs least (``cut``, the profile rule, the catalog's since 2026-12-07) or those
+whose return alone costs most (``cut_alone``, the rule before)?
 
 Group K-fold over measurement series (``n_series``: the silicon file's source export and engine version, InferenceX's
 framework and date): each fold refits everything (``planner.calib.fit.fit_norm``) without one group of series and
-predicts that group's rows twice from the same pooled fits (overall, per engine, per hardware): with each pair's fit
-cut to ``PAIR_FREE`` factors (the catalog's rule since this script) and with the pair's uncut fit (every informed factor
-free, the rule before). Rows of pairs that keep fewer than ``MIN_ROWS`` training rows are predicted from the hardware's
-block in both. Prints TPOT and TTFT median / p90 APE per file, both rules, and per pair.
+predicts that group's rows three times from the same pooled fits (overall, per engine, per hardware): with each pair's
+fit cut to ``PAIR_FREE`` factors by either rule and with the pair's uncut fit (every informed factor free). Rows of
+pairs that keep fewer than ``MIN_ROWS`` training rows are predicted from the hardware's block in all three. Prints
+TPOT and TTFT median / p90 APE per file, each rule, and per pair.
 
     python bench/pair_cv.py [--folds 4] [--jobs 2] [--data FILE ...] [--cache DIR]
 """
@@ -52,13 +54,15 @@ def _fold(args):
     norm, catalog, fold, i, cache = args
     path = cache / f"fold{i}.pkl" if cache else None
     if path is not None and path.exists():
-        res, full = pickle.loads(path.read_bytes())
+        res, full, alone = pickle.loads(path.read_bytes())
     else:
-        full = {}
+        full, alone = {}, {}
         orig = F.restrict
 
         def keep_full(g, cat, eff, prior, *a, **kw):
-            full[(g["n_hw"].iloc[0], g["n_engine"].iloc[0])] = eff
+            key = (g["n_hw"].iloc[0], g["n_engine"].iloc[0])
+            full[key] = eff
+            alone[key] = orig(g, cat, eff, prior, *a, **{**kw, "rule": "alone"})[0]
             return orig(g, cat, eff, prior, *a, **kw)
 
         F.restrict = keep_full
@@ -67,12 +71,14 @@ def _fold(args):
         finally:
             F.restrict = orig
         if path is not None:
-            path.write_bytes(pickle.dumps((res, full)))
+            path.write_bytes(pickle.dumps((res, full, alone)))
     test = norm[fold == i]
     cut = _predict_with(F.efficiency_blocks(res, catalog, "cv"), catalog, test)
     res_full = F.FitResult(**{**res.__dict__, "by_group": {**res.by_group, **full}})
     uncut = _predict_with(F.efficiency_blocks(res_full, catalog, "cv"), catalog, test)
-    return test.index, cut, uncut
+    res_alone = F.FitResult(**{**res.__dict__, "by_group": {**res.by_group, **alone}})
+    cut_alone = _predict_with(F.efficiency_blocks(res_alone, catalog, "cv"), catalog, test)
+    return test.index, cut, uncut, cut_alone
 
 
 def ape(pred, meas):
@@ -96,8 +102,8 @@ def main() -> None:
     results = map_folds(_fold, [(norm, cat, fold, i, a.cache) for i in range(a.folds)], a.jobs)
     print(f"{a.folds} folds over {norm['n_series'].nunique()} series in {time.perf_counter() - t0:.0f} s")
     rows = []
-    for idx, cut, uncut in results:
-        for rule, p in (("cut", cut), ("uncut", uncut)):
+    for idx, cut, uncut, cut_alone in results:
+        for rule, p in (("cut", cut), ("uncut", uncut), ("cut_alone", cut_alone)):
             f = norm.loc[idx, ["src", "n_hw", "n_engine", "m_tpot", "m_ttft"]].copy()
             f["rule"] = rule
             f["tpot"] = ape(p["predicted_tpot_ms"].set_axis(idx), f["m_tpot"])

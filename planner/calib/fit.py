@@ -284,11 +284,14 @@ def fit_pair(norm, catalog, prior: EngineEfficiency, kernels: bool = False, fixe
 
 
 def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, kernels: bool = False,
-             fixed_share: bool = False, limit: int = PAIR_FREE, label: str = "") -> tuple[EngineEfficiency, list[str]]:
+             fixed_share: bool = False, limit: int = PAIR_FREE, label: str = "",
+             rule: str = "profile") -> tuple[EngineEfficiency, list[str]]:
     """``full`` (a group's fit with every factor its rows inform free) cut to at most ``limit`` factors of its own:
     the ``limit`` kept are those with whose refit the return of all the others to the prior costs the rows least
     (:mod:`planner.calib.profile`: a factor whose effect another can take up is not kept for that effect), refitted
-    alone from ``full``'s values, so they take up what the others, back at the prior, no longer can."""
+    alone from ``full``'s values, so they take up what the others, back at the prior, no longer can. ``rule``
+    "alone": the rule before (the ``limit`` whose return alone, the others held, costs most), kept for
+    ``bench/pair_cv.py``'s comparison."""
     free = free_factors(full, prior)
     log.info("pair fit %s: %d factors moved from the prior", label, len(free))
     if len(free) <= limit:
@@ -298,7 +301,11 @@ def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, ker
     jac = np.column_stack([
         (_residuals(norm, catalog, full.model_copy(update={f: getattr(prior, f)}), "ttft") - r0) / d
         for f, d in zip(free, delta, strict=True)])
-    idx, cost = keep_by_profile(jac, 1.0 / np.sqrt(1.0 + (r0 / F_SCALE) ** 2), r0, delta, limit)
+    if rule == "alone":
+        alone = [_robust(r0 + jac[:, i] * d) for i, d in enumerate(delta)]  # the loss with it alone back
+        idx, cost = sorted(np.argsort(alone)[::-1][:limit].tolist()), float("nan")
+    else:
+        idx, cost = keep_by_profile(jac, 1.0 / np.sqrt(1.0 + (r0 / F_SCALE) ** 2), r0, delta, limit)
     keep = [free[i] for i in idx]
     log.info("pair fit %s: kept %s (profile cost of the others' return %.4g)", label, keep, cost)
     start = prior.model_copy(update={f: getattr(full, f) for f in keep})
@@ -309,7 +316,11 @@ def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, ker
 def data_loss(norm, catalog, eff: EngineEfficiency) -> float:
     """The robust loss of ``norm``'s TPOT and TTFT residuals under ``eff`` (what :func:`_fit_stage` minimises,
     without the pulls toward the priors)."""
-    z = (_residuals(norm, catalog, eff, "ttft") / F_SCALE) ** 2
+    return _robust(_residuals(norm, catalog, eff, "ttft"))
+
+
+def _robust(r: np.ndarray) -> float:
+    z = (r / F_SCALE) ** 2
     return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)) * F_SCALE ** 2)
 
 
