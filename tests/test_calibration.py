@@ -376,6 +376,9 @@ def test_a_pair_keeps_the_factors_whose_refit_leaves_the_least_loss_brute_force(
     assert sorted(costs.values())[2] > min(costs.values()) + 1.0
     assert F.PAIR_FREE == 8 and calls[1] == set(best)
     assert ("seq_overhead_us" in best) != ("layer_overhead_us" in best)
+    # the rule before (each factor's return alone, the others held) keeps both alike factors, each dear alone
+    _, alone = F.restrict(None, None, F.START.model_copy(update=moved), F.START, rule="alone")
+    assert {"seq_overhead_us", "layer_overhead_us"} <= set(alone) and len(alone) == F.PAIR_FREE
     for k in set(moved) - set(best):
         assert getattr(eff, k) == getattr(F.START, k)
     # a pair whose rows move no more than PAIR_FREE factors keeps its one fit
