@@ -72,20 +72,51 @@ def test_prompt_spread_costs_more_than_fixed_lengths(catalog):
     assert rows[0]["ttft_within"] >= 0.99 - 0.01, rows[0]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "plans").iterdir() if (p / "plan.json").exists()))
-def test_bundled_plans_meet_their_quantiles_in_simulation(name):
-    # 400,000 requests: a long-context pool's share within target scatters +-4% across seeds at 50,000 (batch means)
-    plan = read_plan(ROOT / "plans" / name)
-    for row in summary(plan, simulate(plan, requests=400_000, seed=0)):
-        if row["pool"] != "(all)":
-            continue
+def _quantile_misses(rows) -> list:
+    """The checks of :func:`test_bundled_plans_meet_their_quantiles_in_simulation` that ``rows`` (workload rows,
+    pool "(all)") fail."""
+    out = []
+    for row in rows:
         for key, pred, q in (("ttft_within", "pred_ttft_attainment", "slo_ttft_quantile"),
                              ("tpot_within", "pred_tpot_attainment", "slo_tpot_quantile")):
-            assert row[key] >= (row[q] or 0.5) - 0.01, row
+            if row[key] < (row[q] or 0.5) - 0.01:
+                out.append((key, "below its quantile", row))
             # the plan's formulas are not more optimistic than the simulation beyond its sampling error
-            assert row[pred] <= row[key] + row[f"{key}_ci"] + 0.01, (key, row)
-        if row["slo_goodput"] is not None:
-            assert row["goodput"] >= row["slo_goodput"] - 0.01, row
+            if row[pred] > row[key] + row[f"{key}_ci"] + 0.01:
+                out.append((key, "formula optimistic", row))
+        if row["slo_goodput"] is not None and row["goodput"] < row["slo_goodput"] - 0.01:
+            out.append(("goodput", "below its target", row))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "plans").iterdir() if (p / "plan.json").exists()))
+def test_bundled_plans_meet_their_quantiles_in_simulation(name):
+    """Each bundled plan meets its workloads' quantiles in the simulation. 400,000 requests: a long-context pool's share
+    within target scatters +-4% across seeds at 50,000 (batch means). A near-saturated pool of long prompts (the
+    multi-workload plan's, since the refit of 2026-12-07, fourth session) correlates its queue over longer than a batch
+    of the batch means, so its one-seed interval is too narrow (seeds 0-4: 0.82-0.97 within TTFT, mean 0.911, as the
+    formula's 0.911): where one seed misses and its interval is wider than 3%, five seeds decide, their mean against
+    the bounds with the t interval across seeds."""
+    from planner.analysis.simulate import t_halfwidth
+
+    plan = read_plan(ROOT / "plans" / name)
+
+    def rows(seed):
+        return [r for r in summary(plan, simulate(plan, requests=400_000, seed=seed)) if r["pool"] == "(all)"]
+
+    first = rows(0)
+    misses = _quantile_misses(first)
+    if misses and max(r[f"{k}_ci"] for k in ("ttft_within", "tpot_within") for r in first) > 0.03:
+        runs = [first] + [rows(s) for s in range(1, 5)]
+        pooled = []
+        for i, row in enumerate(first):
+            agg = dict(row)
+            for key in ("ttft_within", "tpot_within", "goodput"):
+                vals = [run[i][key] for run in runs]
+                agg[key], agg[f"{key}_ci"] = float(np.mean(vals)), t_halfwidth(vals)
+            pooled.append(agg)
+        misses = _quantile_misses(pooled)
+    assert not misses, misses
 
 
 def test_a_rare_workloads_pool_is_measured_after_a_warm_up():

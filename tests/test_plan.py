@@ -433,12 +433,19 @@ def test_a_looser_slo_that_changes_no_row_is_not_re_solved(catalog, monkeypatch)
 
 
 
-def test_a_prefill_pool_keeps_the_micro_batch_overlap_it_was_priced_with(catalog):
+def test_a_prefill_pool_keeps_the_micro_batch_overlap_it_was_priced_with(catalog, monkeypatch):
     """Candidate rows price two micro-batch overlap for prefill pools too; the plan must carry it. A pool that
     dropped it was re-checked without it and failed its own rate (the skewed DeepSeek plan on GB200 served by
-    SGLang, whose prefill pools run attention-DP EP with overlap)."""
+    SGLang, whose prefill pools run attention-DP EP with overlap). Pipelined layouts are taken out of the grid so
+    that the prefill pools are expert-parallel whatever the fitted factors make cheapest (since the refit of
+    2026-12-07, fourth session, the plan prefills on four pipeline stages, where no overlap applies)."""
+    import planner.perf.candidates as C
+
+    grid = C.layout_tuples
+    monkeypatch.setattr(C, "layout_tuples", lambda *a, **k: [t for t in grid(*a, **k) if t[2] == 1])
     path = ROOT / "catalogs" / "scenarios" / "deepseek-sglang-pd.yaml"
     plan = make_plan(resolve_scenario(load_scenario(path), catalog, path), PlanOptions(analysis=False)).plan
+    assert all(p.layout.pp == 1 for p in plan.pools)
     assert plan.recheck.ok
     prefill = [p for p in plan.pools if p.role == "prefill"]
     assert prefill and any(p.two_batch_overlap for p in prefill)
