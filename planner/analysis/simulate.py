@@ -29,8 +29,10 @@ see the steady state the plan's formulas describe.
 a whole busy period), so a share of requests within a target scatters across seeds far more than ``n`` independent
 draws would (a long-context plan at 50,000 requests: 88.6% to 96.0% over four seeds). Each share therefore carries
 the half-width of its 95% confidence interval by the method of batch means (:func:`share_halfwidth`: the requests
-in arrival order cut into :data:`BATCHES` consecutive batches whose shares are nearly independent; Law and Kelton,
-*Simulation Modeling and Analysis*, section 9.5.3).
+in arrival order cut into consecutive batches whose shares are nearly independent; Law and Kelton, *Simulation
+Modeling and Analysis*, section 9.5.3). A batch is at least one relaxation time of the slowest queue the requests
+pass (:func:`relaxation_s`), so that near saturation, where a queue remembers its state for hundreds of requests,
+the interval widens with fewer batches instead of treating correlated batches as independent.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from planner.errors import InputError
 from planner.results.schema import SCHEMA_VERSION, Plan
 
 BATCHES = 20
-"""Batches of the method of batch means (:func:`share_halfwidth`): 10-30 is the usual range; fewer widens the
-Student t quantile, more shortens each batch below the queue's correlation length."""
+"""Batches of the method of batch means (:func:`share_halfwidth`) where the queues relax quickly: 10-30 is the usual
+range; fewer widens the Student t quantile, more shortens each batch. A batch is never shorter than the queue's
+relaxation time (:func:`relaxation_s`), which can leave fewer."""
 
 
 @dataclass
@@ -203,6 +206,35 @@ def warm_up(plan: Plan, w, n: int) -> int:
     return int(min(n, max(n // 10, math.ceil(WARM_RELAXATIONS * relax * w.requests_per_s))))
 
 
+def relaxation_s(plan: Plan, w, pool: str | None = None) -> float:
+    """Relaxation time in seconds of the slowest queue a request of workload ``w`` passes (of ``pool`` alone where
+    given): the time over which a replica's queue forgets its state, so that shares of requests measured that far
+    apart are nearly independent.
+
+    A replica's queues are a prefill queue (``prefill_servers`` servers, each holding a mean prompt
+    ``prefill_work_s``) and, for an aggregated or decode pool, its ``batch`` slots (each held from admission to the
+    last token). A queue of ``c`` servers each holding a request ``h`` at occupancy ``rho`` (the replica's request
+    rate times ``h`` over ``c``) relaxes in ``h / (c (1 - sqrt(rho))^2)``, the M/M/1 relaxation time
+    ``1 / (mu (1 - sqrt(rho))^2)`` (Cohen, *The Single Server Queue*; Morse 1955) with the ``c`` servers as one of
+    ``c`` times the rate, and never in less than one hold: about ``4 h / (c (1 - rho)^2)`` near saturation, hundreds
+    of holds at ``rho`` 0.9 on one server, where the plan's formulas still meet their targets."""
+    longest = 0.0
+    for p in plan.pools:
+        if p.workload != w.name or (pool is not None and p.id != pool):
+            continue
+        pr, lt = p.predicted, p.predicted.latency
+        queues = []
+        if p.role in ("prefill", "aggregated") and lt.prefill_work_s > 0:
+            queues.append((lt.prefill_work_s, max(round(lt.prefill_servers), 1)))
+        if p.role in ("decode", "aggregated"):
+            base = lt.ttft_base_s - lt.prefill_work_s if p.role == "aggregated" else 0.0
+            queues.append((w.output_tokens * pr.tpot_s + max(base, 0.0), max(p.batch, 1)))
+        for hold, c in queues:
+            rho = min(pr.requests_per_s_per_replica * pr.utilisation * hold / c, 0.999)
+            longest = max(longest, hold, hold / (c * (1.0 - math.sqrt(max(rho, 0.0))) ** 2))
+    return longest
+
+
 def _carried(p) -> float:
     return p.predicted.requests_per_s * p.predicted.utilisation
 
@@ -316,15 +348,18 @@ def t_halfwidth(values) -> float:
     return float(student.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
 
 
-def share_halfwidth(ok: np.ndarray, batches: int = BATCHES) -> float:
+def share_halfwidth(ok: np.ndarray, batches: int = BATCHES, correlated: float = 0.0) -> float:
     """Half-width of the 95% confidence interval of ``ok.mean()`` (``ok``: per request in arrival order, whether it
-    met a target) by the method of batch means: :func:`t_halfwidth` of the shares of ``batches`` consecutive equal
-    batches. NaN with fewer than two requests a batch."""
+    met a target) by the method of batch means: :func:`t_halfwidth` of the shares of consecutive equal batches,
+    ``batches`` of them, or fewer where a batch would be shorter than ``correlated`` requests (the requests that
+    arrive within the queue's relaxation time, :func:`relaxation_s`). NaN with fewer than two requests a batch or
+    fewer than two batches (a run too short to say how far its share may be from the steady state's)."""
     ok = np.asarray(ok, dtype=float)
-    k = ok.size // batches
-    if k < 2:
+    k = max(ok.size // batches, math.ceil(correlated))
+    n = ok.size // max(k, 1)
+    if k < 2 or n < 2:
         return float("nan")
-    return t_halfwidth(ok[: k * batches].reshape(batches, k).mean(axis=1))
+    return t_halfwidth(ok[: k * n].reshape(n, k).mean(axis=1))
 
 
 def summary(plan: Plan, res: SimResult) -> list[dict]:
@@ -350,9 +385,11 @@ def summary(plan: Plan, res: SimResult) -> list[dict]:
                 for q in (50, 90, 99):
                     row[f"{name}_p{q}_ms"] = float(np.percentile(v, q)) * 1e3 if ok else None
             ok_t, ok_p = tt <= w.slo_ttft_s * (1 + 1e-9), tp <= w.slo_tpot_s * (1 + 1e-9)
+            # requests of this row that arrive within its slowest queue's relaxation time
+            correlated = relaxation_s(plan, w, None if p is None else pid) * w.requests_per_s * sel.sum() / m.sum()
             for key, ok in (("ttft_within", ok_t), ("tpot_within", ok_p), ("goodput", ok_t & ok_p)):
                 row[key] = float(np.mean(ok))
-                hw = share_halfwidth(ok)
+                hw = share_halfwidth(ok, correlated=correlated)
                 row[f"{key}_ci"] = None if np.isnan(hw) else hw  # None: too few requests for batch means (JSON-safe)
             if p is not None:
                 lt = p.predicted.latency
