@@ -51,7 +51,8 @@ Cases:
   of the dataset queued at once. The commands give no batch, so each rank admits at most what trtllm-bench's own
   heuristic picks (:func:`trtllm_bench_settings`, ``tensorrt_llm/bench/build/tuning.py``: ``calc_engine_setting``),
   and no more than the KV cache holds. That heuristic charges DeepSeek's MLA cache as 128 heads of 56 elements, ~25x
-  what the latent cache keeps, so DeepSeek runs at 64-384 sequences a rank, not the ~1,000 the cache would hold; gpt-oss's
+  what the latent cache keeps (and the FP8 checkpoint's, which records no KV format, at 2 bytes an element), so DeepSeek
+  runs at 64-384 sequences a rank, not the ~1,000 the cache would hold; gpt-oss's
   MXFP4 checkpoint has no heuristic and gets the default 2,048. Guessed: ``--kv_cache_free_gpu_mem_fraction 0.95`` (the
   overview's "in many cases") and the checkpoint's element count from the catalog's parameters. The DeepSeek runs
   balance prompts over attention-DP ranks (``attention_dp_config.enable_balance``, as published).
@@ -230,7 +231,9 @@ TRT_BP = ("TRTLLM-BP: NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_o
 TRT_PERF = ("TRTLLM-PERF: NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d (trtllm-bench "
             "throughput, all requests queued at once)")
 PERF_GUESS = ("requests in flight: the dataset's count (3,000 at 1K/1K, 1,500 at 8K/1K and 1K/8K), at most trtllm-bench's "
-              "heuristic max_batch_size a rank and what the KV cache holds; KV memory fraction 0.95")
+              "heuristic max_batch_size a rank and what the KV cache holds; KV memory fraction 0.95; the NVIDIA checkpoints' "
+              "KV format FP8 in that heuristic (as nvidia/Qwen3-235B-A22B-NVFP4's and nvidia/Llama-3.1-70B-Instruct-FP8's "
+              "configs record, and the R1-0528 FP4 checkpoints per TRTLLM-BP)")
 PERF_REQUESTS = {(1024, 1024): 3000.0, (8192, 1024): 1500.0, (1024, 8192): 1500.0}
 BENCH_QUANT_BYTES = {"nvfp4": 0.5, "fp8": 1.0, "bf16": 2.0}
 """Bytes per stored element trtllm-bench's heuristic charges a checkpoint of each quantisation (``BYTES_PER_ELEM`` of
@@ -246,7 +249,7 @@ def _round_up(x: float, step: int) -> int:
 
 
 def trtllm_bench_settings(cat, model: str, hw: str, *, quant: str, dense: str, expert: str, kv: str, tp: int, pp: int,
-                          isl: float, osl: float) -> tuple[int, int]:
+                          isl: float, osl: float, checkpoint_kv: str | None = None) -> tuple[int, int]:
     """(max_batch_size per rank, max_num_tokens) that ``trtllm-bench throughput`` picks when the command gives neither
     (``get_benchmark_engine_settings`` -> ``calc_engine_setting`` and ``finetune_setting``, read at NVIDIA/TensorRT-LLM
     @04cba882), from the quantities it reads: the checkpoint's stored element count (safetensors: packed FP4 counts
@@ -254,7 +257,10 @@ def trtllm_bench_settings(cat, model: str, hw: str, *, quant: str, dense: str, e
     GPUs' memory (NVML, GiB) times ``tp x pp``, and a KV cost per token of ``2 x layers x max(tp, kv_heads) x
     head_size`` elements, with the Hugging Face config's heads: an MLA model lists 128 KV heads of ``hidden / heads``
     = 56 (no ``head_dim``), so the heuristic charges DeepSeek about 25x the latent cache it really keeps, and caps its
-    batch far below what the cache holds. With attention data parallelism each rank schedules up to the result.
+    batch far below what the cache holds. The KV element's bytes are the checkpoint's (``kv_cache_quant_algo`` of its
+    quantisation config; none: 2 bytes), not the run's ``kv_cache_config.dtype``: ``checkpoint_kv`` names that format
+    where it differs from ``kv`` (deepseek-ai/DeepSeek-R1-0528 is block FP8 without a KV format, so the heuristic
+    charges its FP8-KV runs 2 bytes an element). With attention data parallelism each rank schedules up to the result.
     ``max_num_tokens`` is returned for the record (the tests pin it): the closed-loop prediction has no per-step
     token cap to apply it to."""
     if quant not in BENCH_QUANT_BYTES:
@@ -267,7 +273,7 @@ def trtllm_bench_settings(cat, model: str, hw: str, *, quant: str, dense: str, e
     gib = 1024.0 ** 3
     att = m.architecture.attention
     head = m.architecture.hidden_size / att.heads if att.type == "mla" else att.head_dim
-    per_token = 2.0 * m.architecture.layers * max(tp, att.kv_heads) * head * dtype_bytes(kv) / gib
+    per_token = 2.0 * m.architecture.layers * max(tp, att.kv_heads) * head * dtype_bytes(checkpoint_kv or kv) / gib
     available = h.hbm_bytes / gib * tp * pp - elements * BENCH_QUANT_BYTES[quant] / gib
     requests = available * BENCH_MEM_FRACTION / (per_token * (isl + osl))
     raw_bs = min(requests, 4096) / pp
@@ -308,7 +314,8 @@ def trtllm_cases(cat) -> list[dict]:
     table = [
         (ds, "b200-sxm", ("fp8", "fp4", "fp8"), (1, 4, 4), {(1024, 1024): 6_430.0, (8192, 1024): 1_168.0}),
         (ds, "gb200-nvl72", ("fp8", "fp4", "fp8"), (1, 4, 4), {(1024, 1024): 6_924.0, (1024, 8192): 4_379.0}),
-        (ds, "h200-sxm", ("fp8", "fp8", "fp8"), (1, 8, 8), {(1024, 1024): 1_620.0, (1024, 8192): 1_218.0}),
+        # deepseek-ai/DeepSeek-R1-0528: block FP8 weights, no KV format in its config (the run sets FP8 KV)
+        (ds, "h200-sxm", ("fp8", "fp8", "fp8", "bf16"), (1, 8, 8), {(1024, 1024): 1_620.0, (1024, 8192): 1_218.0}),
         ("gpt-oss-120b", "b200-sxm", ("bf16", "fp4", "fp8"), (1, 2, 2), {(1024, 1024): 25_870.0, (8192, 1024): 6_111.0}),
         ("gpt-oss-120b", "h200-sxm", ("bf16", "fp4", "bf16"), (1, 1, 1), {(1024, 1024): 6_798.0, (8192, 1024): 1_828.0}),
         ("gpt-oss-120b", "h100-sxm", ("bf16", "fp4", "bf16"), (1, 4, 4), {(1024, 1024): 4_715.0}),
@@ -318,11 +325,11 @@ def trtllm_cases(cat) -> list[dict]:
         ("qwen3-235b-a22b", "h200-sxm", ("fp8", "fp8", "fp8"), (1, 4, 4), {(1024, 1024): 3_268.0}),
         ("qwen3-235b-a22b", "h100-sxm", ("fp8", "fp8", "fp8"), (1, 8, 8), {(1024, 1024): 1_935.0}),
     ]
-    for model, hw, (dense, expert, kv), (tp, ep, dp), runs in table:
+    for model, hw, (dense, expert, kv, *ckpt), (tp, ep, dp), runs in table:
         quant = "mxfp4" if model.startswith("gpt-oss") else "nvfp4" if expert == "fp4" else "fp8"
         for (isl, osl), pub in runs.items():
             bs, _ = trtllm_bench_settings(cat, model, hw, quant=quant, dense=dense, expert=expert, kv=kv,
-                                          tp=tp * dp, pp=1, isl=isl, osl=osl)
+                                          tp=tp * dp, pp=1, isl=isl, osl=osl, checkpoint_kv=next(iter(ckpt), None))
             conc = min(PERF_REQUESTS[(isl, osl)], float(bs * dp))
             lay = f"TP{tp}" if dp == 1 and ep == 1 else f"DEP{dp}" if tp == 1 else f"TP{tp} EP{ep}"
             out.append(dict(case=f"trt-{model}-{hw.split('-')[0]}-{lay}-{isl // 1024}k{osl // 1024}k", published=pub,

@@ -261,6 +261,12 @@ def test_trtllm_bench_batch_heuristic_worked_numbers(catalog):
                                      **{**args, "expert": "fp4"}) == (384, 2048)
     assert mod.trtllm_bench_settings(catalog, "gpt-oss-120b", "h200-sxm", quant="mxfp4", tp=1, isl=1024, osl=1024,
                                      **{**args, "dense": "bf16", "expert": "fp4"}) == (2048, 8192)
+    # deepseek-ai/DeepSeek-R1-0528 records no KV format: the heuristic charges 2 bytes an element though the run keeps
+    # FP8 KV, 142 requests at 1K/1K on 8 H200 -> 160 a rank (384 at 1 byte)
+    assert mod.trtllm_bench_settings(catalog, "deepseek-v3", "h200-sxm", quant="fp8", tp=8, isl=1024, osl=1024,
+                                     **args) == (384, 2048)
+    assert mod.trtllm_bench_settings(catalog, "deepseek-v3", "h200-sxm", quant="fp8", tp=8, isl=1024, osl=1024,
+                                     checkpoint_kv="bf16", **args) == (160, 2048)
 
 
 def _production_check():
