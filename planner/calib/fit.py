@@ -377,8 +377,31 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     main = norm[fitted]
     counts = main["src"].map(main["src"].value_counts()).astype(float)
     norm["w"] = 1.0
-    norm.loc[fitted, "w"] = len(main) / (max(main["src"].nunique(), 1) * counts)
+    norm.loc[fitted, "w"] = campaign_weights(main, len(main) / (max(main["src"].nunique(), 1) * counts))
     return norm, int((~ok).sum())
+
+
+CAMPAIGN_ROWS = 7.7
+"""Rows of one file worth its campaign's bias: the ratio of the within-file variance of a pair's log TPOT residuals
+(0.055) to the variance of the files' own offsets on the same (hardware, engine) pair (0.0072; up to 0.017 on B200
+TensorRT-LLM, where the silicon file's rows sit 8% slow and InferenceX's 11% fast of one prediction: engine versions,
+harnesses), estimated by moments over the 8 pairs both files measure, on the fitted rows and the catalog of
+2026-12-07 (``python bench/campaign_variance.py --data SILICON --data INFERENCEX``)."""
+
+
+def campaign_weights(rows: pd.DataFrame, w: pd.Series) -> pd.Series:
+    """Row weights that give each file's campaign on a (hardware, engine) pair the weight of what it tells about
+    the pair's factors: a file's rows share that campaign's bias (its engine version, its harness), so ``n`` of them
+    are worth ``n / (n + CAMPAIGN_ROWS)`` of an unbiased measurement (random-effects pooling: within-file scatter
+    averages out over rows, the campaign's offset does not), not ``n`` rows. Each pair keeps its total weight
+    (``w`` summed over its rows), so the per-engine and all-hardware fits weigh the pairs as before; within a pair
+    two files of 400 and 100 rows weigh about alike instead of 4:1."""
+    pair = [rows["n_hw"], rows["n_engine"]]
+    n = rows.groupby([*pair, rows["src"]])["src"].transform("size").astype(float)
+    info = n / (n + CAMPAIGN_ROWS)
+    share = info / n  # each row's part of its file's information
+    total = w.groupby(pair).transform("sum")
+    return total * share / share.groupby(pair).transform("sum")
 
 
 def fit(data, catalog: Catalog) -> FitResult:
