@@ -307,7 +307,8 @@ def restrict(norm, catalog, full: EngineEfficiency, prior: EngineEfficiency, ker
     else:
         idx, cost = keep_by_profile(jac, 1.0 / np.sqrt(1.0 + (r0 / F_SCALE) ** 2), r0, delta, limit)
     keep = [free[i] for i in idx]
-    log.info("pair fit %s: kept %s (profile cost of the others' return %.4g)", label, keep, cost)
+    log.info("pair fit %s: kept %s%s", label, keep,
+             "" if np.isnan(cost) else f" (profile cost of the others' return {cost:.4g})")
     start = prior.model_copy(update={f: getattr(full, f) for f in keep})
     eff = fit_group(norm, catalog, start, prior, kernels, fixed_share, only=set(keep))
     return eff, [f for f in keep if f in free_factors(eff, prior)]
