@@ -436,3 +436,29 @@ def test_a_free_factor_that_is_not_a_factor_is_refused():
     with pytest.raises(ValidationError, match="free_factors of vllm names memroy: not an efficiency factor"):
         Efficiency(source="fit", as_of=dt.date(2026, 11, 29), default=EngineEfficiency(),
                    free_factors={"vllm": ["memroy"]})
+
+
+def test_each_file_weighs_by_its_campaigns_information_within_a_pair():
+    # a pair measured by two files, 400 rows (weight 0.5 each) and 100 rows (weight 2.0 each): each file's part of the
+    # pair's total weight (400) is n / (n + CAMPAIGN_ROWS), shared by its rows; a pair one file measures keeps its rows
+    import pandas as pd
+
+    from planner.calib.fit import CAMPAIGN_ROWS, campaign_weights
+
+    rows = pd.DataFrame({"n_hw": ["a"] * 500 + ["b"] * 10, "n_engine": ["e"] * 510,
+                         "src": ["s"] * 400 + ["x"] * 100 + ["s"] * 10})
+    w = pd.Series(np.r_[np.full(400, 0.5), np.full(100, 2.0), np.full(10, 0.5)])
+    got = campaign_weights(rows, w)
+    by = got.groupby([rows["n_hw"], rows["src"]]).sum()
+    info_s, info_x = 400 / (400 + CAMPAIGN_ROWS), 100 / (100 + CAMPAIGN_ROWS)
+    assert by[("a", "s")] == pytest.approx(400 * info_s / (info_s + info_x))
+    assert by[("a", "x")] == pytest.approx(400 * info_x / (info_s + info_x))
+    assert by[("b", "s")] == pytest.approx(5.0)
+    assert got.sum() == pytest.approx(w.sum())
+    assert got[:400].nunique() == 1 and got[400:500].nunique() == 1  # a file's rows weigh alike
+    # a file of 3 rows beside one of 400 weighs 3 / (3 + CAMPAIGN_ROWS) of a campaign, not 3 / 403 of the pair
+    few = pd.DataFrame({"n_hw": ["a"] * 403, "n_engine": ["e"] * 403, "src": ["s"] * 400 + ["x"] * 3})
+    got = campaign_weights(few, pd.Series(np.ones(403)))
+    share = got[400:].sum() / got.sum()
+    assert share == pytest.approx((3 / (3 + CAMPAIGN_ROWS)) / (3 / (3 + CAMPAIGN_ROWS) + 400 / (400 + CAMPAIGN_ROWS)))
+    assert 0.2 < share < 0.3
