@@ -175,8 +175,9 @@ def test_prefill_and_decode_on_different_engines_are_caught(catalog):
 
 
 def test_alerts_that_cannot_fire_are_caught(catalog):
-    """vLLM 0.33 no longer exports time_per_output_token_seconds; SGLang exports nothing without --enable-metrics."""
-    v = next(i for i in _launches(catalog, "deepseek-chat"))
+    """vLLM 0.33 no longer exports time_per_output_token_seconds; SGLang exports nothing without --enable-metrics.
+    The vLLM launch is deepseek-chat's first pool as vLLM would run it (the plan picks its engine by the catalog)."""
+    v = next(i for i in _launches(catalog, "deepseek-chat", own_only=False) if i.target == "vllm")
     assert "vllm.metric-names" in _found(catalog, v, metrics=["vllm:time_per_output_token_seconds"])
     assert "vllm.metric-names" in _found(catalog, v, metrics=["vllm:gpu_cache_usage_perc"])
     s = next(i for i in _launches(catalog, "deepseek-sglang-pd"))

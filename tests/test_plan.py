@@ -328,14 +328,15 @@ def test_a_saving_not_proven_optimal_reads_as_a_lower_bound(catalog, monkeypatch
         return r if heuristics else dataclasses.replace(r, status="feasible")
 
     patch_pipeline(monkeypatch, "solve_from", stopped)
-    # 700 req/s: where 10% less traffic saves a whole replica ($13.12/h on the catalog of the fifth session of
-    # 2026-11-27; 750 on the fourth's; at 650 or 750 whole units absorb it and nothing saves)
-    p = make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan
+    # 750 req/s: where 10% less traffic saves a whole replica ($13.12/h on the catalog of the fifth session of
+    # 2026-12-07, where 550, 650 and 700 save nothing; 700 on the catalog of the fifth session of 2026-11-27, 750 on the
+    # fourth's)
+    p = make_plan(_scenario(catalog, requests_per_s=750), PlanOptions()).plan
     demand = next(b for b in p.binding_constraints if b.name == "demand.chat")
     assert demand.usd_per_hour_saved is not None and demand.usd_per_hour_saved > 0
     assert not demand.saving_proven and "saves at least $" in demand.detail
     patch_pipeline(monkeypatch, "solve_from", original)
-    exact = next(b for b in make_plan(_scenario(catalog, requests_per_s=700), PlanOptions()).plan.binding_constraints
+    exact = next(b for b in make_plan(_scenario(catalog, requests_per_s=750), PlanOptions()).plan.binding_constraints
                  if b.name == "demand.chat")
     assert exact.saving_proven and "saves $" in exact.detail
     assert exact.usd_per_hour_saved == pytest.approx(demand.usd_per_hour_saved)
