@@ -372,7 +372,8 @@ def prepare(data, catalog: Catalog) -> tuple[pd.DataFrame, int]:
     ok &= ~unsteady(norm) & ~norm["n_copy"].to_numpy(bool)
     norm = norm[ok].drop(columns="n_copy")
     # Each file weighs the same in the fit, whatever its row count (a small file of production-scale runs is
-    # not drowned by a large one of small benchmark batches); weights average 1. Rows of hardware with too few rows
+    # not drowned by a large one of small benchmark batches), and within a (hardware, engine) pair by what its campaign
+    # tells (:func:`campaign_weights`); weights average 1. Rows of hardware with too few rows
     # for a fit of its own only anchor that hardware (:mod:`planner.calib.anchor`) and weigh nothing here.
     fitted = ~norm["n_hw"].isin(few_row_hardware(norm, MIN_ROWS))
     main = norm[fitted]
