@@ -93,7 +93,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.calib.predict import predict_normalised  # noqa: E402
+from planner.calib.predict import predict_normalised, queued_run  # noqa: E402
 from planner.catalog import load_catalog  # noqa: E402
 from planner.perf.layout import Layout, expert_copies  # noqa: E402
 from planner.perf.params import weight_bytes  # noqa: E402
@@ -165,17 +165,21 @@ def benchmark_row(model: str, hw: str, engine: str, *, dense: str, expert: str, 
 
 def benchmark_run(cat, model: str, hw: str, engine: str, *, dense: str, expert: str, kv: str, isl: float, osl: float,
                   conc: float, tp: int, ep: int, dp: int, spec: float = 0.0, per_user: bool = False,
-                  balance: bool | None = None) -> dict:
-    """A closed-loop aggregated benchmark (``trtllm-bench throughput``: ``conc`` requests in flight, each a prefill of
-    ``isl`` tokens and ``osl`` decode steps on the same engine, admitted as the KV cache allows) predicted as
-    ``planner validate`` predicts a measured run: output tokens/s per GPU, or per user (``per_user``: ``osl`` over the
-    request's latency, its prefill included, as trtllm-bench reports it). ``balance``: whether the run's attention-DP ranks
-    take their prompts in the same steps (``attention_dp_config.enable_balance``; None: the engine's catalog default)."""
-    row = benchmark_row(model, hw, engine, dense=dense, expert=expert, kv=kv, isl=isl, osl=osl, conc=conc, tp=tp,
-                        ep=ep, dp=dp, spec=spec, balance=balance)
-    p = predict_normalised(pd.DataFrame([row]), cat).iloc[0]
+                  balance: bool | None = None, requests: float | None = None) -> dict:
+    """An aggregated benchmark (``trtllm-bench throughput``: ``conc`` requests in flight, each a prefill of ``isl``
+    tokens and ``osl`` decode steps on the same engine, admitted as the KV cache allows) predicted as ``planner
+    validate`` predicts a measured run: output tokens/s per GPU, or per user (``per_user``: ``osl`` over the request's
+    latency, its prefill included, as trtllm-bench reports it). ``balance``: whether the run's attention-DP ranks take
+    their prompts in the same steps (``attention_dp_config.enable_balance``; None: the engine's catalog default).
+    ``requests``: the dataset's request count, all queued at once with equal lengths, so the run is waves of what fits
+    and a last partial wave (:func:`planner.calib.predict.queued_run`); None: the steady closed loop."""
+    row = pd.DataFrame([benchmark_row(model, hw, engine, dense=dense, expert=expert, kv=kv, isl=isl, osl=osl,
+                                      conc=conc, tp=tp, ep=ep, dp=dp, spec=spec, balance=balance)])
+    p = (predict_normalised(row, cat) if requests is None else queued_run(row, cat, requests)).iloc[0]
     ttft_s, tpot_s = p["predicted_ttft_ms"] / 1e3, p["predicted_tpot_ms"] / 1e3
     out = {"ttft_s": ttft_s, "tpot_ms": tpot_s * 1e3}
+    if requests is not None:
+        out["waves"] = f"{int(p['waves'])} x {int(p['in_flight'])} + {int(p['last_wave'])}"
     if per_user:
         return {"predicted": osl / (ttft_s + (osl - 1.0) * tpot_s), **out}
     return {"predicted": float(p["predicted_output_tput_per_gpu"]), **out}
@@ -292,15 +296,15 @@ def trtllm_cases(cat) -> list[dict]:
     out = [
         dict(case="trtllm-b200-maxtput-bf16kv", published=4_548.0, unit="output tok/s/GPU", source=TRT_BP,
              **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="bf16", isl=1024, osl=2048,
-                             conc=3072, tp=1, ep=8, dp=8, balance=False)),
+                             conc=3072, tp=1, ep=8, dp=8, balance=False, requests=49_152)),
         dict(case="trtllm-b200-maxtput-fp8kv", published=5_393.0, unit="output tok/s/GPU", source=TRT_BP,
              guessed="1K/2K (the blog's benchmark lengths; this section does not restate them)",
              **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="fp8", isl=1024, osl=2048,
-                             conc=7168, tp=1, ep=8, dp=8, balance=False)),
+                             conc=7168, tp=1, ep=8, dp=8, balance=False, requests=114_688)),
         dict(case="trtllm-h200-maxtput", published=1_436.0, unit="output tok/s/GPU", source=TRT_BP,
              guessed="BF16 KV (the FP8 checkpoint's default)",
              **benchmark_run(cat, ds, "h200-sxm", "trtllm", dense="fp8", expert="fp8", kv="bf16", isl=1024, osl=2048,
-                             conc=1024, tp=1, ep=8, dp=8, balance=False)),
+                             conc=1024, tp=1, ep=8, dp=8, balance=False, requests=5_120)),
         dict(case="trtllm-b200-minlat", published=274.7, unit="output tok/s/user", source=TRT_BP,
              guessed="BF16 KV (the R1-FP4 checkpoint's default); the catalog's published MTP acceptance",
              **benchmark_run(cat, ds, "b200-sxm", "trtllm", dense="fp8", expert="fp4", kv="bf16", isl=1024, osl=2048,
@@ -337,7 +341,8 @@ def trtllm_cases(cat) -> list[dict]:
                             guessed=PERF_GUESS + ("; Llama 3.3 70B as Llama 3.1 70B (same architecture)"
                                                   if model.startswith("llama") else ""),
                             **benchmark_run(cat, model, hw, "trtllm", dense=dense, expert=expert, kv=kv, isl=isl,
-                                            osl=osl, conc=conc, tp=tp, ep=ep, dp=dp, balance=model == ds),
+                                            osl=osl, conc=conc, tp=tp, ep=ep, dp=dp, balance=model == ds,
+                                            requests=PERF_REQUESTS[(isl, osl)]),
                             batch_limit=bs))
     return out
 
@@ -388,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'case':<28} {'published':>10} {'predicted':>10} {'ratio':>6}  detail")
     for c in res:
-        detail = ", ".join(f"{k} {v:.3g}" for k, v in c.items()
+        detail = ", ".join(f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in c.items()
                            if k not in ("case", "published", "predicted", "ratio", "unit", "source", "guessed")
-                           and isinstance(v, (int, float)))
+                           and isinstance(v, (int, float, str)))
         print(f"{c['case']:<28} {c['published']:>10,.0f} {c['predicted']:>10,.0f} {c['ratio']:>6.2f}  {c['unit']}; {detail}")
     print(f"\nmedian error factor {sm['median_error_factor']:.3f} over {sm['cases']} cases; "
           f"{sm['within_15pct']:.0%} within [0.85, 1.15]; {sm['outside_0.67_1.5']} outside [0.67, 1.5]")

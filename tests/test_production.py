@@ -272,3 +272,39 @@ def test_trtllm_bench_batch_heuristic_worked_numbers(catalog):
 def _production_check():
     """``bench/production_check.py`` as a module (its cases and its benchmark rows)."""
     return load_bench("production_check")
+
+
+def test_queued_run_is_waves_of_what_fits_and_a_partial_last_one(catalog):
+    """A benchmark that queues every request at once with equal lengths (``trtllm-bench throughput``) runs in waves of
+    ``c = min(concurrency, what the KV cache holds)``: a request count that is a multiple of ``c`` gives the steady
+    closed loop's output rate at ``c`` in flight exactly; ``N = k c + r`` adds one wave of ``r`` requests, shorter
+    than a full one (its step is smaller) but not in proportion (weights stream whatever the batch), so the run's
+    rate falls below the steady one and above ``k + 1`` full waves'. A concurrency above what the cache holds runs
+    as many as it holds."""
+    import pandas as pd
+
+    from planner.calib.predict import predict_normalised, queued_run
+
+    mod = _production_check()
+    row = mod.benchmark_row("llama-3.1-70b", "h200-sxm", "trtllm", dense="fp8", expert="fp8", kv="fp8", isl=1024,
+                            osl=1024, conc=256, tp=2, ep=1, dp=1)
+    df = pd.DataFrame([row])
+    base = predict_normalised(df, catalog).iloc[0]
+    held = float(base["predicted_held_sequences"])
+    assert 256 < held < 2000  # the cache holds the 256 in flight
+    e2el = (base["predicted_ttft_ms"] + 1023.0 * base["predicted_tpot_ms"]) / 1e3
+    steady = 256 * 1024.0 / e2el / 2.0
+    whole = queued_run(df, catalog, 4 * 256).iloc[0]
+    assert (whole["waves"], whole["in_flight"], whole["last_wave"]) == (4, 256, 0)
+    assert whole["predicted_output_tput_per_gpu"] == pytest.approx(steady, rel=1e-9)
+    assert base["predicted_output_tput_per_gpu"] == pytest.approx(steady, rel=1e-9)
+    part = queued_run(df, catalog, 4 * 256 + 32).iloc[0]
+    last = predict_normalised(df.assign(n_conc=32.0, a_batch=32.0), catalog).iloc[0]
+    e_last = (last["predicted_ttft_ms"] + 1023.0 * last["predicted_tpot_ms"]) / 1e3
+    assert 0.0 < e_last < e2el and e_last > e2el * 32 / 256  # shorter, not in proportion
+    assert part["predicted_output_tput_per_gpu"] == pytest.approx((4 * 256 + 32) * 1024.0 / (4 * e2el + e_last) / 2.0,
+                                                                  rel=1e-9)
+    assert (4 * 256 + 32) * 1024.0 / (5 * e2el) / 2.0 < part["predicted_output_tput_per_gpu"] < steady
+    # more clients than the cache holds: the engine runs what it holds
+    over = queued_run(df.assign(n_conc=4 * held, a_batch=4 * held), catalog, 10 * held).iloc[0]
+    assert over["in_flight"] == np.floor(held)

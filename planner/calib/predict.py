@@ -57,7 +57,9 @@ def catalog_efficiency(catalog: Catalog) -> EffFor:
 def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | None = None) -> pd.DataFrame:
     """Return ``predicted_ttft_ms``, ``predicted_tpot_ms`` and ``predicted_output_tput_per_gpu`` (NaN where
     ``reason`` is set), and the tails of a measured benchmark run (``predicted_ttft_p99_ms``,
-    ``predicted_tpot_p99_ms``, ``predicted_itl_p50_ms``, ``predicted_itl_p99_ms``; see :func:`_closed_tails`).
+    ``predicted_tpot_p99_ms``, ``predicted_itl_p50_ms``, ``predicted_itl_p99_ms``; see :func:`_closed_tails`), and
+    for aggregated rows the sequences a replica's KV cache holds under its engine's admission policy
+    (``predicted_held_sequences``; NaN for disaggregated rows).
 
     Rows that record their whole deployment are evaluated as recorded. Disaggregated rows without
     worker counts (``n_workers_assumed``) leave the deployment open, so they are evaluated as the
@@ -74,6 +76,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
     tpot_ms = pd.Series(np.nan, index=norm.index)
     tails_ms = {k: pd.Series(np.nan, index=norm.index) for k in TAILS + WAVE_PARTS}
     unheld = pd.Series(False, index=norm.index)
+    held = pd.Series(np.nan, index=norm.index)
     ok = norm[norm["reason"] == ""]
     for col in ("n_spec", "a_red", "p_red", "d_red"):
         if col not in ok.columns:
@@ -109,7 +112,10 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
         for k, v in tails.items():
             tails_ms[k].loc[g.index] = v * 1e3
         roles = ("a",) if mode == "agg" else ("p", "d")
-        unheld.loc[g.index] = np.any([_capacity(make(), g, r, eng) < 1.0 for r in roles], axis=0)
+        caps = [_capacity(make(), g, r, eng) for r in roles]
+        unheld.loc[g.index] = np.any([c < 1.0 for c in caps], axis=0)
+        if mode == "agg":
+            held.loc[g.index] = caps[0]
     # A layout that cannot hold the weights with room for one sequence (as recorded, or for open rows even
     # at the largest TP the heads allow) did not run: no number for it.
     ttft_ms[unheld] = np.nan
@@ -128,6 +134,7 @@ def predict_normalised(norm: pd.DataFrame, catalog: Catalog, eff_for: EffFor | N
                                        tails_ms["wave_idle"].fillna(0.0) / 1e3)
     return pd.DataFrame({"predicted_ttft_ms": ttft_ms, "predicted_tpot_ms": tpot_ms,
                          "predicted_output_tput_per_gpu": otpg, "layout_cannot_hold": unheld,
+                         "predicted_held_sequences": held,
                          **{f"predicted_{k}_ms": v for k, v in tails_ms.items()}})
 
 
@@ -445,6 +452,38 @@ def finite_run_share(conc, requests, e2el_s, ttft_s, idle_s=0.0) -> np.ndarray:
         drain = x / np.sqrt(1.0 + x * x)
         share = k / (k + drain + np.maximum(np.nan_to_num(idle), 0.0) / e2el)
     return np.where(np.isfinite(share) & (k > 0), share, 1.0)
+
+
+def queued_run(norm: pd.DataFrame, catalog: Catalog, requests, eff_for: EffFor | None = None) -> pd.DataFrame:
+    """Aggregated rows run as a benchmark that queues all ``requests`` at once, every request of the row's lengths
+    (``trtllm-bench throughput`` on a synthetic dataset of zero length spread): output tokens/s per GPU over the run
+    (``predicted_output_tput_per_gpu``), with the waves (``waves``: full ones, ``last_wave``: requests in the last).
+
+    The engine runs ``c = min(concurrency, what its KV cache holds)`` requests at a time and admits the next as
+    one ends; equal lengths keep them in step, so the run is ``floor(N / c)`` waves of ``c`` requests, each as long
+    as a closed-loop request at ``c`` in flight (``TTFT + (O - 1) TPOT``), then one wave of the ``N mod c`` left.
+    That wave's step is shorter but not in proportion to its batch (the weights stream whatever the batch), which
+    is what a request count that is not a multiple of ``c`` costs. The TTFT and TPOT returned are the full waves'."""
+    base = predict_normalised(norm, catalog, eff_for)
+    N = np.asarray(requests, dtype=float) * np.ones(len(norm))
+    conc = norm["n_conc"].astype(float).fillna(norm["a_batch"].astype(float)).to_numpy(float)
+    c = np.maximum(np.floor(np.minimum(conc, base["predicted_held_sequences"].to_numpy(float))), 1.0)
+    waves = np.floor(N / c)
+    left = N - waves * c
+    O = norm["n_osl"].to_numpy(float)
+
+    def e2el(p: pd.DataFrame) -> np.ndarray:
+        return (p["predicted_ttft_ms"].to_numpy(float) + np.maximum(O - 1.0, 0.0) * p["predicted_tpot_ms"].to_numpy(
+            float)) / 1e3
+
+    full = predict_normalised(norm.assign(n_conc=c, a_batch=c), catalog, eff_for)
+    last = predict_normalised(norm.assign(n_conc=np.maximum(left, 1.0), a_batch=np.maximum(left, 1.0)), catalog,
+                              eff_for)
+    total = waves * e2el(full) + np.where(left > 0, e2el(last), 0.0)
+    otpg = N * O / total / norm["n_gpus_out"].to_numpy(float)
+    return pd.DataFrame({"predicted_output_tput_per_gpu": otpg, "predicted_ttft_ms": full["predicted_ttft_ms"],
+                         "predicted_tpot_ms": full["predicted_tpot_ms"], "in_flight": c, "waves": waves,
+                         "last_wave": left}, index=norm.index)
 
 
 def log_residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, target: str,
