@@ -562,8 +562,8 @@ def _kernels(catalog: Catalog, hid: str, result: FitResult, eff: Efficiency):
 
 def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResult) -> Efficiency:
     """``eff`` with the silicon factors its serving rows cannot set taken from ``hid``'s own kernel curves
-    (:mod:`planner.calib.silicon`): on measured hardware the compute factors of formats none of its rows runs and the
-    factors every fit freezes (``FROZEN_FACTORS``: absolute kernel fractions); on hardware transferred from a measured relative every silicon factor, scaled by
+    (:mod:`planner.calib.silicon`): on measured hardware the compute factors of formats none of its rows runs
+    (absolute kernel fractions); on hardware transferred from a measured relative every silicon factor, scaled by
     the two systems' kernel ratio; on hardware given the all-hardware fit, every silicon factor (absolute)."""
     hw = catalog.hardware[hid]
     if hw.efficiency.kernels is None:
@@ -572,7 +572,7 @@ def kernel_silicon(eff: Efficiency, catalog: Catalog, hid: str, result: FitResul
     scaled = eff.fitted_rows == 0 and rel is not None and rel.efficiency.kernels is not None
     if eff.fitted_rows > 0:
         ran = (result.formats or {}).get(hid, set(S.FORMAT_FACTORS))
-        facs = [f for f in S.FORMAT_FACTORS if f not in ran] + list(S.FROZEN_FACTORS)
+        facs = [f for f in S.FORMAT_FACTORS if f not in ran]
     else:
         facs = list(S.SILICON_FACTORS)
 

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from planner.calib.checks import unsteady
-from planner.calib.silicon import frozen
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import ENGINES
 from planner.perf.layout import expert_copies
@@ -491,16 +490,9 @@ def log_residuals(norm: pd.DataFrame, catalog: Catalog, eff: EngineEfficiency, t
                   weighted: bool = True) -> np.ndarray:
     """``log(predicted / measured)`` of ``norm``'s TPOT (``target`` "tpot") or TPOT and TTFT ("ttft") with every row
     predicted under ``eff``, times the square root of the rows' weight ``w`` where ``weighted`` (what the fits
-    minimise: :mod:`planner.calib.fit`, :mod:`planner.calib.anchor`). Rows of hardware whose step times terms by its
-    kernel curves take the factors those curves freeze (:func:`planner.calib.silicon.frozen`) in place of ``eff``'s;
-    the all-hardware fit, made with every term on the roofline (``fit.roofline_catalog``) for hardware without curves,
-    fits them on every row."""
-    def eff_for(h: str, e: str) -> EngineEfficiency:
-        # hardware whose step times terms by its kernel curves: the silicon factors those curves freeze, whatever the
-        # fit's value (a catalog with every term on the roofline, the all-hardware fit's, freezes none)
-        kf = catalog.hardware[h].efficiency.kernels
-        fixed = frozen(catalog.hardware[h], e) if kf is not None and (kf.compose or kf.terms) else {}
-        return eff.model_copy(update=fixed) if fixed else eff
+    minimise: :mod:`planner.calib.fit`, :mod:`planner.calib.anchor`)."""
+    def eff_for(_h: str, _e: str) -> EngineEfficiency:
+        return eff
 
     pred = predict_normalised(norm, catalog, eff_for)
     # The TTFT factors are fitted on TPOT as well: prefill capacity feeds a disaggregated decode pool (a pool

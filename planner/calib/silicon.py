@@ -84,29 +84,6 @@ def kernel_fractions(hw: HardwareSpec, engine: str | None) -> dict[str, float]:
     return out
 
 
-FROZEN_FACTORS = ("memory",)
-"""Silicon factors the end-to-end fit never sets on hardware with kernel curves: every fit evaluates that hardware's
-rows with the factor its own curves give (:func:`frozen`), and its catalog blocks carry that value. The HBM streaming
-rate is the silicon's, whatever the engine: a free per-pair ``memory`` absorbed other costs (GB200 TensorRT-LLM's
-0.56 against its kernels' 0.74: the wide-EP exchanges of its multi-node rows), and a held-out chip, which takes its
-kernels' value, inherited engine factors fitted beside the absorbed one."""
-
-
-def frozen(hw: HardwareSpec, engine: str | None) -> dict[str, float]:
-    """The :data:`FROZEN_FACTORS` that ``hw``'s kernel curves set for ``engine`` (empty without curves); cached per
-    hardware, engine and kernel block (every residual of a fit asks)."""
-    key = (hw.id, engine, id(hw.efficiency.kernels))
-    hit = _FROZEN_CACHE.get(key)
-    if hit is None or hit[0] is not hw.efficiency.kernels:
-        kf = kernel_fractions(hw, engine)
-        hit = (hw.efficiency.kernels, {f: _clip(kf[f]) for f in FROZEN_FACTORS if f in kf})
-        _FROZEN_CACHE[key] = hit
-    return dict(hit[1])
-
-
-_FROZEN_CACHE: dict = {}
-
-
 def _clip(v: float) -> float:
     return float(round(min(max(v, 0.05), 1.0), 4))
 
