@@ -16,6 +16,7 @@ import pandas as pd
 from planner.calib.checks import unsteady
 from planner.catalog import Catalog, EngineEfficiency
 from planner.catalog.schemas import ENGINES
+from planner.errors import InputError
 from planner.perf.layout import expert_copies
 from planner.perf.roofline import Setup, prefill_time
 from planner.perf.serving import (
@@ -464,8 +465,12 @@ def queued_run(norm: pd.DataFrame, catalog: Catalog, requests, eff_for: EffFor |
     as a closed-loop request at ``c`` in flight (``TTFT + (O - 1) TPOT``), then one wave of the ``N mod c`` left.
     That wave's step is shorter but not in proportion to its batch (the weights stream whatever the batch), which
     is what a request count that is not a multiple of ``c`` costs. The TTFT and TPOT returned are the full waves'."""
-    base = predict_normalised(norm, catalog, eff_for)
     N = np.asarray(requests, dtype=float) * np.ones(len(norm))
+    if not np.all(np.isfinite(N) & (N >= 1.0)):
+        raise InputError(f"requests: {requests!r} is not a request count; give a whole number of at least 1")
+    if (norm["n_mode"] != "agg").any():
+        raise InputError("queued_run: disaggregated rows have no queued-run model; give aggregated rows (n_mode agg)")
+    base = predict_normalised(norm, catalog, eff_for)
     conc = norm["n_conc"].astype(float).fillna(norm["a_batch"].astype(float)).to_numpy(float)
     c = np.maximum(np.floor(np.minimum(conc, base["predicted_held_sequences"].to_numpy(float))), 1.0)
     waves = np.floor(N / c)
@@ -477,9 +482,12 @@ def queued_run(norm: pd.DataFrame, catalog: Catalog, requests, eff_for: EffFor |
             float)) / 1e3
 
     full = predict_normalised(norm.assign(n_conc=c, a_batch=c), catalog, eff_for)
-    last = predict_normalised(norm.assign(n_conc=np.maximum(left, 1.0), a_batch=np.maximum(left, 1.0)), catalog,
-                              eff_for)
-    total = waves * e2el(full) + np.where(left > 0, e2el(last), 0.0)
+    tail = 0.0
+    if (left > 0).any():  # the last, partial wave (none where the count is a multiple of what fits)
+        last = predict_normalised(norm.assign(n_conc=np.maximum(left, 1.0), a_batch=np.maximum(left, 1.0)), catalog,
+                                  eff_for)
+        tail = np.where(left > 0, e2el(last), 0.0)
+    total = waves * e2el(full) + tail
     otpg = N * O / total / norm["n_gpus_out"].to_numpy(float)
     return pd.DataFrame({"predicted_output_tput_per_gpu": otpg, "predicted_ttft_ms": full["predicted_ttft_ms"],
                          "predicted_tpot_ms": full["predicted_tpot_ms"], "in_flight": c, "waves": waves,
